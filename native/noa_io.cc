@@ -1,0 +1,518 @@
+// noa_io: the system calls behind noa's durable appends.
+//
+// Synchronous primitives (open, write, fdatasync, ftruncate, fsync of a directory, flock, close)
+// run on the calling thread. `commit` runs write + fdatasync on a small pool of threads owned by
+// this addon instance, so one worker thread can keep many fdatasyncs in flight at once: on ext4
+// the journal merges concurrent flushes, which is where throughput across workspaces comes from.
+//
+// The addon is context-aware: every worker thread that loads it gets its own instance (pool,
+// completion handler), and the instance is torn down with that thread's environment.
+
+#include <napi.h>
+#include <uv.h>
+
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+namespace {
+
+// Builds an Error shaped like Node's own fs errors: `ENOSPC: no space left on device, write
+// '<path>'` with code, errno (negative, as libuv reports it), syscall and path.
+Napi::Error SystemError(Napi::Env env, int err, const char* syscall, const std::string& path) {
+  const char* code = uv_err_name(-err);
+  std::string message = std::string(code) + ": " + strerror(err) + ", " + syscall;
+  if (!path.empty()) message += " '" + path + "'";
+  Napi::Error e = Napi::Error::New(env, message);
+  e.Set("code", Napi::String::New(env, code));
+  e.Set("errno", Napi::Number::New(env, -err));
+  e.Set("syscall", Napi::String::New(env, syscall));
+  if (!path.empty()) e.Set("path", Napi::String::New(env, path));
+  return e;
+}
+
+// Writes every byte of the iovecs, resuming after short writes and EINTR.
+// Returns 0 or an errno.
+int WriteAll(int fd, struct iovec* iov, int count) {
+  while (count > 0) {
+    int n = count > IOV_MAX ? IOV_MAX : count;
+    ssize_t written = writev(fd, iov, n);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    size_t left = static_cast<size_t>(written);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      iov++;
+      count--;
+    }
+    if (count > 0 && left > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+int DataSync(int fd) {
+  while (fdatasync(fd) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+enum SyncMode { kNoSync = 0, kFdatasync = 1, kSyncfs = 2 };
+
+int FsSync(int fd) {
+#ifdef NOA_NO_SYNCFS
+  return ENOSYS;
+#else
+  return syncfs(fd) == 0 ? 0 : errno;
+#endif
+}
+
+struct Job {
+  double id;
+  int fd;
+  int mode;
+  std::vector<struct iovec> iov;
+  Napi::Reference<Napi::Value> keep;  // the buffers, alive until the job is delivered
+  int err = 0;
+  const char* syscall = nullptr;
+};
+
+class Instance {
+ public:
+  explicit Instance(Napi::Env env) : env_(env) {}
+
+  ~Instance() { Stop(); }
+
+  void SetHandler(Napi::Env env, Napi::Function handler) {
+    if (handlerSet_) {
+      handler_.Reset(handler, 1);
+      return;
+    }
+    handler_ = Napi::Persistent(handler);
+    tsfn_ = Napi::ThreadSafeFunction::New(env, handler, "noa_io.commit", 0, 1);
+    tsfn_.Unref(env);
+    handlerSet_ = true;
+    // Registered after the thread-safe function so that it runs first at teardown (hooks run in
+    // reverse order): pool threads are joined before Node closes the function they call.
+    napi_add_env_cleanup_hook(env, &Instance::Cleanup, this);
+    hookAdded_ = true;
+  }
+
+  bool HasHandler() const { return handlerSet_; }
+
+  void Submit(Napi::Env env, Job* job) {
+    if (pending_++ == 0) tsfn_.Ref(env);
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.push_back(job);
+    if (idle_ == 0 && threads_.size() < maxThreads_) {
+      threads_.emplace_back(&Instance::Run, this);
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+  void SetMaxThreads(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    maxThreads_ = n;
+  }
+
+  Napi::Object Stats(Napi::Env env) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("threads", Napi::Number::New(env, static_cast<double>(threads_.size())));
+    o.Set("idle", Napi::Number::New(env, static_cast<double>(idle_)));
+    o.Set("maxThreads", Napi::Number::New(env, static_cast<double>(maxThreads_)));
+    o.Set("queued", Napi::Number::New(env, static_cast<double>(queue_.size())));
+    o.Set("pending", Napi::Number::New(env, static_cast<double>(pending_)));
+    return o;
+  }
+
+ private:
+  static void Cleanup(void* arg) {
+    Instance* self = static_cast<Instance*>(arg);
+    self->hookAdded_ = false;
+    self->Stop();
+  }
+
+  void Stop() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    if (handlerSet_) tsfn_.Abort();
+    if (hookAdded_) napi_remove_env_cleanup_hook(env_, &Instance::Cleanup, this);
+    hookAdded_ = false;
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      while (queue_.empty() && !stopping_) {
+        idle_++;
+        cv_.wait(lock);
+        idle_--;
+      }
+      if (queue_.empty()) return;  // stopping and nothing left to do
+      Job* job = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+
+      int err = WriteAll(job->fd, job->iov.data(), static_cast<int>(job->iov.size()));
+      if (err != 0) {
+        job->err = err;
+        job->syscall = "write";
+      } else if (job->mode == kFdatasync) {
+        err = DataSync(job->fd);
+        if (err != 0) {
+          job->err = err;
+          job->syscall = "fdatasync";
+        }
+      } else if (job->mode == kSyncfs) {
+        err = FsSync(job->fd);
+        if (err != 0) {
+          job->err = err;
+          job->syscall = "syncfs";
+        }
+      }
+      bool first;
+      {
+        std::unique_lock<std::mutex> doneLock(doneMu_);
+        first = done_.empty();
+        done_.push_back(job);
+      }
+      // One call drains everything finished so far; later completions ride along.
+      if (first) tsfn_.NonBlockingCall(this, &Instance::Deliver);
+      lock.lock();
+    }
+  }
+
+  static void Deliver(Napi::Env env, Napi::Function handler, Instance* self) {
+    if (env == nullptr) return;  // torn down
+    std::vector<Job*> jobs;
+    {
+      std::unique_lock<std::mutex> doneLock(self->doneMu_);
+      jobs.swap(self->done_);
+    }
+    Napi::Function fn = self->handler_.Value();
+    for (Job* job : jobs) {
+      Napi::HandleScope scope(env);
+      Napi::Value err = env.Null();
+      if (job->err != 0) err = SystemError(env, job->err, job->syscall, std::string()).Value();
+      job->keep.Reset();
+      double id = job->id;
+      delete job;
+      if (--self->pending_ == 0) self->tsfn_.Unref(env);
+      fn.Call({Napi::Number::New(env, id), err});
+      if (env.IsExceptionPending()) {
+        // The handler must not throw; surface it as an uncaught exception in this thread.
+        Napi::Error e = env.GetAndClearPendingException();
+        napi_fatal_exception(env, e.Value());
+      }
+    }
+  }
+
+  Napi::Env env_;
+  Napi::FunctionReference handler_;
+  Napi::ThreadSafeFunction tsfn_;
+  bool handlerSet_ = false;
+  bool hookAdded_ = false;
+  size_t pending_ = 0;  // JS thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> queue_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  size_t maxThreads_ = 64;
+  bool stopping_ = false;
+
+  std::mutex doneMu_;
+  std::vector<Job*> done_;
+};
+
+Instance* GetInstance(Napi::Env env) { return env.GetInstanceData<Instance>(); }
+
+bool ArgFd(const Napi::CallbackInfo& info, size_t i, int* fd) {
+  if (!info[i].IsNumber()) {
+    Napi::TypeError::New(info.Env(), "fd must be a number").ThrowAsJavaScriptException();
+    return false;
+  }
+  *fd = info[i].As<Napi::Number>().Int32Value();
+  return true;
+}
+
+bool ArgString(const Napi::CallbackInfo& info, size_t i, const char* what, std::string* out) {
+  if (!info[i].IsString()) {
+    Napi::TypeError::New(info.Env(), std::string(what) + " must be a string")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = info[i].As<Napi::String>().Utf8Value();
+  return true;
+}
+
+// Collects iovecs from a Buffer or an array of Buffers.
+bool ArgBuffers(const Napi::CallbackInfo& info, size_t i, std::vector<struct iovec>* iov) {
+  Napi::Value v = info[i];
+  auto add = [&](Napi::Value b) -> bool {
+    if (!b.IsBuffer()) {
+      Napi::TypeError::New(info.Env(), "data must be a Buffer or an array of Buffers")
+          .ThrowAsJavaScriptException();
+      return false;
+    }
+    Napi::Buffer<char> buf = b.As<Napi::Buffer<char>>();
+    if (buf.Length() > 0) iov->push_back({buf.Data(), buf.Length()});
+    return true;
+  };
+  if (v.IsArray()) {
+    Napi::Array arr = v.As<Napi::Array>();
+    uint32_t n = arr.Length();
+    iov->reserve(n);
+    for (uint32_t k = 0; k < n; k++) {
+      if (!add(arr.Get(k))) return false;
+    }
+    return true;
+  }
+  return add(v);
+}
+
+// openAppend(path, create, lock) -> fd
+// O_WRONLY|O_APPEND|O_CLOEXEC (|O_CREAT, 0644). With lock, takes an exclusive non-blocking flock
+// on the new descriptor: the lock lives exactly as long as the fd, so closing it (or the process
+// dying) releases it.
+Napi::Value OpenAppend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path;
+  if (!ArgString(info, 0, "path", &path)) return env.Undefined();
+  bool create = info[1].ToBoolean().Value();
+  bool lock = info[2].ToBoolean().Value();
+  int flags = O_WRONLY | O_APPEND | O_CLOEXEC | (create ? O_CREAT : 0);
+  int fd;
+  do {
+    fd = open(path.c_str(), flags, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    SystemError(env, errno, "open", path).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (lock) {
+    int r;
+    do {
+      r = flock(fd, LOCK_EX | LOCK_NB);
+    } while (r != 0 && errno == EINTR);
+    if (r != 0) {
+      int err = errno;
+      close(fd);
+      SystemError(env, err, "flock", path).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
+  return Napi::Number::New(env, fd);
+}
+
+// flock(fd, exclusive, nonBlocking): takes a lock on an fd opened elsewhere.
+Napi::Value Flock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  int op = info[1].ToBoolean().Value() ? LOCK_EX : LOCK_SH;
+  if (info[2].ToBoolean().Value()) op |= LOCK_NB;
+  int r;
+  do {
+    r = flock(fd, op);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) SystemError(env, errno, "flock", "").ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// write(fd, data) -> bytes written. All of it, or an error.
+Napi::Value Write(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  std::vector<struct iovec> iov;
+  if (!ArgBuffers(info, 1, &iov)) return env.Undefined();
+  size_t total = 0;
+  for (auto& v : iov) total += v.iov_len;
+  int err = WriteAll(fd, iov.data(), static_cast<int>(iov.size()));
+  if (err != 0) {
+    SystemError(env, err, "write", "").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Number::New(env, static_cast<double>(total));
+}
+
+Napi::Value Fdatasync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  int err = DataSync(fd);
+  if (err != 0) SystemError(env, err, "fdatasync", "").ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+Napi::Value Ftruncate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  if (!info[1].IsNumber()) {
+    Napi::TypeError::New(env, "length must be a number").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  off_t length = static_cast<off_t>(info[1].As<Napi::Number>().Int64Value());
+  int r;
+  do {
+    r = ftruncate(fd, length);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) SystemError(env, errno, "ftruncate", "").ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// fsyncDir(path): makes a directory's entries (a file just created or renamed into it) durable.
+Napi::Value FsyncDir(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path;
+  if (!ArgString(info, 0, "path", &path)) return env.Undefined();
+  int fd;
+  do {
+    fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    SystemError(env, errno, "open", path).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  int r;
+  do {
+    r = fsync(fd);
+  } while (r != 0 && errno == EINTR);
+  int err = r != 0 ? errno : 0;
+  close(fd);
+  if (err != 0) SystemError(env, err, "fsync", path).ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// syncfs(fd): flushes every dirty page of the filesystem that holds fd.
+Napi::Value Syncfs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  int err = FsSync(fd);
+  if (err != 0) SystemError(env, err, "syncfs", "").ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+Napi::Value Close(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  // Linux releases the descriptor even when close reports EINTR; never retry.
+  if (close(fd) != 0 && errno != EINTR) {
+    SystemError(env, errno, "close", "").ThrowAsJavaScriptException();
+  }
+  return env.Undefined();
+}
+
+// setCompletionHandler(fn): fn(id, errorOrNull) is called on this thread for each finished commit.
+Napi::Value SetCompletionHandler(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsFunction()) {
+    Napi::TypeError::New(env, "handler must be a function").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  GetInstance(env)->SetHandler(env, info[0].As<Napi::Function>());
+  return env.Undefined();
+}
+
+// commit(id, fd, data, mode): on a pool thread, write all of data (a Buffer or an array of
+// Buffers), then mode 1: fdatasync(fd), mode 2: syncfs(fd), mode 0: nothing. The completion
+// handler later receives (id, error|null).
+Napi::Value Commit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Instance* inst = GetInstance(env);
+  if (!inst->HasHandler()) {
+    Napi::Error::New(env, "setCompletionHandler must be called before commit")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (!info[0].IsNumber()) {
+    Napi::TypeError::New(env, "id must be a number").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Job* job = new Job();
+  job->id = info[0].As<Napi::Number>().DoubleValue();
+  if (!ArgFd(info, 1, &job->fd) || !ArgBuffers(info, 2, &job->iov)) {
+    delete job;
+    return env.Undefined();
+  }
+  job->mode = info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : kNoSync;
+  if (job->mode < kNoSync || job->mode > kSyncfs) {
+    delete job;
+    Napi::RangeError::New(env, "mode must be 0 (none), 1 (fdatasync) or 2 (syncfs)")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  job->keep = Napi::Persistent(info[2]);
+  inst->Submit(env, job);
+  return env.Undefined();
+}
+
+Napi::Value SetMaxThreads(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || info[0].As<Napi::Number>().Int32Value() < 1) {
+    Napi::RangeError::New(env, "threads must be a number >= 1").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  GetInstance(env)->SetMaxThreads(static_cast<size_t>(info[0].As<Napi::Number>().Int32Value()));
+  return env.Undefined();
+}
+
+Napi::Value PoolStats(const Napi::CallbackInfo& info) {
+  return GetInstance(info.Env())->Stats(info.Env());
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  env.SetInstanceData<Instance>(new Instance(env));
+  exports.Set("openAppend", Napi::Function::New(env, OpenAppend, "openAppend"));
+  exports.Set("flock", Napi::Function::New(env, Flock, "flock"));
+  exports.Set("write", Napi::Function::New(env, Write, "write"));
+  exports.Set("fdatasync", Napi::Function::New(env, Fdatasync, "fdatasync"));
+  exports.Set("ftruncate", Napi::Function::New(env, Ftruncate, "ftruncate"));
+  exports.Set("fsyncDir", Napi::Function::New(env, FsyncDir, "fsyncDir"));
+  exports.Set("syncfs", Napi::Function::New(env, Syncfs, "syncfs"));
+  exports.Set("close", Napi::Function::New(env, Close, "close"));
+  exports.Set("setCompletionHandler",
+              Napi::Function::New(env, SetCompletionHandler, "setCompletionHandler"));
+  exports.Set("commit", Napi::Function::New(env, Commit, "commit"));
+  exports.Set("setMaxThreads", Napi::Function::New(env, SetMaxThreads, "setMaxThreads"));
+  exports.Set("poolStats", Napi::Function::New(env, PoolStats, "poolStats"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(noa_io, Init)

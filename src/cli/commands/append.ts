@@ -1,0 +1,57 @@
+import { AgentLog } from '../../engine/agent-log.js'
+import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
+import { NoaError } from '../../engine/errors.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { type CliIo, readAll, write } from '../io.js'
+
+const spec = {
+  usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
+  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  positionals: [1, 1] as [number, number],
+}
+
+/** Entries per appendMany: large inputs go out in several commits instead of one huge buffer. */
+const CHUNK = 10_000
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, spec)
+  const workspace = checkWorkspace(positionals[0])
+  const text = (await readAll(io.stdin)).toString('utf8')
+  // Validate everything before anything is written.
+  const entries: EntryInput[] = []
+  const lines = text.split('\n')
+  for (let i = 0; i < lines.length; i++) {
+    const line = (lines[i] as string).replace(/\r$/, '')
+    if (line.trim() === '') continue
+    let obj: unknown
+    try {
+      obj = JSON.parse(line)
+    } catch (err) {
+      throw new NoaError(
+        'NOA_BAD_ENTRY',
+        `stdin:${i + 1}: not JSON: ${(err as Error).message}; nothing was written`,
+        {
+          line: i + 1,
+        },
+      )
+    }
+    try {
+      encodeBody(obj)
+    } catch (err) {
+      throw new NoaError('NOA_BAD_ENTRY', `stdin:${i + 1}: ${(err as Error).message}; nothing was written`, {
+        line: i + 1,
+      })
+    }
+    entries.push(obj as EntryInput)
+  }
+  const log = await AgentLog.open({ root: rootOf(values) })
+  try {
+    for (let i = 0; i < entries.length; i += CHUNK) {
+      const acks = await log.appendMany(workspace, entries.slice(i, i + CHUNK))
+      await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
+    }
+  } finally {
+    await log.close()
+  }
+  return 0
+}

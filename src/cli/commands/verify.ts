@@ -1,0 +1,29 @@
+import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
+import type { VerifyReport } from '../../engine/recovery.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { type CliIo, json } from '../io.js'
+
+const spec = {
+  usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
+  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
+}
+
+export function describe(r: VerifyReport): string {
+  if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
+  return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
+}
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, spec)
+  const root = rootOf(values)
+  const names = positionals.length > 0 ? positionals : workspaceNames(root)
+  let ok = true
+  for (const ws of names) {
+    const report = await verifyWorkspace(root, ws)
+    ok &&= report.ok
+    if (values.json) io.stdout.write(json({ workspace: ws, ...report }))
+    else (report.ok ? io.stdout : io.stderr).write(`${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)
+  }
+  return ok ? 0 : 1
+}

@@ -1,0 +1,457 @@
+/**
+ * AgentLog: the facade on the caller's thread. It validates entries, routes each workspace to
+ * its owner worker (one for the pool's life), coalesces everything appended in one event-loop
+ * turn into one message per worker, and resolves each append when its ack comes back, which the
+ * owner sends only after the fdatasync that covers the entry.
+ */
+import { availableParallelism } from 'node:os'
+import { isAbsolute } from 'node:path'
+import { MessageChannel, type MessagePort } from 'node:worker_threads'
+import { Piscina } from 'piscina'
+import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from './entry.js'
+import { deserializeError, NoaError } from './errors.js'
+import {
+  listWorkspaces,
+  logDirOf,
+  readWorkspace,
+  readWorkspaceBatches,
+  readWorkspaceBytes,
+  resolveRoot,
+  verifyWorkspace,
+  type WorkspaceInfo,
+} from './logs.js'
+import type {
+  Durability,
+  FromOwner,
+  OpenReport,
+  OwnerInit,
+  OwnerStatus,
+  RawAppendOptions,
+  ToOwner,
+} from './protocol.js'
+import type { EntryReadOptions } from './reader.js'
+import type { VerifyReport } from './recovery.js'
+
+export interface AgentLogOptions {
+  /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
+  root?: string
+  /** Owner worker threads. Default: 2, or 1 on a single core. */
+  workers?: number
+  /** Open log files kept across all workers before idle ones are closed. Default 4096. */
+  maxOpenFiles?: number
+  /** fdatasyncs each worker may have in flight (threads in the addon's pool). Default 64. */
+  syncThreads?: number
+  /** Run a lone commit on the worker thread when nothing else is in flight. Default true. */
+  inlineCommit?: boolean
+  /**
+   * `fdatasync` (default): each commit flushes its own file. `syncfs`: each commit flushes the
+   * whole filesystem holding the log folder, every dirty page of every process on it, which is
+   * cheaper per entry only when many workspaces are busy and nothing else writes to that disk.
+   */
+  durability?: Durability
+  /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
+  ioModule?: string
+  ioOptions?: unknown
+}
+
+const OPTION_KEYS = new Set([
+  'root',
+  'workers',
+  'maxOpenFiles',
+  'syncThreads',
+  'inlineCommit',
+  'durability',
+  'ioModule',
+  'ioOptions',
+])
+
+interface Pending {
+  resolve(value: unknown): void
+  reject(err: Error): void
+  /** -1: one entry (resolve an Ack); -2: raw bytes (resolve void); n ≥ 0: appendMany of n. */
+  count: number
+}
+
+interface Outbox {
+  ids: number[]
+  ws: string[]
+  counts: number[]
+  bodies: string[]
+}
+
+interface Owner {
+  port: MessagePort
+  task: Promise<OwnerStatus>
+  outbox: Outbox
+  scheduled: boolean
+  failed: Error | null
+  requests: Set<number>
+}
+
+function optionError(name: string, rule: string, value: unknown): NoaError {
+  return new NoaError('NOA_BAD_OPTION', `option ${name} ${rule}, got ${JSON.stringify(value)}`, {
+    field: name,
+  })
+}
+
+function positiveInt(
+  options: AgentLogOptions,
+  name: keyof AgentLogOptions,
+  fallback: number,
+  max: number,
+): number {
+  const v = options[name]
+  if (v === undefined) return fallback
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) {
+    throw optionError(name, `must be an integer from 1 to ${max}`, v)
+  }
+  return v
+}
+
+function checkOptions(options: AgentLogOptions) {
+  if (typeof options !== 'object' || options === null)
+    throw optionError('options', 'must be an object', options)
+  for (const key of Object.keys(options)) {
+    if (!OPTION_KEYS.has(key)) {
+      throw new NoaError('NOA_BAD_OPTION', `unknown option ${key} (known: ${[...OPTION_KEYS].join(', ')})`, {
+        field: key,
+      })
+    }
+  }
+  if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
+    throw optionError('root', 'must be a non-empty string', options.root)
+  }
+  const durability = options.durability ?? 'fdatasync'
+  if (durability !== 'fdatasync' && durability !== 'syncfs') {
+    throw optionError('durability', "must be 'fdatasync' or 'syncfs'", durability)
+  }
+  if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
+    throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
+  }
+  if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
+    throw optionError('ioModule', 'must be a module URL string', options.ioModule)
+  }
+  const workers = positiveInt(options, 'workers', Math.min(2, availableParallelism()), 256)
+  return {
+    root: resolveRoot(options.root),
+    workers,
+    maxOpenFiles: positiveInt(options, 'maxOpenFiles', 4096, 1 << 20),
+    syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
+    inlineCommit: options.inlineCommit ?? true,
+    durability: durability as Durability,
+  }
+}
+
+/** FNV-1a: a stable owner for a name, the same in every run. */
+function ownerIndex(name: string, n: number): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < name.length; i++) {
+    h ^= name.charCodeAt(i)
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0) % n
+}
+
+export class AgentLog {
+  readonly root: string
+  readonly logDir: string
+  private readonly pool: Piscina
+  private readonly owners: Owner[]
+  private readonly pending = new Map<number, Pending>()
+  private nextId = 1
+  private closing: Promise<OwnerStatus[]> | null = null
+
+  private constructor(root: string, pool: Piscina, owners: Owner[]) {
+    this.root = root
+    this.logDir = logDirOf(root)
+    this.pool = pool
+    this.owners = owners
+    for (const owner of owners) {
+      owner.port.on('message', (msg: FromOwner) => this.onMessage(owner, msg))
+      owner.task.catch((err: unknown) => this.ownerFailed(owner, err))
+    }
+  }
+
+  /** Starts the owner workers. Workspaces are opened (locked, tail recovered) on first use. */
+  static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
+    const o = checkOptions(options)
+    const pool = new Piscina({
+      filename: new URL('../workers/owner.js', import.meta.url).href,
+      minThreads: o.workers,
+      maxThreads: o.workers,
+      concurrentTasksPerWorker: 1,
+      idleTimeout: Number.POSITIVE_INFINITY,
+    })
+    const owners: Owner[] = []
+    const perWorker = Math.max(1, Math.floor(o.maxOpenFiles / o.workers))
+    for (let index = 0; index < o.workers; index++) {
+      const { port1, port2 } = new MessageChannel()
+      const init: OwnerInit = {
+        port: port2,
+        index,
+        logDir: logDirOf(o.root),
+        maxOpenFiles: perWorker,
+        syncThreads: o.syncThreads,
+        inlineCommit: o.inlineCommit,
+        durability: o.durability,
+        ioModule: options.ioModule,
+        ioOptions: options.ioOptions,
+      }
+      // Each task runs for the pool's life, so with one task per worker each lands on its own thread.
+      const task = pool.run(init, { transferList: [port2] }) as Promise<OwnerStatus>
+      owners.push({
+        port: port1,
+        task,
+        outbox: { ids: [], ws: [], counts: [], bodies: [] },
+        scheduled: false,
+        failed: null,
+        requests: new Set(),
+      })
+    }
+    const log = new AgentLog(o.root, pool, owners)
+    try {
+      await log.status() // every worker loaded the addon and answers
+    } catch (err) {
+      await pool.destroy()
+      throw err
+    }
+    return log
+  }
+
+  /** Appends one entry; resolves with its seq and ts once it is durable. */
+  append(workspace: string, entry: EntryInput): Promise<Ack> {
+    try {
+      checkWorkspace(workspace)
+      return this.submit(workspace, [encodeBody(entry)], -1) as Promise<Ack>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /**
+   * Appends entries together: all are validated before any is sent, they get consecutive seqs,
+   * and the promise resolves once all are durable (they share one commit).
+   */
+  appendMany(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      if (!Array.isArray(entries))
+        throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
+      if (entries.length === 0) return Promise.resolve([])
+      const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /**
+   * Durably appends bytes to a file outside the workspace logs (transcripts use this): the same
+   * owner workers, group commit and fdatasync. `file` must be absolute.
+   */
+  appendToFile(file: string, data: string, options: Partial<RawAppendOptions> = {}): Promise<void> {
+    if (typeof file !== 'string' || !isAbsolute(file)) {
+      return Promise.reject(
+        new NoaError('NOA_BAD_ARGUMENT', `appendToFile needs an absolute path, got ${file}`),
+      )
+    }
+    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    return this.request(owner, (id) => ({
+      t: 'raw',
+      id,
+      file,
+      data,
+      options: { lock: options.lock ?? true, repairTail: options.repairTail ?? true },
+    })) as Promise<void>
+  }
+
+  /** Entries of a workspace in seq order, streamed (never the whole file in memory). */
+  read(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry> {
+    return readWorkspace(this.root, workspace, options)
+  }
+
+  /** The same, a chunk's worth of entries at a time (faster for replays). */
+  readBatches(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry[]> {
+    return readWorkspaceBatches(this.root, workspace, options)
+  }
+
+  /** The stored lines, as bytes exactly as on disk. */
+  readBytes(workspace: string, fromSeq = 1): AsyncGenerator<Buffer> {
+    return readWorkspaceBytes(this.root, workspace, fromSeq)
+  }
+
+  /**
+   * Reopens a workspace in its owner: releases it once idle, then opens it again (lock, cut a
+   * torn tail, read the last seq). This also clears a workspace poisoned by a failed fdatasync.
+   */
+  async recover(workspace: string): Promise<OpenReport> {
+    checkWorkspace(workspace)
+    const owner = this.ownerOf(workspace)
+    await this.request(owner, (id) => ({ t: 'release', id, target: workspace }))
+    return (await this.request(owner, (id) => ({ t: 'open', id, ws: workspace }))) as OpenReport
+  }
+
+  /** Opens a workspace (creating its log) without appending: takes the lock, recovers the tail. */
+  async openWorkspace(workspace: string): Promise<OpenReport> {
+    checkWorkspace(workspace)
+    return (await this.request(this.ownerOf(workspace), (id) => ({
+      t: 'open',
+      id,
+      ws: workspace,
+    }))) as OpenReport
+  }
+
+  /** Closes a workspace's fd (and so its lock) once its queue is drained. */
+  async release(workspace: string): Promise<boolean> {
+    checkWorkspace(workspace)
+    return (await this.request(this.ownerOf(workspace), (id) => ({
+      t: 'release',
+      id,
+      target: workspace,
+    }))) as boolean
+  }
+
+  /** Full scan: every line valid, seq strictly increasing, ts non-decreasing. */
+  verify(workspace: string): Promise<VerifyReport> {
+    try {
+      return verifyWorkspace(this.root, workspace)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  workspaces(): Promise<WorkspaceInfo[]> {
+    return listWorkspaces(this.root)
+  }
+
+  status(): Promise<OwnerStatus[]> {
+    return Promise.all(this.owners.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
+      OwnerStatus[]
+    >
+  }
+
+  /** Drains every queued append, closes the files (releasing their locks) and ends the workers. */
+  close(): Promise<OwnerStatus[]> {
+    if (this.closing) return this.closing
+    this.closing = (async () => {
+      const live = this.owners.filter((o) => o.failed === null)
+      const finals = await Promise.all(
+        live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
+      )
+      await Promise.allSettled(live.map((o) => o.task))
+      await this.pool.destroy()
+      for (const o of this.owners) o.port.close()
+      return finals.filter((s): s is OwnerStatus => s !== null)
+    })()
+    return this.closing
+  }
+
+  get closed(): boolean {
+    return this.closing !== null
+  }
+
+  private ownerOf(workspace: string): Owner {
+    return this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+  }
+
+  private submit(workspace: string, bodies: string[], count: number): Promise<unknown> {
+    if (this.closing) return Promise.reject(closedError())
+    const owner = this.ownerOf(workspace)
+    if (owner.failed) return Promise.reject(owner.failed)
+    const id = this.nextId++
+    const out = owner.outbox
+    out.ids.push(id)
+    out.ws.push(workspace)
+    out.counts.push(bodies.length)
+    for (const b of bodies) out.bodies.push(b)
+    owner.requests.add(id)
+    if (!owner.scheduled) {
+      owner.scheduled = true
+      queueMicrotask(() => this.flush(owner))
+    }
+    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count }))
+  }
+
+  private flush(owner: Owner): void {
+    owner.scheduled = false
+    const out = owner.outbox
+    if (out.ids.length === 0) return
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [] }
+    owner.port.postMessage({ t: 'append', ...out } satisfies ToOwner)
+  }
+
+  private request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
+    if (this.closing && !closing) return Promise.reject(closedError())
+    if (owner.failed) return Promise.reject(owner.failed)
+    this.flush(owner) // keep order: earlier appends go first
+    const id = this.nextId++
+    owner.requests.add(id)
+    const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2 }))
+    owner.port.postMessage(make(id))
+    return p
+  }
+
+  private onMessage(owner: Owner, msg: FromOwner): void {
+    switch (msg.t) {
+      case 'acks': {
+        const d = msg.data
+        for (let i = 0; i < d.length; i += 3) {
+          const id = d[i] as number
+          const p = this.pending.get(id)
+          if (!p) continue
+          this.pending.delete(id)
+          owner.requests.delete(id)
+          const seq = d[i + 1] as number
+          const ts = d[i + 2] as number
+          if (p.count === -1) p.resolve({ seq, ts })
+          else if (p.count === -2) p.resolve(undefined)
+          else {
+            const acks: Ack[] = new Array(p.count)
+            for (let k = 0; k < p.count; k++) acks[k] = { seq: seq + k, ts: ts + k }
+            p.resolve(acks)
+          }
+        }
+        break
+      }
+      case 'fail': {
+        for (const id of msg.ids) {
+          const p = this.pending.get(id)
+          if (!p) continue
+          this.pending.delete(id)
+          owner.requests.delete(id)
+          p.reject(deserializeError(msg.error))
+        }
+        break
+      }
+      case 'reply': {
+        const p = this.pending.get(msg.id)
+        if (!p) break
+        this.pending.delete(msg.id)
+        owner.requests.delete(msg.id)
+        if (msg.error) p.reject(deserializeError(msg.error))
+        else p.resolve(msg.value)
+        break
+      }
+    }
+  }
+
+  private ownerFailed(owner: Owner, err: unknown): void {
+    owner.failed = new NoaError(
+      'NOA_WORKER_FAILED',
+      `owner worker failed: ${(err as Error)?.message ?? String(err)}; its workspaces refuse appends`,
+      {},
+      { cause: err },
+    )
+    for (const id of owner.requests) {
+      const p = this.pending.get(id)
+      if (!p) continue
+      this.pending.delete(id)
+      p.reject(owner.failed)
+    }
+    owner.requests.clear()
+  }
+}
+
+function closedError(): NoaError {
+  return new NoaError('NOA_CLOSED', 'the AgentLog is closed')
+}

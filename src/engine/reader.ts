@@ -1,0 +1,217 @@
+/**
+ * Reading logs without loading them: chunks that end on a line boundary, lines, entries, and a
+ * binary search from a seq to its byte offset. Only complete (`\n`-terminated) lines are ever
+ * returned, so reading while an owner appends is safe: a line being written is simply not there
+ * yet.
+ */
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
+import { open } from 'node:fs/promises'
+import { type Entry, parseCounters, parseEntry } from './entry.js'
+import { NoaError } from './errors.js'
+
+const CHUNK = 1 << 20
+const NL = 0x0a
+
+export interface ChunkOptions {
+  /** Byte offset to start at: must be a line start. */
+  start?: number
+  /** Stop at this byte offset (default: the file's size when reading starts). */
+  end?: number
+  chunkSize?: number
+}
+
+/**
+ * Yields buffers that each hold whole lines (the last byte of each is `\n`). A trailing partial
+ * line is not yielded. The buffers may be reused after the consumer resumes the iterator.
+ */
+export async function* readChunks(file: string, options: ChunkOptions = {}): AsyncGenerator<Buffer> {
+  const handle = await open(file, 'r')
+  try {
+    const end = options.end ?? (await handle.stat()).size
+    let pos = options.start ?? 0
+    let buf = Buffer.allocUnsafe(options.chunkSize ?? CHUNK)
+    let carry = 0 // bytes at the start of buf left over from the previous read (a partial line)
+    while (pos < end) {
+      if (carry === buf.length) {
+        // One line longer than the buffer: grow it.
+        const bigger = Buffer.allocUnsafe(buf.length * 2)
+        buf.copy(bigger, 0, 0, carry)
+        buf = bigger
+      }
+      const want = Math.min(buf.length - carry, end - pos)
+      const { bytesRead } = await handle.read(buf, carry, want, pos)
+      if (bytesRead === 0) break
+      pos += bytesRead
+      const filled = carry + bytesRead
+      const lastNl = buf.lastIndexOf(NL, filled - 1)
+      if (lastNl < 0) {
+        carry = filled
+        continue
+      }
+      yield buf.subarray(0, lastNl + 1)
+      carry = filled - (lastNl + 1)
+      if (carry > 0) buf.copy(buf, 0, lastNl + 1, filled)
+    }
+  } finally {
+    await handle.close()
+  }
+}
+
+export interface LineOptions extends ChunkOptions {}
+
+/** Lines (without their `\n`), in batches: one array per chunk read. */
+export async function* readLineBatches(file: string, options: LineOptions = {}): AsyncGenerator<string[]> {
+  for await (const chunk of readChunks(file, options)) {
+    const text = chunk.toString('utf8', 0, chunk.length - 1)
+    yield text.split('\n')
+  }
+}
+
+export interface EntryReadOptions {
+  /** First seq wanted; the start is found by binary search, not by scanning. */
+  fromSeq?: number
+  end?: number
+  /** Check every field of every entry (default true). */
+  validate?: boolean
+}
+
+/** Entries in file order, in batches. Malformed lines are corruption: a NoaError with file:line. */
+export async function* readEntryBatches(
+  file: string,
+  options: EntryReadOptions = {},
+): AsyncGenerator<Entry[]> {
+  const fromSeq = options.fromSeq ?? 1
+  const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
+  const validate = options.validate ?? true
+  let lineNo = 0
+  for await (const lines of readLineBatches(file, { start, end: options.end })) {
+    const out: Entry[] = []
+    for (const line of lines) {
+      lineNo++
+      if (line.length === 0) continue
+      let entry: Entry
+      try {
+        entry = validate ? parseEntry(line) : (JSON.parse(line) as Entry)
+      } catch (err) {
+        const where = start === 0 ? `${file}:${lineNo}` : `${file} (line ${lineNo} after byte ${start})`
+        throw new NoaError('NOA_CORRUPT_LOG', `${where}: corrupt entry: ${(err as Error).message}`, {
+          file,
+          line: start === 0 ? lineNo : undefined,
+        })
+      }
+      if (entry.seq >= fromSeq) out.push(entry)
+    }
+    if (out.length > 0) yield out
+  }
+}
+
+export async function* readEntries(file: string, options: EntryReadOptions = {}): AsyncGenerator<Entry> {
+  for await (const batch of readEntryBatches(file, options)) yield* batch
+}
+
+function readAt(fd: number, buf: Buffer, pos: number): number {
+  let got = 0
+  while (got < buf.length) {
+    const n = readSync(fd, buf, got, buf.length - got, pos + got)
+    if (n === 0) break
+    got += n
+  }
+  return got
+}
+
+/** Start of the first line that begins at or after `pos` (or `size`). */
+function lineStartFrom(fd: number, pos: number, size: number): number {
+  if (pos === 0) return 0
+  const buf = Buffer.allocUnsafe(4096)
+  let p = pos - 1
+  while (p < size) {
+    const n = readAt(fd, buf, p)
+    if (n === 0) break
+    const i = buf.subarray(0, n).indexOf(NL)
+    if (i >= 0) return p + i + 1
+    p += n
+  }
+  return size
+}
+
+/** The complete line starting at `start`, or null when it has no `\n` before `size`. */
+function lineAt(fd: number, start: number, size: number): string | null {
+  let buf = Buffer.allocUnsafe(512)
+  for (;;) {
+    const n = readAt(fd, buf, start)
+    const i = buf.subarray(0, n).indexOf(NL)
+    if (i >= 0) return buf.toString('utf8', 0, i)
+    if (start + n >= size) return null
+    buf = Buffer.allocUnsafe(buf.length * 4)
+  }
+}
+
+/**
+ * Byte offset of the first line whose seq is ≥ `seq`: O(log size) small reads, relying on seqs
+ * increasing through the file (which `verify` checks). Returns the file size when none is.
+ */
+export function seekSeq(file: string, seq: number): number {
+  const fd = openSync(file, 'r')
+  try {
+    const size = endOfCompleteLines(fd)
+    let lo = 0 // a line start; every line before it has a smaller seq
+    let hi = size // a line start (or size); the line there, if any, has seq ≥ target
+    while (hi - lo > 8192) {
+      const s = lineStartFrom(fd, lo + Math.floor((hi - lo) / 2), hi)
+      if (s >= hi) break
+      const line = lineAt(fd, s, size)
+      if (line === null) break
+      let at: number
+      try {
+        at = parseCounters(line).seq
+      } catch {
+        break // let the linear pass (and then the reader) meet the bad line
+      }
+      if (at < seq) lo = s + Buffer.byteLength(line) + 1
+      else hi = s
+    }
+    // Linear pass over what is left.
+    let p = lo
+    while (p < hi) {
+      const line = lineAt(fd, p, size)
+      if (line === null) return size
+      if (line.length > 0) {
+        let at: number
+        try {
+          at = parseCounters(line).seq
+        } catch {
+          return p
+        }
+        if (at >= seq) return p
+      }
+      p += Buffer.byteLength(line) + 1
+    }
+    return hi
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/** The size of the file up to and including its last `\n`. */
+export function endOfCompleteLines(fd: number): number {
+  const tail = findLastNewline(fd, sizeOf(fd))
+  return tail + 1
+}
+
+function sizeOf(fd: number): number {
+  return fstatSync(fd).size
+}
+
+/** Offset of the last `\n` strictly before `before`, or -1. Reads backwards in chunks. */
+export function findLastNewline(fd: number, before: number): number {
+  const buf = Buffer.allocUnsafe(65536)
+  let end = before
+  while (end > 0) {
+    const start = Math.max(0, end - buf.length)
+    const n = readAt(fd, buf.subarray(0, end - start), start)
+    const i = buf.subarray(0, n).lastIndexOf(NL)
+    if (i >= 0) return start + i
+    end = start
+  }
+  return -1
+}

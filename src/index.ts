@@ -1,0 +1,40 @@
+export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { nextTs, nowMicros } from './engine/clock.js'
+export {
+  type Ack,
+  checkBlob,
+  checkPath,
+  checkWorkspace,
+  type DeleteEntry,
+  type Entry,
+  type EntryInput,
+  encodeBody,
+  formatLine,
+  isWorkspaceName,
+  type MergeEntry,
+  OPS,
+  type Op,
+  parseEntry,
+  type RenameEntry,
+  type SnapshotEntry,
+  type WriteEntry,
+} from './engine/entry.js'
+export { isNoaError, NoaError, type NoaErrorCode, type NoaErrorDetails } from './engine/errors.js'
+export {
+  DEFAULT_ROOT,
+  listWorkspaces,
+  logDirOf,
+  logPath,
+  readWorkspace,
+  readWorkspaceBatches,
+  readWorkspaceBytes,
+  resolveRoot,
+  verifyWorkspace,
+  type WorkspaceInfo,
+  workspaceInfo,
+  workspaceNames,
+} from './engine/logs.js'
+export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
+export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
+export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
+export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'

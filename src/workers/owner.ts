@@ -1,0 +1,586 @@
+/**
+ * The owner worker. For the life of the pool it is the only writer of the workspaces routed to
+ * it: it holds their fds (O_APPEND, flocked), assigns seq and ts, and group-commits whatever is
+ * queued for a file into one write + one fdatasync. Commits of different files go to the addon's
+ * thread pool, so many fdatasyncs are in flight at once; a lone commit on an otherwise idle
+ * worker runs on this thread, which saves two thread hops on the serial path.
+ */
+import { closeSync, mkdirSync, openSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { receiveMessageOnPort } from 'node:worker_threads'
+import { nextTs, nowMicros } from '../engine/clock.js'
+import { formatLine } from '../engine/entry.js'
+import { NoaError, serializeError, withPath } from '../engine/errors.js'
+import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
+import type {
+  FromOwner,
+  OpenReport,
+  OwnerInit,
+  OwnerStatus,
+  RawAppendOptions,
+  ToOwner,
+} from '../engine/protocol.js'
+import { countersOf, inspectTail } from '../engine/recovery.js'
+import { type LogIo, loadIo } from './io.js'
+
+const EMPTY = Buffer.alloc(0)
+
+interface Req {
+  id: number
+  /** Entry bodies (workspace) or one chunk of bytes (raw file). */
+  bodies: string[]
+  count: number
+}
+
+interface Batch {
+  file: OwnedFile
+  reqs: Req[]
+  /** (id, firstSeq, firstTs) per request. */
+  acks: number[]
+  data: Buffer
+  lastSeq: number
+  lastTs: number
+}
+
+class OwnedFile {
+  fd = -1
+  /** Bytes known durable: the file is cut back to this after a failed commit. */
+  size = 0
+  lastSeq = 0
+  lastTs = 0
+  queue: Req[] = []
+  inFlight: Batch | null = null
+  poisoned: NoaError | null = null
+  report: OpenReport | null = null
+  idleWaiters: Array<() => void> = []
+
+  constructor(
+    readonly kind: 'ws' | 'raw',
+    readonly key: string,
+    readonly path: string,
+    readonly rawOptions: RawAppendOptions | null,
+  ) {}
+
+  get idle(): boolean {
+    return this.inFlight === null && this.queue.length === 0
+  }
+}
+
+class Owner {
+  private readonly ws = new Map<string, OwnedFile>()
+  private readonly raw = new Map<string, OwnedFile>()
+  /** Open files in least-recently-used order (Map keeps insertion order). */
+  private readonly lru = new Map<OwnedFile, true>()
+  private readonly ready = new Set<OwnedFile>()
+  private readonly jobs = new Map<number, Batch[]>()
+  private nextJob = 1
+  private inFlight = 0
+  private pumpScheduled = false
+  private acks: number[] = []
+  private acksScheduled = false
+  private logDirReady = false
+  private closing = false
+  private stats = { commits: 0, entries: 0, inlineCommits: 0 }
+
+  constructor(
+    private readonly init: OwnerInit,
+    private readonly io: LogIo,
+  ) {
+    io.setMaxThreads(init.syncThreads)
+    io.setCompletionHandler((id, err) => this.completed(id, err))
+  }
+
+  handle(msg: ToOwner): void {
+    switch (msg.t) {
+      case 'append': {
+        let b = 0
+        for (let i = 0; i < msg.ids.length; i++) {
+          const count = msg.counts[i] as number
+          const req: Req = { id: msg.ids[i] as number, bodies: msg.bodies.slice(b, b + count), count }
+          b += count
+          this.enqueue(this.wsFile(msg.ws[i] as string), req)
+        }
+        break
+      }
+      case 'raw':
+        this.enqueue(this.rawFile(msg.file, msg.options), { id: msg.id, bodies: [msg.data], count: 1 })
+        break
+      case 'open':
+        this.reply(msg.id, () => {
+          const file = this.wsFile(msg.ws)
+          this.ensureOpen(file)
+          return file.report
+        })
+        break
+      case 'release': {
+        const file = this.ws.get(msg.target) ?? this.raw.get(msg.target)
+        if (!file) {
+          this.post({ t: 'reply', id: msg.id, value: false })
+          break
+        }
+        this.whenIdle(file, () => {
+          this.closeFile(file)
+          this.post({ t: 'reply', id: msg.id, value: true })
+        })
+        break
+      }
+      case 'status':
+        this.post({ t: 'reply', id: msg.id, value: this.status() })
+        break
+      case 'close':
+        this.closing = true
+        this.whenAllIdle(() => {
+          for (const file of [...this.lru.keys()]) this.closeFile(file)
+          this.post({ t: 'reply', id: msg.id, value: this.status() })
+          this.onClosed?.()
+        })
+        break
+    }
+  }
+
+  onClosed: (() => void) | undefined
+
+  private post(msg: FromOwner): void {
+    this.init.port.postMessage(msg)
+  }
+
+  private reply(id: number, fn: () => unknown): void {
+    try {
+      this.post({ t: 'reply', id, value: fn() })
+    } catch (err) {
+      this.post({ t: 'reply', id, error: serializeError(err) })
+    }
+  }
+
+  private wsFile(name: string): OwnedFile {
+    let file = this.ws.get(name)
+    if (!file) {
+      file = new OwnedFile('ws', name, join(this.init.logDir, `${name}.log`), null)
+      this.ws.set(name, file)
+    }
+    return file
+  }
+
+  private rawFile(path: string, options: RawAppendOptions): OwnedFile {
+    let file = this.raw.get(path)
+    if (!file) {
+      file = new OwnedFile('raw', path, path, options)
+      this.raw.set(path, file)
+    }
+    return file
+  }
+
+  private enqueue(file: OwnedFile, req: Req): void {
+    if (file.poisoned) {
+      this.fail([req], file.poisoned)
+      return
+    }
+    file.queue.push(req)
+    if (file.inFlight === null) this.markReady(file)
+  }
+
+  private markReady(file: OwnedFile): void {
+    this.ready.add(file)
+    if (!this.pumpScheduled && !this.receiving) {
+      this.pumpScheduled = true
+      queueMicrotask(() => this.pump())
+    }
+  }
+
+  private receiving = false
+
+  /**
+   * Takes a message and then every message already waiting on the port, and only then commits:
+   * a commit takes everything queued so far, and the inline/pool choice sees the whole picture.
+   */
+  receive(first: ToOwner): void {
+    this.receiving = true
+    try {
+      this.handle(first)
+      for (
+        let m = receiveMessageOnPort(this.init.port);
+        m !== undefined;
+        m = receiveMessageOnPort(this.init.port)
+      ) {
+        this.handle(m.message as ToOwner)
+      }
+    } finally {
+      this.receiving = false
+    }
+    if (this.ready.size > 0) this.pump()
+  }
+
+  private pump(): void {
+    this.pumpScheduled = false
+    const batches: Batch[] = []
+    for (const file of this.ready) {
+      if (file.inFlight !== null || file.queue.length === 0) continue
+      try {
+        this.ensureOpen(file)
+      } catch (err) {
+        const reqs = file.queue
+        file.queue = []
+        this.fail(reqs, err)
+        this.forget(file)
+        continue
+      }
+      batches.push(this.build(file))
+    }
+    this.ready.clear()
+    if (batches.length === 0) return
+    const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
+    if (this.init.durability === 'syncfs') this.commitRound(batches, inline)
+    else for (const batch of batches) this.commitOne(batch, inline)
+  }
+
+  /** fdatasync mode: each file's batch is written and flushed on its own. */
+  private commitOne(batch: Batch, inline: boolean): void {
+    this.stats.commits++
+    if (!inline) {
+      this.submit([batch], batch.file.fd, batch.data, SYNC_FDATASYNC)
+      return
+    }
+    this.stats.inlineCommits++
+    let error: unknown = null
+    try {
+      this.io.write(batch.file.fd, batch.data)
+      this.io.fdatasync(batch.file.fd)
+    } catch (err) {
+      error = err
+    }
+    this.finish(batch, error)
+  }
+
+  /**
+   * syncfs mode: every ready file's batch is written here (page cache only), then one syncfs
+   * makes the whole round durable: one flush for many workspaces instead of one each.
+   */
+  private commitRound(batches: Batch[], inline: boolean): void {
+    const written: Batch[] = []
+    for (const batch of batches) {
+      try {
+        this.io.write(batch.file.fd, batch.data)
+        written.push(batch)
+      } catch (err) {
+        this.finish(batch, err)
+      }
+    }
+    const first = written[0]
+    if (first === undefined) return
+    this.stats.commits++
+    if (!inline) {
+      this.submit(written, first.file.fd, EMPTY, SYNC_SYNCFS)
+      return
+    }
+    this.stats.inlineCommits++
+    let error: unknown = null
+    try {
+      this.io.syncfs(first.file.fd)
+    } catch (err) {
+      error = err
+    }
+    for (const batch of written) this.finish(batch, error)
+  }
+
+  private submit(batches: Batch[], fd: number, data: Buffer, mode: SyncMode): void {
+    const id = this.nextJob++
+    this.jobs.set(id, batches)
+    this.inFlight++
+    this.io.commit(id, fd, data, mode)
+  }
+
+  private build(file: OwnedFile): Batch {
+    const reqs = file.queue
+    file.queue = []
+    const acks: number[] = []
+    let text = ''
+    let seq = file.lastSeq
+    let ts = file.lastTs
+    if (file.kind === 'ws') {
+      const now = nowMicros()
+      for (const req of reqs) {
+        acks.push(req.id, seq + 1, nextTs(ts, now))
+        for (const body of req.bodies) {
+          seq++
+          ts = nextTs(ts, now)
+          text += formatLine(seq, body, ts)
+        }
+      }
+    } else {
+      for (const req of reqs) {
+        acks.push(req.id, 0, 0)
+        text += req.bodies[0]
+      }
+    }
+    const batch: Batch = { file, reqs, acks, data: Buffer.from(text, 'utf8'), lastSeq: seq, lastTs: ts }
+    file.inFlight = batch
+    return batch
+  }
+
+  private completed(id: number, err: Error | null): void {
+    const batches = this.jobs.get(id)
+    if (!batches) return
+    this.jobs.delete(id)
+    this.inFlight--
+    for (const batch of batches) this.finish(batch, err)
+  }
+
+  private finish(batch: Batch, err: unknown): void {
+    const file = batch.file
+    file.inFlight = null
+    if (err === null) {
+      file.size += batch.data.length
+      file.lastSeq = batch.lastSeq
+      file.lastTs = batch.lastTs
+      this.stats.entries += batch.reqs.reduce((n, r) => n + r.count, 0)
+      for (const a of batch.acks) this.acks.push(a)
+      if (!this.acksScheduled) {
+        this.acksScheduled = true
+        queueMicrotask(() => this.flushAcks())
+      }
+    } else {
+      withPath(err, file.path)
+      const failedSync = (err as NodeJS.ErrnoException).syscall !== 'write'
+      const syncCall = (err as NodeJS.ErrnoException).syscall ?? 'sync'
+      let cutFailed: unknown = null
+      try {
+        // Cut the file back to what was acknowledged, so no unacknowledged bytes stay behind.
+        this.io.ftruncate(file.fd, file.size)
+        this.io.fdatasync(file.fd)
+      } catch (e) {
+        cutFailed = e
+      }
+      this.fail(batch.reqs, err)
+      if (failedSync || cutFailed !== null) {
+        // After a failed fdatasync the kernel may have dropped the dirty pages and a retry can
+        // report success: refuse appends until the workspace is reopened.
+        const what = file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
+        file.poisoned = new NoaError(
+          'NOA_WORKSPACE_POISONED',
+          `${what} refuses appends after a failed ${failedSync ? syncCall : 'truncate'} (${(err as Error).message}); reopen it (recover) to continue`,
+          { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
+        )
+        const queued = file.queue
+        file.queue = []
+        this.fail(queued, file.poisoned)
+      }
+    }
+    if (file.queue.length > 0) this.markReady(file)
+    else this.settled(file)
+  }
+
+  private flushAcks(): void {
+    this.acksScheduled = false
+    if (this.acks.length === 0) return
+    const data = Float64Array.from(this.acks)
+    this.acks = []
+    this.post({ t: 'acks', data })
+  }
+
+  private fail(reqs: Req[], err: unknown): void {
+    if (reqs.length === 0) return
+    this.flushAcks()
+    this.post({ t: 'fail', ids: reqs.map((r) => r.id), error: serializeError(err) })
+  }
+
+  private ensureOpen(file: OwnedFile): void {
+    if (file.fd >= 0) {
+      this.lru.delete(file)
+      this.lru.set(file, true)
+      return
+    }
+    this.evictIfFull()
+    if (file.kind === 'ws') this.openWorkspace(file)
+    else this.openRaw(file)
+    this.lru.set(file, true)
+  }
+
+  private evictIfFull(): void {
+    if (this.lru.size < this.init.maxOpenFiles) return
+    for (const file of this.lru.keys()) {
+      if (file.idle && file.idleWaiters.length === 0) {
+        this.closeFile(file)
+        this.forget(file)
+        if (this.lru.size < this.init.maxOpenFiles) return
+      }
+    }
+  }
+
+  /** Opens (creating when missing) and locks; returns whether the file was created. */
+  private openLocked(file: OwnedFile, lock: boolean): boolean {
+    try {
+      try {
+        file.fd = this.io.openAppend(file.path, false, lock)
+        return false
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        file.fd = this.io.openAppend(file.path, true, lock)
+        return true
+      }
+    } catch (err) {
+      throw this.lockError(file, err)
+    }
+  }
+
+  private lockError(file: OwnedFile, err: unknown): unknown {
+    const e = err as NodeJS.ErrnoException
+    if (e.syscall === 'flock' && (e.code === 'EAGAIN' || e.code === 'EWOULDBLOCK')) {
+      const what = file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
+      return new NoaError(
+        'NOA_WORKSPACE_LOCKED',
+        `${what} is locked by another process (${file.path}); one process at a time may write it`,
+        { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
+      )
+    }
+    return err
+  }
+
+  private openWorkspace(file: OwnedFile): void {
+    if (!this.logDirReady) {
+      mkdirDurable(this.io, this.init.logDir)
+      this.logDirReady = true
+    }
+    const created = this.openLocked(file, true)
+    try {
+      if (created) this.io.fsyncDir(this.init.logDir)
+      const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file)
+      file.size = size
+      file.lastSeq = lastSeq
+      file.lastTs = lastTs
+      file.report = { workspace: file.key, file: file.path, created, truncatedBytes, size, lastSeq, lastTs }
+    } catch (err) {
+      this.io.close(file.fd)
+      file.fd = -1
+      throw err
+    }
+  }
+
+  private openRaw(file: OwnedFile): void {
+    const options = file.rawOptions as RawAppendOptions
+    mkdirDurable(this.io, dirname(file.path))
+    const created = this.openLocked(file, options.lock)
+    try {
+      if (created) this.io.fsyncDir(dirname(file.path))
+      if (options.repairTail) {
+        file.size = this.recoverTail(file, false).size
+      } else {
+        const fd = openSync(file.path, 'r')
+        try {
+          file.size = inspectTail(fd).size
+        } finally {
+          closeSync(fd)
+        }
+      }
+    } catch (err) {
+      this.io.close(file.fd)
+      file.fd = -1
+      throw err
+    }
+  }
+
+  /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
+  private recoverTail(file: OwnedFile, counters = true) {
+    const fd = openSync(file.path, 'r')
+    let tail: ReturnType<typeof inspectTail>
+    try {
+      tail = inspectTail(fd)
+    } finally {
+      closeSync(fd)
+    }
+    const { lastSeq, lastTs } = counters ? countersOf(file.path, tail) : { lastSeq: 0, lastTs: 0 }
+    let truncatedBytes = 0
+    if (tail.validLength < tail.size) {
+      truncatedBytes = tail.size - tail.validLength
+      try {
+        this.io.ftruncate(file.fd, tail.validLength)
+        this.io.fdatasync(file.fd)
+      } catch (err) {
+        throw withPath(err, file.path)
+      }
+    }
+    return { truncatedBytes, size: tail.validLength, lastSeq, lastTs }
+  }
+
+  private closeFile(file: OwnedFile): void {
+    if (file.fd >= 0) {
+      try {
+        this.io.close(file.fd)
+      } catch {
+        // close releases the descriptor (and its flock) even when it reports an error
+      }
+      file.fd = -1
+    }
+    this.lru.delete(file)
+    this.forget(file)
+  }
+
+  /** Drops all state: the next use reopens the file and recovers its tail again. */
+  private forget(file: OwnedFile): void {
+    if (file.fd >= 0 || !file.idle) return
+    if (file.kind === 'ws') this.ws.delete(file.key)
+    else this.raw.delete(file.key)
+  }
+
+  private whenIdle(file: OwnedFile, fn: () => void): void {
+    if (file.idle) fn()
+    else file.idleWaiters.push(fn)
+  }
+
+  private settled(file: OwnedFile): void {
+    const waiters = file.idleWaiters
+    file.idleWaiters = []
+    for (const fn of waiters) fn()
+    if (this.closing) this.checkAllIdle()
+  }
+
+  private allIdleWaiter: (() => void) | null = null
+
+  private whenAllIdle(fn: () => void): void {
+    this.allIdleWaiter = fn
+    this.checkAllIdle()
+  }
+
+  private checkAllIdle(): void {
+    if (this.allIdleWaiter === null) return
+    for (const file of [...this.ws.values(), ...this.raw.values()]) if (!file.idle) return
+    const fn = this.allIdleWaiter
+    this.allIdleWaiter = null
+    fn()
+  }
+
+  status(): OwnerStatus {
+    return {
+      index: this.init.index,
+      open: this.lru.size,
+      workspaces: [...this.ws.values()].filter((f) => f.fd >= 0).map((f) => f.key),
+      rawFiles: [...this.raw.values()].filter((f) => f.fd >= 0).map((f) => f.key),
+      ...this.stats,
+      pool: this.io.poolStats(),
+    }
+  }
+}
+
+/** mkdir -p, then fsync each parent of a directory it created, so the new entries are durable. */
+export function mkdirDurable(io: Pick<LogIo, 'fsyncDir'>, dir: string): void {
+  const first = mkdirSync(dir, { recursive: true })
+  if (first === undefined) return
+  let d = dir
+  for (;;) {
+    const parent = dirname(d)
+    io.fsyncDir(parent)
+    if (d === first || parent === d) break
+    d = parent
+  }
+}
+
+export default async function owner(init: OwnerInit): Promise<OwnerStatus> {
+  const io = await loadIo(init.ioModule, init.ioOptions)
+  const o = new Owner(init, io)
+  return new Promise<OwnerStatus>((resolve) => {
+    o.onClosed = () => {
+      init.port.close()
+      resolve(o.status())
+    }
+    init.port.on('message', (msg: ToOwner) => o.receive(msg))
+  })
+}
