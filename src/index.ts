@@ -1,4 +1,5 @@
 export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { type AtomicWriteOptions, fsyncDir, writeFileAtomic } from './engine/atomic.js'
 export { nextTs, nowMicros } from './engine/clock.js'
 export {
   type Ack,
