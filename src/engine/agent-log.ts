@@ -341,6 +341,11 @@ export class AgentLog {
       await Promise.allSettled(live.map((o) => o.task))
       await this.pool.destroy()
       for (const o of this.owners) o.port.close()
+      // Nothing can answer any more: whatever is still waiting (it should be nothing) fails.
+      for (const [id, p] of this.pending) {
+        this.pending.delete(id)
+        p.reject(closedError())
+      }
       return finals.filter((s): s is OwnerStatus => s !== null)
     })()
     return this.closing

@@ -73,26 +73,27 @@ export async function listWorkspaces(root: string): Promise<WorkspaceInfo[]> {
   return out
 }
 
-export function readWorkspace(
+// Generators, so that a missing workspace surfaces when iteration starts, like any read error.
+export async function* readWorkspace(
   root: string,
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry> {
-  return readEntries(existingLog(root, workspace), options)
+  yield* readEntries(existingLog(root, workspace), options)
 }
 
-export function readWorkspaceBatches(
+export async function* readWorkspaceBatches(
   root: string,
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry[]> {
-  return readEntryBatches(existingLog(root, workspace), options)
+  yield* readEntryBatches(existingLog(root, workspace), options)
 }
 
 /** The stored bytes from the line holding `fromSeq` on, exactly as on disk (complete lines only). */
-export function readWorkspaceBytes(root: string, workspace: string, fromSeq = 1): AsyncGenerator<Buffer> {
+export async function* readWorkspaceBytes(root: string, workspace: string, fromSeq = 1): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
-  return readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
+  yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
 export function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {

@@ -72,6 +72,8 @@ class Owner {
   /** Open files in least-recently-used order (Map keeps insertion order). */
   private readonly lru = new Map<OwnedFile, true>()
   private readonly ready = new Set<OwnedFile>()
+  /** Files with appends queued that could not be opened yet (open-file bound reached). */
+  private readonly waiting = new Set<OwnedFile>()
   private readonly jobs = new Map<number, Batch[]>()
   private nextJob = 1
   private inFlight = 0
@@ -141,6 +143,8 @@ class Owner {
   onClosed: (() => void) | undefined
 
   private post(msg: FromOwner): void {
+    // Acks go out before anything posted after them (a close reply must not overtake them).
+    if (msg.t !== 'acks' && this.acks.length > 0) this.flushAcks()
     this.init.port.postMessage(msg)
   }
 
@@ -215,6 +219,11 @@ class Owner {
     const batches: Batch[] = []
     for (const file of this.ready) {
       if (file.inFlight !== null || file.queue.length === 0) continue
+      if (file.fd < 0 && !this.roomToOpen()) {
+        // At the open-file bound with every open file busy: wait for one to settle.
+        this.waiting.add(file)
+        continue
+      }
       try {
         this.ensureOpen(file)
       } catch (err) {
@@ -379,7 +388,6 @@ class Owner {
 
   private fail(reqs: Req[], err: unknown): void {
     if (reqs.length === 0) return
-    this.flushAcks()
     this.post({ t: 'fail', ids: reqs.map((r) => r.id), error: serializeError(err) })
   }
 
@@ -389,21 +397,21 @@ class Owner {
       this.lru.set(file, true)
       return
     }
-    this.evictIfFull()
     if (file.kind === 'ws') this.openWorkspace(file)
     else this.openRaw(file)
     this.lru.set(file, true)
   }
 
-  private evictIfFull(): void {
-    if (this.lru.size < this.init.maxOpenFiles) return
+  /** Makes room for one more open file by closing the least recently used idle ones. */
+  private roomToOpen(): boolean {
+    if (this.lru.size < this.init.maxOpenFiles) return true
     for (const file of this.lru.keys()) {
       if (file.idle && file.idleWaiters.length === 0) {
         this.closeFile(file)
-        this.forget(file)
-        if (this.lru.size < this.init.maxOpenFiles) return
+        if (this.lru.size < this.init.maxOpenFiles) return true
       }
     }
+    return false
   }
 
   /** Opens (creating when missing) and locks; returns whether the file was created. */
@@ -530,6 +538,10 @@ class Owner {
     const waiters = file.idleWaiters
     file.idleWaiters = []
     for (const fn of waiters) fn()
+    if (this.waiting.size > 0) {
+      for (const f of this.waiting) this.markReady(f)
+      this.waiting.clear()
+    }
     if (this.closing) this.checkAllIdle()
   }
 
