@@ -217,7 +217,7 @@ describe('AgentLog read path', () => {
       })()
       for (let k = 0; k < 20; k++) {
         const got = await collect(log.read('live'))
-        got.forEach((e, i) => expect(e.seq).toBe(i + 1))
+        expect(got.map((e) => e.seq)).toEqual(got.map((_, i) => i + 1))
       }
       stop = true
       await writer

@@ -91,7 +91,11 @@ export async function* readWorkspaceBatches(
 }
 
 /** The stored bytes from the line holding `fromSeq` on, exactly as on disk (complete lines only). */
-export async function* readWorkspaceBytes(root: string, workspace: string, fromSeq = 1): AsyncGenerator<Buffer> {
+export async function* readWorkspaceBytes(
+  root: string,
+  workspace: string,
+  fromSeq = 1,
+): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
