@@ -1,0 +1,158 @@
+/**
+ * `npm run bench`: noa's figures beside baselines measured in the same run on the same disk.
+ * Every trial is a fresh child process (bench/cases.ts); trials are interleaved round by round
+ * (A B C … A B C …) and each figure is the median over the rounds, because this disk's speed
+ * swings 2–3× over minutes.
+ *
+ *   node dist/bench/run.js [--quick] [--rounds N] [--seconds S] [--out FILE]
+ */
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import type { CaseResult } from './cases.js'
+import { type BenchRow, markdownTable } from './table.js'
+
+const CASES_JS = fileURLToPath(new URL('./cases.js', import.meta.url))
+
+export function runCase(name: string, seconds: number): CaseResult {
+  const dir = mkdtempSync(join(tmpdir(), `noa-bench-${name}-`))
+  try {
+    const r = spawnSync(process.execPath, [CASES_JS, name, dir, String(seconds)], { encoding: 'utf8' })
+    if (r.status !== 0) throw new Error(`bench case ${name} failed (${r.status}): ${r.stderr}`)
+    return JSON.parse(r.stdout.trim().split('\n').pop() as string) as CaseResult
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2
+}
+
+/** Runs the cases round-robin and returns, per case, the list of results (one per round). */
+export function interleave(names: string[], rounds: number, seconds: number): Map<string, CaseResult[]> {
+  const out = new Map<string, CaseResult[]>(names.map((n) => [n, []]))
+  for (let r = 0; r < rounds; r++) {
+    for (const name of names) {
+      process.stderr.write(`  round ${r + 1}/${rounds}: ${name}\n`)
+      out.get(name)?.push(runCase(name, seconds))
+    }
+  }
+  return out
+}
+
+export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
+  const m = (name: string, key: keyof CaseResult) =>
+    median((results.get(name) ?? []).map((r) => r[key] as number))
+  return [
+    {
+      workload: 'serial append latency p50 (one submitter awaiting each ack)',
+      unit: 'ms',
+      noa: m('noa-serial', 'p50'),
+      baseline: m('floor-serial', 'p50'),
+      baselineName: 'write+fdatasync loop (the floor)',
+      higherIsBetter: false,
+    },
+    {
+      workload: 'serial append latency p99',
+      unit: 'ms',
+      noa: m('noa-serial', 'p99'),
+      baseline: m('floor-serial', 'p99'),
+      baselineName: 'write+fdatasync loop (the floor)',
+      higherIsBetter: false,
+    },
+    {
+      workload: '1 workspace × 100 submitters',
+      unit: 'entries/s',
+      noa: m('noa-1ws-100', 'rate'),
+      baseline: m('floor-1ws', 'rate'),
+      baselineName: 'one fdatasync per entry',
+      higherIsBetter: true,
+    },
+    {
+      workload: '1 workspace × 100 submitters',
+      unit: 'entries/s',
+      noa: m('noa-1ws-100', 'rate'),
+      baseline: m('floor-batched-1ws', 'rate'),
+      baselineName: 'raw loop, 100 entries per fdatasync',
+      higherIsBetter: true,
+    },
+    {
+      workload: '100 workspaces × 1 submitter (fdatasync per file)',
+      unit: 'entries/s',
+      noa: m('noa-100ws', 'rate'),
+      baseline: m('naive-100ws', 'rate'),
+      baselineName: 'naive: one fdatasync at a time',
+      higherIsBetter: true,
+    },
+    {
+      workload: '100 workspaces × 1 submitter (durability: syncfs)',
+      unit: 'entries/s',
+      noa: m('noa-100ws-syncfs', 'rate'),
+      baseline: m('naive-100ws', 'rate'),
+      baselineName: 'naive: one fdatasync at a time',
+      higherIsBetter: true,
+    },
+    {
+      workload: 'bytes per entry',
+      unit: 'B',
+      noa: m('noa-1ws-100', 'bytes'),
+      baseline: 200,
+      baselineName: "the seed's ~200 B/entry",
+      higherIsBetter: false,
+    },
+  ]
+}
+
+export const ENGINE_CASES = [
+  'floor-serial',
+  'noa-serial',
+  'floor-1ws',
+  'floor-batched-1ws',
+  'noa-1ws-100',
+  'naive-100ws',
+  'noa-100ws',
+  'noa-100ws-syncfs',
+]
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      rounds: { type: 'string' },
+      seconds: { type: 'string' },
+      out: { type: 'string' },
+    },
+    strict: true,
+  })
+  const quick = values.quick ?? false
+  const rounds = Number(values.rounds ?? (quick ? 1 : 5))
+  const seconds = Number(values.seconds ?? (quick ? 1 : 3))
+  const started = new Date()
+  process.stderr.write(
+    `noa bench: ${rounds} round(s), ${seconds} s per trial, each trial in a fresh process\n`,
+  )
+  const rows = engineRows(interleave(ENGINE_CASES, rounds, seconds))
+  const replayModule = './replay.js' // written by the snapshot section; optional here
+  const replay = await import(replayModule).catch(() => null)
+  if (replay && typeof replay.replayBench === 'function') {
+    const dir = mkdtempSync(join(tmpdir(), 'noa-bench-replay-'))
+    try {
+      rows.push(...(await replay.replayBench({ quick, dir })))
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+  const cmd = `npm run bench${quick ? ' -- --quick' : ''}`
+  const header = `Measured ${started.toISOString().slice(0, 10)} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, with \`${cmd}\` (${rounds} interleaved rounds, medians).\n\n`
+  const text = header + markdownTable(rows)
+  process.stdout.write(text)
+  if (values.out) writeFileSync(values.out, text)
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main()
