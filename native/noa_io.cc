@@ -37,7 +37,7 @@ namespace {
 // '<path>'` with code, errno (negative, as libuv reports it), syscall and path.
 Napi::Error SystemError(Napi::Env env, int err, const char* syscall, const std::string& path) {
   const char* code = uv_err_name(-err);
-  std::string message = std::string(code) + ": " + strerror(err) + ", " + syscall;
+  std::string message = std::string(code) + ": " + uv_strerror(-err) + ", " + syscall;
   if (!path.empty()) message += " '" + path + "'";
   Napi::Error e = Napi::Error::New(env, message);
   e.Set("code", Napi::String::New(env, code));

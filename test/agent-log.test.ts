@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, type Entry, type EntryInput, isNoaError, readEntries } from '../dist/src/index.js'
+import { AgentLog, type Entry, type EntryInput, isNoaError, listWorkspaces, readEntries } from '../dist/src/index.js'
 import { BLOB, blobOf, tempDir } from './helpers.js'
 
 function write(i: number, path = `src/f${i}.ts`): EntryInput {
@@ -177,6 +177,23 @@ describe('AgentLog append', () => {
       const entries = await collect(readEntries(join(root, 'agent-logs', `w${w}.log`)))
       expect(entries.map((e) => e.seq)).toEqual([1, 2, 3])
     }
+  })
+
+  it('serves thousands of workspaces through a small fd cache', async () => {
+    const root = tempDir()
+    const n = 2000
+    await withLog({ root, workers: 2, maxOpenFiles: 64 }, async (log) => {
+      for (let round = 1; round <= 2; round++) {
+        const acks = await Promise.all(
+          Array.from({ length: n }, (_, w) => log.append(`ws-${w}`, write(round))),
+        )
+        expect(acks.every((a) => a.seq === round)).toBe(true)
+      }
+      for (const s of await log.status()) expect(s.open).toBeLessThanOrEqual(32)
+    })
+    const list = await listWorkspaces(root)
+    expect(list.length).toBe(n)
+    expect(list.every((w) => w.entries === 2 && w.lastSeq === 2)).toBe(true)
   })
 
   it('commits in syncfs mode too', async () => {

@@ -40,15 +40,15 @@ export interface NativeIo {
   poolStats(): PoolStats
 }
 
-/** Where the build can be, in the order tried. NOA_NATIVE_PATH overrides them all. */
+/** Where the build can be, in the order tried. NOA_NATIVE_PATH, when set, is the only place tried. */
 export function nativeCandidates(): string[] {
   const fromEnv = process.env.NOA_NATIVE_PATH
+  if (fromEnv) return [fromEnv]
   const root = new URL('../../../', import.meta.url) // dist/src/engine → package root
-  const list = [
+  return [
     fileURLToPath(new URL('build/Release/noa_io.node', root)),
     fileURLToPath(new URL('build/Debug/noa_io.node', root)),
   ]
-  return fromEnv ? [fromEnv, ...list] : list
 }
 
 let cached: NativeIo | undefined
