@@ -1,7 +1,14 @@
 import { existsSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, type Entry, type EntryInput, isNoaError, listWorkspaces, readEntries } from '../dist/src/index.js'
+import {
+  AgentLog,
+  type Entry,
+  type EntryInput,
+  isNoaError,
+  listWorkspaces,
+  readEntries,
+} from '../dist/src/index.js'
 import { BLOB, blobOf, tempDir } from './helpers.js'
 
 function write(i: number, path = `src/f${i}.ts`): EntryInput {
@@ -344,6 +351,41 @@ describe('raw file appends (the transcript path)', () => {
         await expect(other.appendToFile(file, 'x\n')).rejects.toMatchObject({ code: 'NOA_WORKSPACE_LOCKED' })
       })
       await expect(log.appendToFile('relative/path', 'x')).rejects.toMatchObject({ code: 'NOA_BAD_ARGUMENT' })
+    })
+  })
+})
+
+describe('replicated appends', () => {
+  it('copies lines verbatim, keeping seq and ts, and refuses gaps and overlaps', async () => {
+    const root = tempDir()
+    await withLog({ root }, async (log) => {
+      await log.appendMany(
+        'src',
+        Array.from({ length: 50 }, (_, i) => write(i)),
+      )
+      await log.append('src', { op: 'rename', from: 'f1', to: 'g1' })
+      const source = readFileSync(join(root, 'agent-logs', 'src.log'), 'utf8')
+      const ls = source.split('\n').slice(0, -1)
+      const acks = await log.appendReplicated('copy', ls.slice(0, 20))
+      expect(acks[0]).toEqual({ seq: 1, ts: JSON.parse(ls[0] as string).ts })
+      await log.appendReplicated(
+        'copy',
+        ls.slice(20, 40).map((l) => `${l}\n`),
+      )
+      const gap = await log.appendReplicated('copy', ls.slice(41)).catch((e) => e)
+      expect(gap.code).toBe('NOA_REPLICA_GAP')
+      expect(gap.message).toMatch(/copied lines start at seq 42 .* the log is at seq 40/)
+      const overlap = await log.appendReplicated('copy', ls.slice(39)).catch((e) => e)
+      expect(overlap.code).toBe('NOA_REPLICA_GAP')
+      const unordered = await log.appendReplicated('copy', [ls[41], ls[40]] as string[]).catch((e) => e)
+      expect(unordered.message).toMatch(/line 2: seq 41 .* does not follow seq 42/)
+      const bad = await log.appendReplicated('copy', ['{"seq":41,"op":"nope","ts":1}']).catch((e) => e)
+      expect(bad.code).toBe('NOA_BAD_ENTRY')
+      await log.appendReplicated('copy', ls.slice(40))
+      expect(readFileSync(join(root, 'agent-logs', 'copy.log'), 'utf8')).toBe(source)
+      // a local append after the copy continues from the copied seq and ts
+      const next = await log.append('copy', write(99))
+      expect(next.seq).toBe(52)
     })
   })
 })

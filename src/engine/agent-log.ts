@@ -8,7 +8,7 @@ import { availableParallelism } from 'node:os'
 import { isAbsolute } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import { Piscina } from 'piscina'
-import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from './entry.js'
+import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import {
   listWorkspaces,
@@ -240,6 +240,60 @@ export class AgentLog {
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
       return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /**
+   * Appends complete lines copied from another log (a replica), verbatim: they keep their seq
+   * and ts, which must continue this log (seq = last + 1, ts increasing), or the request fails
+   * with NOA_REPLICA_GAP and nothing is written. Each line is checked like any stored entry.
+   */
+  appendReplicated(workspace: string, lines: readonly string[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      if (lines.length === 0) return Promise.resolve([])
+      const out: string[] = []
+      const acks: Ack[] = []
+      let prev: Entry | null = null
+      let first: Entry | null = null
+      for (let i = 0; i < lines.length; i++) {
+        const raw = lines[i] as string
+        const text = raw.endsWith('\n') ? raw.slice(0, -1) : raw
+        if (text.includes('\n'))
+          throw new NoaError('NOA_BAD_ENTRY', `line ${i + 1}: holds more than one line`)
+        let e: Entry
+        try {
+          e = parseEntry(text)
+        } catch (err) {
+          throw new NoaError('NOA_BAD_ENTRY', `line ${i + 1}: ${(err as Error).message}`)
+        }
+        if (prev && (e.seq !== prev.seq + 1 || e.ts <= prev.ts)) {
+          throw new NoaError(
+            'NOA_REPLICA_GAP',
+            `line ${i + 1}: seq ${e.seq} ts ${e.ts} does not follow seq ${prev.seq} ts ${prev.ts}`,
+          )
+        }
+        first ??= e
+        prev = e
+        out.push(`${text}\n`)
+        acks.push({ seq: e.seq, ts: e.ts })
+      }
+      const f = first as Entry
+      const l = prev as Entry
+      if (this.closing) return Promise.reject(closedError())
+      const owner = this.ownerOf(workspace)
+      return this.request(owner, (id) => ({
+        t: 'replica',
+        id,
+        ws: workspace,
+        lines: out,
+        firstSeq: f.seq,
+        firstTs: f.ts,
+        lastSeq: l.seq,
+        lastTs: l.ts,
+      })).then(() => acks)
     } catch (err) {
       return Promise.reject(err)
     }

@@ -19,6 +19,7 @@ export type NoaErrorCode =
   | 'NOA_REPLAY'
   | 'NOA_CONFLICT'
   | 'NOA_BAD_FORMAT'
+  | 'NOA_REPLICA_GAP'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

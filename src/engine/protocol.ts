@@ -52,6 +52,19 @@ export interface RawAppendMsg {
   options: RawAppendOptions
 }
 
+/** Complete lines copied from another log (replication): written verbatim, seq and ts kept. */
+export interface ReplicaMsg {
+  t: 'replica'
+  id: number
+  ws: string
+  /** Each ends with `\n`. */
+  lines: string[]
+  firstSeq: number
+  firstTs: number
+  lastSeq: number
+  lastTs: number
+}
+
 export interface OpenMsg {
   t: 'open'
   id: number
@@ -75,7 +88,7 @@ export interface CloseMsg {
   id: number
 }
 
-export type ToOwner = AppendMsg | RawAppendMsg | OpenMsg | ReleaseMsg | StatusMsg | CloseMsg
+export type ToOwner = AppendMsg | RawAppendMsg | ReplicaMsg | OpenMsg | ReleaseMsg | StatusMsg | CloseMsg
 
 /** Triples (request id, first seq, first ts); a request's k entries got seq..seq+k-1, ts..ts+k-1. */
 export interface AcksMsg {

@@ -27,9 +27,11 @@ const EMPTY = Buffer.alloc(0)
 
 interface Req {
   id: number
-  /** Entry bodies (workspace) or one chunk of bytes (raw file). */
+  /** Entry bodies (workspace), whole lines (replica), or one chunk of bytes (raw file). */
   bodies: string[]
   count: number
+  /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
+  replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
 }
 
 interface Batch {
@@ -107,6 +109,17 @@ class Owner {
       case 'raw':
         this.enqueue(this.rawFile(msg.file, msg.options), { id: msg.id, bodies: [msg.data], count: 1 })
         break
+      case 'replica': {
+        const { firstSeq, firstTs, lastSeq, lastTs } = msg
+        const req: Req = {
+          id: msg.id,
+          bodies: msg.lines,
+          count: msg.lines.length,
+          replica: { firstSeq, firstTs, lastSeq, lastTs },
+        }
+        this.enqueue(this.wsFile(msg.ws), req)
+        break
+      }
       case 'open':
         this.reply(msg.id, () => {
           const file = this.wsFile(msg.ws)
@@ -233,7 +246,8 @@ class Owner {
         this.forget(file)
         continue
       }
-      batches.push(this.build(file))
+      const batch = this.build(file)
+      if (batch) batches.push(batch)
     }
     this.ready.clear()
     if (batches.length === 0) return
@@ -298,8 +312,8 @@ class Owner {
     this.io.commit(id, fd, data, mode)
   }
 
-  private build(file: OwnedFile): Batch {
-    const reqs = file.queue
+  private build(file: OwnedFile): Batch | null {
+    let reqs = file.queue
     file.queue = []
     const acks: number[] = []
     let text = ''
@@ -307,13 +321,40 @@ class Owner {
     let ts = file.lastTs
     if (file.kind === 'ws') {
       const now = nowMicros()
+      let refused: Req[] | null = null
       for (const req of reqs) {
+        if (req.replica) {
+          const r = req.replica
+          if (r.firstSeq !== seq + 1 || r.firstTs <= ts) {
+            refused ??= []
+            refused.push(req)
+            this.fail(
+              [req],
+              new NoaError(
+                'NOA_REPLICA_GAP',
+                `workspace ${file.key}: copied lines start at seq ${r.firstSeq} ts ${r.firstTs}, but the log is at seq ${seq} ts ${ts}`,
+                { workspace: file.key, seq: r.firstSeq },
+              ),
+            )
+            continue
+          }
+          acks.push(req.id, r.firstSeq, r.firstTs)
+          for (const line of req.bodies) text += line
+          seq = r.lastSeq
+          ts = r.lastTs
+          continue
+        }
         acks.push(req.id, seq + 1, nextTs(ts, now))
         for (const body of req.bodies) {
           seq++
           ts = nextTs(ts, now)
           text += formatLine(seq, body, ts)
         }
+      }
+      if (refused) reqs = reqs.filter((r) => !refused.includes(r))
+      if (reqs.length === 0) {
+        this.settled(file)
+        return null
       }
     } else {
       for (const req of reqs) {
