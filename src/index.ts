@@ -39,3 +39,41 @@ export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
+export {
+  type Checkpoint,
+  checkpointPath,
+  type PullCheckpoint,
+  type PullPosition,
+  type PushCheckpoint,
+  type PushPosition,
+} from './replicate/checkpoint.js'
+export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './replicate/mirror.js'
+export {
+  type PushedWorkspace,
+  type PushOptions,
+  type PushReport,
+  replicatePush,
+} from './replicate/publisher.js'
+export {
+  type Direction,
+  type ReplicationStatus,
+  replicationStatus,
+  type StatusOptions,
+  type WorkspaceReplication,
+} from './replicate/status.js'
+export {
+  type EventSink,
+  type InitOptions,
+  type InitReport,
+  initStream,
+  type NatsTarget,
+  type ReplicationEvent,
+  streamProblems,
+} from './replicate/stream.js'
+export {
+  DEFAULT_PREFIX,
+  defaultStreamName,
+  entryMsgId,
+  objectSubject,
+  workspaceSubject,
+} from './replicate/subjects.js'

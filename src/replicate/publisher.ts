@@ -1,0 +1,744 @@
+/**
+ * The publisher (`noa replicate push`): tails one root's workspace logs and publishes every
+ * entry, once it is durable on local disk, on `<prefix>.<workspace>` with
+ * `Nats-Msg-Id: <workspace>:<seq>` and `Nats-Expected-Last-Subject-Sequence` set to the stream
+ * sequence of the workspace's previous message.
+ *
+ * Durability first. The writer is usually another process, and a complete line on disk may not
+ * be covered by its writer's fdatasync yet. Before publishing what it read, the publisher calls
+ * fdatasync on the log itself (through its own read-only descriptor: the flush covers the
+ * file's dirty pages whoever wrote them), so the stream never holds an entry that a crash of
+ * this machine could take back. The writer never waits for any of this.
+ *
+ * Exactly once, in order. Before a workspace's first publish in a run, the publisher asks the
+ * stream for the subject's last message and continues after it (after checking that the
+ * stream's copy of the junction entry is byte-equal to the local one), so a restart sends
+ * nothing twice whatever the checkpoint says. Each publish names the previous message's stream
+ * sequence: a gap, a reorder or a second publisher for the workspace is refused by the server
+ * instead of stored. The server checks Nats-Msg-Id before the expected sequence (nats-server
+ * 2.9: a duplicate id is acknowledged as a duplicate, whatever the expectation), so a
+ * duplicate acknowledgement is verified against the stored message: a different entry under
+ * the same id is another publisher's, and refused here.
+ */
+import { closeSync, existsSync, type FSWatcher, openSync, watch } from 'node:fs'
+import { open, stat } from 'node:fs/promises'
+import { NoaError } from '../engine/errors.js'
+import { logDirOf, logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { readChunks, seekSeq } from '../engine/reader.js'
+import { inspectTail } from '../engine/recovery.js'
+import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint } from './checkpoint.js'
+import { countersOf, lineAtSeq, sameBytes } from './lines.js'
+import { ObjectScanner, publishObject } from './objects.js'
+import {
+  asNoaError,
+  Backoff,
+  closeLink,
+  describeError,
+  type EventSink,
+  findEntryOnSubject,
+  isTransient,
+  isWrongLastSequence,
+  type Link,
+  lastOnSubject,
+  messageAt,
+  type NatsTarget,
+  openLink,
+  replicationError,
+  resolveStream,
+  type StreamRef,
+  sleep,
+} from './stream.js'
+import { checkPrefix, DEFAULT_PREFIX, entryMsgId, isSubjectSafe, workspaceSubject } from './subjects.js'
+
+export interface PushOptions {
+  /** Server URL(s), comma-separated, or an open connection (left open). */
+  nats: NatsTarget
+  /** Root folder (default `$NOA_ROOT` or `./.noa`). */
+  root?: string
+  /** Subject prefix (default `noa`). */
+  prefix?: string
+  /** Stream name; by default the stream that captures `<prefix>.>`. */
+  stream?: string
+  /** Keep running, publishing new entries as they become durable, until `signal` aborts. */
+  follow?: boolean
+  signal?: AbortSignal
+  onEvent?: EventSink
+  /** Replicate the object store too (default true): merges on other machines need it. */
+  objects?: boolean
+  /** Workspaces publishing at once (default 64). */
+  concurrency?: number
+  /** Follow mode: how often the log folder is listed besides file-change events (default 1000 ms). */
+  pollMs?: number
+  /** Test seam: awaited before each entry is published. */
+  beforePublish?: (workspace: string, seq: number) => Promise<void> | void
+}
+
+export interface PushedWorkspace {
+  workspace: string
+  /** First and last seq published by this run. */
+  from: number
+  to: number
+  entries: number
+}
+
+export interface PushReport {
+  stream: string
+  prefix: string
+  entries: number
+  objects: number
+  workspaces: PushedWorkspace[]
+  /** Workspaces whose names cannot be a subject token sequence (`a..b`, `a.`). */
+  skipped: Array<{ workspace: string; reason: string }>
+  durationMs: number
+}
+
+const OPTION_KEYS = new Set([
+  'nats',
+  'root',
+  'prefix',
+  'stream',
+  'follow',
+  'signal',
+  'onEvent',
+  'objects',
+  'concurrency',
+  'pollMs',
+  'beforePublish',
+])
+
+export function checkKnownOptions(options: object, known: Set<string>, what: string): void {
+  if (typeof options !== 'object' || options === null) {
+    throw new NoaError('NOA_BAD_OPTION', `${what} options must be an object`)
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.has(key)) {
+      throw new NoaError(
+        'NOA_BAD_OPTION',
+        `unknown ${what} option ${key} (known: ${[...known].join(', ')})`,
+        {
+          field: key,
+        },
+      )
+    }
+  }
+  const nats = (options as { nats?: unknown }).nats
+  if (nats === undefined || nats === '' || (typeof nats !== 'string' && typeof nats !== 'object')) {
+    throw new NoaError('NOA_BAD_OPTION', `${what} needs nats: a server URL or a connection`, {
+      field: 'nats',
+    })
+  }
+}
+
+function positive(value: number | undefined, name: string, fallback: number): number {
+  if (value === undefined) return fallback
+  if (!Number.isInteger(value) || value < 1) {
+    throw new NoaError('NOA_BAD_OPTION', `option ${name} must be a positive integer, got ${value}`, {
+      field: name,
+    })
+  }
+  return value
+}
+
+/** Publishes what the root's logs hold beyond the stream; with `follow`, keeps doing so. */
+export function replicatePush(options: PushOptions): Promise<PushReport> {
+  return asNoaError('push', () => pushNow(options))
+}
+
+async function pushNow(options: PushOptions): Promise<PushReport> {
+  checkKnownOptions(options, OPTION_KEYS, 'push')
+  const prefix = checkPrefix(options.prefix ?? DEFAULT_PREFIX)
+  const root = resolveRoot(options.root)
+  const follow = options.follow ?? false
+  const concurrency = positive(options.concurrency, 'concurrency', 64)
+  const pollMs = positive(options.pollMs, 'pollMs', 1000)
+  const link = await openLink(options.nats, {
+    name: `noa push ${root}`,
+    waitForServer: follow,
+    signal: options.signal,
+    onEvent: options.onEvent,
+  })
+  try {
+    const publisher = new Publisher(link, {
+      root,
+      prefix,
+      stream: options.stream,
+      follow,
+      signal: options.signal,
+      onEvent: options.onEvent,
+      objects: options.objects ?? true,
+      concurrency,
+      pollMs,
+      beforePublish: options.beforePublish,
+    })
+    return await publisher.run()
+  } finally {
+    await closeLink(link)
+  }
+}
+
+interface Settings {
+  root: string
+  prefix: string
+  stream: string | undefined
+  follow: boolean
+  signal: AbortSignal | undefined
+  onEvent: EventSink | undefined
+  objects: boolean
+  concurrency: number
+  pollMs: number
+  beforePublish: PushOptions['beforePublish']
+}
+
+interface WorkspaceState {
+  ws: string
+  file: string
+  subject: string
+  pos: PushPosition
+  reconciled: boolean
+  /** The stream was ahead of this log: its entry at this seq must equal ours when we reach it. */
+  junction: { seq: number; data: Uint8Array } | null
+  /** More may have been written since the last round. */
+  dirty: boolean
+  running: Promise<void> | null
+  /** Size seen by the last poll. */
+  seenSize: number
+  published: { from: number; to: number; entries: number } | null
+}
+
+/** Thrown inside to unwind when the run is asked to stop. */
+class Stopped extends Error {}
+
+const NL = 0x0a
+/** Room left in each object part for the subject and headers. */
+const PART_HEADROOM = 8 * 1024
+
+class Publisher {
+  private readonly states = new Map<string, WorkspaceState>()
+  private readonly skipped = new Map<string, string>()
+  private readonly stop = new AbortController()
+  private fatal: unknown = null
+  private ref!: StreamRef
+  private checkpoint!: PushCheckpoint
+  private checkpointDirty = false
+  private scanner: ObjectScanner | null
+  private partSize = 0
+  private entries = 0
+  private objectsSent = 0
+  private active = 0
+  private readonly queue: Array<() => void> = []
+  // Object barrier: a scan must start after a log's durable end was taken (see objectsBarrier).
+  private tick = 0
+  private scanDoneTick = 0
+  private scanning: Promise<void> | null = null
+
+  constructor(
+    private readonly link: Link,
+    private readonly s: Settings,
+  ) {
+    this.scanner = s.objects ? new ObjectScanner(s.root, s.prefix) : null
+    s.signal?.addEventListener('abort', () => this.stop.abort(), { once: true })
+    if (s.signal?.aborted) this.stop.abort()
+  }
+
+  private get signal(): AbortSignal {
+    return this.stop.signal
+  }
+
+  async run(): Promise<PushReport> {
+    const started = performance.now()
+    this.ref = await this.retry('look up the stream', () =>
+      resolveStream(this.link, this.s.prefix, this.s.stream),
+    )
+    const maxPayload = this.link.nc.info?.max_payload ?? 1024 * 1024
+    const maxMsg = this.ref.config.max_msg_size > 0 ? this.ref.config.max_msg_size : maxPayload
+    this.partSize = Math.max(1024, Math.min(maxPayload, maxMsg) - PART_HEADROOM)
+    const saved = loadCheckpoint(this.s.root, 'push', this.s.prefix, (message) =>
+      this.s.onEvent?.({ type: 'warning', message }),
+    )
+    const sameStream =
+      saved !== null && saved.stream === this.ref.name && saved.streamCreated === this.ref.created
+    this.checkpoint = {
+      version: 1,
+      kind: 'push',
+      prefix: this.s.prefix,
+      stream: this.ref.name,
+      streamCreated: this.ref.created,
+      savedAt: '',
+      workspaces: sameStream ? saved.workspaces : {},
+    }
+    this.scanner?.load(!sameStream && saved !== null)
+
+    let watcher: FSWatcher | null = null
+    let timer: NodeJS.Timeout | null = null
+    try {
+      if (this.s.follow) {
+        const logDir = logDirOf(this.s.root)
+        const startWatch = () => {
+          if (watcher || !existsSync(logDir)) return
+          try {
+            watcher = watch(logDir, (_event, name) => {
+              if (typeof name === 'string' && name.endsWith('.log')) this.wake(name.slice(0, -4))
+            })
+            watcher.on('error', () => {
+              watcher?.close()
+              watcher = null
+            })
+          } catch {
+            watcher = null
+          }
+        }
+        startWatch()
+        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        let lastSave = Date.now()
+        timer = setInterval(() => {
+          startWatch()
+          void this.poll()
+          if (this.checkpointDirty && Date.now() - lastSave >= 1000) {
+            lastSave = Date.now()
+            this.saveCheckpoint()
+          }
+        }, this.s.pollMs)
+        await new Promise<void>((resolve) => {
+          if (this.signal.aborted) resolve()
+          else this.signal.addEventListener('abort', () => resolve(), { once: true })
+        })
+      } else {
+        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+      }
+      await this.settle()
+    } finally {
+      if (timer) clearInterval(timer)
+      ;(watcher as FSWatcher | null)?.close()
+      await this.settle()
+      this.saveCheckpoint()
+      await this.scanner?.flush()
+    }
+    if (this.fatal !== null) throw this.fatal
+    const workspaces: PushedWorkspace[] = []
+    for (const st of [...this.states.values()].sort((a, b) => (a.ws < b.ws ? -1 : 1))) {
+      if (st.published) workspaces.push({ workspace: st.ws, ...st.published })
+    }
+    return {
+      stream: this.ref.name,
+      prefix: this.s.prefix,
+      entries: this.entries,
+      objects: this.objectsSent,
+      workspaces,
+      skipped: [...this.skipped].map(([workspace, reason]) => ({ workspace, reason })),
+      durationMs: performance.now() - started,
+    }
+  }
+
+  /** Waits until no workspace task is running. */
+  private async settle(): Promise<void> {
+    for (;;) {
+      const running = [...this.states.values()].map((s) => s.running).filter((p) => p !== null)
+      if (running.length === 0 && this.scanning === null) return
+      await Promise.allSettled([...running, this.scanning])
+    }
+  }
+
+  private saveCheckpoint(): void {
+    if (!this.checkpoint) return
+    for (const st of this.states.values()) {
+      if (st.reconciled || st.pos.seq > 0) this.checkpoint.workspaces[st.ws] = { ...st.pos }
+    }
+    saveCheckpoint(this.s.root, this.checkpoint)
+    this.checkpointDirty = false
+  }
+
+  private state(ws: string): WorkspaceState | null {
+    let st = this.states.get(ws)
+    if (st) return st
+    if (this.skipped.has(ws)) return null
+    if (!isSubjectSafe(ws)) {
+      const reason = 'its name would give an empty subject token (".." or a trailing "."); not replicated'
+      this.skipped.set(ws, reason)
+      this.s.onEvent?.({ type: 'skipped', workspace: ws, reason })
+      return null
+    }
+    const saved = this.checkpoint.workspaces[ws]
+    st = {
+      ws,
+      file: logPath(this.s.root, ws),
+      subject: workspaceSubject(this.s.prefix, ws),
+      pos: saved ? { ...saved } : { seq: 0, ts: 0, offset: 0, streamSeq: 0 },
+      reconciled: false,
+      junction: null,
+      dirty: false,
+      running: null,
+      seenSize: -1,
+      published: null,
+    }
+    this.states.set(ws, st)
+    return st
+  }
+
+  /** Marks a workspace as possibly grown and starts its task if it is not running. */
+  private wake(ws: string): void {
+    if (this.signal.aborted) return
+    let st: WorkspaceState | null
+    try {
+      st = this.state(ws)
+    } catch {
+      return // not a workspace name
+    }
+    if (!st) return
+    st.dirty = true
+    if (st.running) return
+    const task = st
+    task.running = (async () => {
+      while (task.dirty && !this.signal.aborted) {
+        task.dirty = false
+        await this.limited(() => this.pushWorkspace(task))
+      }
+    })()
+      .catch((err: unknown) => {
+        if (err instanceof Stopped) return
+        if (this.fatal === null) this.fatal = err
+        this.stop.abort()
+      })
+      .finally(() => {
+        task.running = null
+      })
+  }
+
+  private async poll(): Promise<void> {
+    try {
+      for (const ws of workspaceNames(this.s.root)) {
+        const st = this.state(ws)
+        if (!st) continue
+        const size = (await stat(st.file).catch(() => null))?.size ?? -1
+        if (size !== st.seenSize) {
+          st.seenSize = size
+          this.wake(ws)
+        }
+      }
+    } catch {
+      // the next poll tries again
+    }
+  }
+
+  private async limited<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.active >= this.s.concurrency) {
+      await new Promise<void>((resolve) => this.queue.push(resolve))
+    }
+    this.active++
+    try {
+      return await fn()
+    } finally {
+      this.active--
+      this.queue.shift()?.()
+    }
+  }
+
+  /** One round for one workspace: make what is on disk durable, then publish it. */
+  private async pushWorkspace(st: WorkspaceState): Promise<void> {
+    let end: number
+    const handle = await open(st.file, 'r').catch(() => null)
+    if (!handle) return // removed, or not created yet
+    try {
+      end = (await handle.stat()).size
+      // Nothing new since the last acknowledged entry (or the checkpoint's): no request at all.
+      if (end === st.pos.offset || (st.reconciled && end < st.pos.offset)) return
+      // Every byte below `end` is now on disk, whoever wrote it and whether or not its
+      // writer's own fdatasync has returned.
+      await handle.datasync()
+    } finally {
+      await handle.close()
+    }
+    // Objects named by these lines were stored before the lines were written: a scan that
+    // starts now sees them.
+    await this.objectsBarrier(++this.tick)
+    if (!st.reconciled) await this.reconcile(st, null)
+    for (;;) {
+      if (st.pos.offset >= end) return
+      let moved = false
+      let at = st.pos.offset
+      chunks: for await (const chunk of readChunks(st.file, { start: st.pos.offset, end })) {
+        let i = 0
+        while (i < chunk.length) {
+          if (this.signal.aborted) throw new Stopped()
+          const nl = chunk.indexOf(NL, i)
+          const line = chunk.subarray(i, nl)
+          const lineEnd = at + (nl + 1 - i)
+          let counters: { seq: number; ts: number }
+          try {
+            counters = countersOf(line)
+          } catch (err) {
+            throw new NoaError(
+              'NOA_CORRUPT_LOG',
+              `${st.file} (line at byte ${at}): ${(err as Error).message}; not published`,
+              { file: st.file, offset: at, workspace: st.ws },
+            )
+          }
+          const { seq, ts } = counters
+          if (seq <= st.pos.seq) {
+            // The stream already holds this entry (it was ahead of this log).
+            if (st.junction && seq === st.junction.seq) {
+              if (!sameBytes(line, st.junction.data)) {
+                throw this.diverged(st, seq, 'the stream holds a different entry for this seq')
+              }
+              st.junction = null
+            }
+            st.pos.offset = lineEnd
+          } else {
+            if (seq !== st.pos.seq + 1) {
+              throw replicationError(
+                `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
+                { workspace: st.ws, seq },
+              )
+            }
+            if (st.junction)
+              throw this.diverged(st, seq, 'the log skipped the entry where it joins the stream')
+            if ((await this.publishEntry(st, line, seq, ts, lineEnd)) === 'moved') {
+              moved = true
+              break chunks
+            }
+          }
+          at = lineEnd
+          i = nl + 1
+        }
+      }
+      if (!moved) return
+    }
+  }
+
+  private async publishEntry(
+    st: WorkspaceState,
+    line: Buffer,
+    seq: number,
+    ts: number,
+    lineEnd: number,
+  ): Promise<'ok' | 'moved'> {
+    await this.s.beforePublish?.(st.ws, seq)
+    const backoff = new Backoff()
+    let failures = 0
+    for (;;) {
+      if (this.signal.aborted) throw new Stopped()
+      try {
+        const ack = await this.link.js.publish(st.subject, line, {
+          msgID: entryMsgId(st.ws, seq),
+          expect: { lastSubjectSequence: st.pos.streamSeq },
+        })
+        if (ack.duplicate) {
+          // Acknowledged as a duplicate before the expected sequence was looked at: make sure
+          // the stored message is this very entry.
+          const stored = await messageAt(this.link, this.ref.name, ack.seq)
+          if (!stored || stored.subject !== st.subject || !sameBytes(stored.data, line)) {
+            throw this.diverged(
+              st,
+              seq,
+              `the server took it as a duplicate of stream seq ${ack.seq} (same Nats-Msg-Id ${entryMsgId(st.ws, seq)}), which holds a different entry: another publisher has this workspace`,
+            )
+          }
+        }
+        st.pos = { seq, ts, offset: lineEnd, streamSeq: ack.seq }
+        st.published = st.published
+          ? { from: st.published.from, to: seq, entries: st.published.entries + 1 }
+          : { from: seq, to: seq, entries: 1 }
+        this.entries++
+        this.checkpointDirty = true
+        return 'ok'
+      } catch (err) {
+        if (err instanceof NoaError || err instanceof Stopped) throw err
+        if (isWrongLastSequence(err)) {
+          await this.reconcile(st, { seq, expected: st.pos.streamSeq })
+          return 'moved'
+        }
+        if (!isTransient(err)) {
+          throw replicationError(
+            `workspace ${st.ws}: publishing seq ${seq} on ${st.subject} failed: ${describeError(err)}`,
+            { workspace: st.ws, seq },
+            err,
+          )
+        }
+        failures++
+        if (failures % 8 === 0) await this.checkStreamStillThere()
+        const delayMs = backoff.next()
+        this.s.onEvent?.({
+          type: 'retry',
+          what: `publish ${st.ws} seq ${seq}`,
+          error: describeError(err),
+          delayMs,
+        })
+        await sleep(delayMs, this.signal)
+      }
+    }
+  }
+
+  /**
+   * Continues after what the stream holds for this workspace. The junction (the last entry
+   * both have) must be byte-equal in the log and in the stream, or the two have diverged.
+   */
+  private async reconcile(
+    st: WorkspaceState,
+    refused: { seq: number; expected: number } | null,
+  ): Promise<void> {
+    const last = await this.retry(`read the last message of ${st.subject}`, () =>
+      lastOnSubject(this.link, this.ref.name, st.subject),
+    )
+    const why = refused
+      ? `the server refused seq ${refused.seq} (expected last subject sequence ${refused.expected} is stale)`
+      : null
+    if (last === null) {
+      st.pos = { seq: 0, ts: 0, offset: 0, streamSeq: 0 }
+      st.junction = null
+      st.reconciled = true
+      return
+    }
+    let counters: { seq: number; ts: number }
+    try {
+      counters = countersOf(last.data)
+    } catch (err) {
+      throw replicationError(
+        `workspace ${st.ws}: the last message on ${st.subject} (stream seq ${last.seq}) is not a log entry: ${(err as Error).message}`,
+        { workspace: st.ws },
+      )
+    }
+    const serverSeq = counters.seq
+    const msgId = last.header?.get('Nats-Msg-Id')
+    if (msgId !== entryMsgId(st.ws, serverSeq)) {
+      throw replicationError(
+        `workspace ${st.ws}: the last message on ${st.subject} (stream seq ${last.seq}) has Nats-Msg-Id ${JSON.stringify(msgId ?? '')}, not ${entryMsgId(st.ws, serverSeq)}: not written by noa`,
+        { workspace: st.ws },
+      )
+    }
+    const localLast = this.localLastSeq(st)
+    const junction = Math.min(localLast, serverSeq)
+    if (junction > 0) {
+      const local = await lineAtSeq(st.file, junction)
+      const remote =
+        junction === serverSeq ? last.data : ((await this.findEntry(st, junction, last.seq))?.data ?? null)
+      if (local === null || remote === null || !sameBytes(local, remote)) {
+        throw this.diverged(
+          st,
+          junction,
+          `${why ? `${why}; ` : ''}the stream's entry for seq ${junction} ${remote === null ? 'is missing' : 'differs from the local one'}`,
+        )
+      }
+    }
+    if (serverSeq <= localLast) {
+      st.pos = {
+        seq: serverSeq,
+        ts: counters.ts,
+        offset: seekSeq(st.file, serverSeq + 1),
+        streamSeq: last.seq,
+      }
+      st.junction = null
+    } else {
+      // The stream is ahead of this log (a mirror copy, or entries not durable here yet).
+      st.pos = {
+        seq: serverSeq,
+        ts: counters.ts,
+        offset: seekSeq(st.file, localLast + 1),
+        streamSeq: last.seq,
+      }
+      st.junction = { seq: serverSeq, data: Uint8Array.from(last.data) }
+    }
+    st.reconciled = true
+    this.checkpointDirty = true
+  }
+
+  private localLastSeq(st: WorkspaceState): number {
+    let fd: number
+    try {
+      fd = openSync(st.file, 'r')
+    } catch {
+      return 0
+    }
+    try {
+      const tail = inspectTail(fd)
+      return tail.lastLine === null ? 0 : countersOf(Buffer.from(tail.lastLine, 'utf8')).seq
+    } finally {
+      closeSync(fd)
+    }
+  }
+
+  private findEntry(st: WorkspaceState, seq: number, hiStreamSeq: number) {
+    return findEntryOnSubject(
+      this.link,
+      this.ref.name,
+      st.subject,
+      seq,
+      hiStreamSeq,
+      (data) => countersOf(data).seq,
+      (what, fn) => this.retry(what, fn),
+    )
+  }
+
+  private diverged(st: WorkspaceState, seq: number, why: string): NoaError {
+    return replicationError(
+      `workspace ${st.ws} (seq ${seq}): the stream and ${st.file} disagree: ${why}. Two publishers for one workspace, or a log that was rewritten; nothing more is published for it`,
+      { workspace: st.ws, seq, subject: st.subject },
+    )
+  }
+
+  private async checkStreamStillThere(): Promise<void> {
+    try {
+      await resolveStream(this.link, this.s.prefix, this.ref.name)
+    } catch (err) {
+      if (err instanceof NoaError) throw err
+    }
+  }
+
+  /** Runs a request, retrying transient failures with backoff until it succeeds or the run stops. */
+  private async retry<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    const backoff = new Backoff()
+    for (;;) {
+      if (this.signal.aborted) throw new Stopped()
+      try {
+        return await fn()
+      } catch (err) {
+        if (err instanceof NoaError || !isTransient(err)) throw err
+        const delayMs = backoff.next()
+        this.s.onEvent?.({ type: 'retry', what, error: describeError(err), delayMs })
+        await sleep(delayMs, this.signal)
+      }
+    }
+  }
+
+  /**
+   * Returns once a scan of the object store that started after tick `t` has published what it
+   * found. Scans are shared: one scan serves every workspace that waits for it.
+   */
+  private async objectsBarrier(t: number): Promise<void> {
+    if (!this.scanner) return
+    while (this.scanDoneTick <= t) {
+      if (this.signal.aborted) throw new Stopped()
+      if (this.scanning) {
+        await this.scanning
+        continue
+      }
+      const startTick = ++this.tick
+      this.scanning = this.scanObjects(startTick).finally(() => {
+        this.scanning = null
+      })
+      await this.scanning
+    }
+  }
+
+  private async scanObjects(startTick: number): Promise<void> {
+    const scanner = this.scanner as ObjectScanner
+    const ids = scanner.scan()
+    const ctx = {
+      link: this.link,
+      stream: this.ref.name,
+      prefix: this.s.prefix,
+      partSize: this.partSize,
+      retry: <T>(what: string, fn: () => Promise<T>) => this.retry(what, fn),
+    }
+    let next = 0
+    const worker = async () => {
+      while (next < ids.length) {
+        const id = ids[next++] as string
+        const sent = await publishObject(ctx, this.s.root, id)
+        if (sent > 0) this.objectsSent++
+        scanner.markPublished(id)
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(8, ids.length) }, worker))
+    await scanner.flush()
+    this.scanDoneTick = Math.max(this.scanDoneTick, startTick)
+  }
+}
