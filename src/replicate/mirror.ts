@@ -21,6 +21,7 @@ import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { ObjectSink } from './objects.js'
 import { checkKnownOptions } from './publisher.js'
 import {
+  Aborted,
   asNoaError,
   Backoff,
   closeLink,
@@ -157,6 +158,7 @@ class Mirror {
   /** Everything up to here is applied. */
   private done = 0
   private pending = 0
+  private announced = false
 
   constructor(
     private readonly link: Link,
@@ -189,6 +191,8 @@ class Mirror {
     await this.sink.start()
     try {
       await this.consume()
+    } catch (err) {
+      if (!(err instanceof Aborted && this.stopped)) throw err
     } finally {
       await this.sink.close()
       for (const st of this.states.values()) await st.cursor?.close()
@@ -218,7 +222,45 @@ class Mirror {
   private async consume(): Promise<void> {
     // Without --follow: what the stream holds now, i.e. up to its last sequence at the start.
     const target = this.s.follow ? Number.POSITIVE_INFINITY : this.ref.lastSeq
-    if (this.done >= target) return
+    const backoff = new Backoff()
+    const timer = setInterval(() => this.save(), 1000)
+    try {
+      for (;;) {
+        if (this.stopped) return
+        if (!this.s.follow && !(await this.moreToRead(target))) return
+        const outcome = await this.consumeFrom(target)
+        if (outcome === 'done') return
+        // The connection came back or the consumer was lost: start again after what is applied.
+        if (outcome === 'failed') {
+          const delayMs = backoff.next()
+          await sleep(delayMs, this.s.signal)
+          // Refuses (NOA_STREAM_CONFIG) if the stream was deleted or changed meanwhile.
+          await this.retry('look up the stream', () => resolveStream(this.link, this.s.prefix, this.ref.name))
+        } else backoff.reset()
+      }
+    } finally {
+      clearInterval(timer)
+    }
+  }
+
+  /** Whether the stream holds a message for this prefix after what is applied, up to `target`. */
+  private async moreToRead(target: number): Promise<boolean> {
+    if (this.done >= target) return false
+    const next = await this.retry('look for new messages', () =>
+      this.link.jsm.streams.getMessage(this.ref.name, {
+        seq: this.done + 1,
+        next_by_subj: wildcardOf(this.s.prefix),
+      } as unknown as { seq: number }),
+    )
+    return next !== null && next.seq <= target
+  }
+
+  /**
+   * Reads the stream from after `done` with an ordered consumer (the client recreates it at
+   * the right sequence when it misses a message, so what arrives is the stream's order, with
+   * no hole), applying what arrives in batches.
+   */
+  private async consumeFrom(target: number): Promise<'done' | 'restart' | 'failed'> {
     const consumer = await this.retry('create a consumer', () =>
       this.link.js.consumers.get(this.ref.name, {
         filter_subjects: wildcardOf(this.s.prefix),
@@ -226,68 +268,72 @@ class Mirror {
         opt_start_seq: this.done + 1,
       }),
     )
-    let lastSave = Date.now()
-    const backoff = new Backoff()
-    while (!this.stopped && this.done < target) {
-      const batch: JsMsg[] = []
-      let caughtUp = false
-      try {
-        const messages = await consumer.fetch({
-          max_messages: this.s.batch,
-          expires: this.s.follow ? 5_000 : 2_000,
-        })
-        const onAbort = () => messages.stop()
-        this.s.signal?.addEventListener('abort', onAbort, { once: true })
-        try {
-          for await (const m of messages) {
-            if (m.seq <= this.done) continue // re-delivered after the consumer was recreated
-            batch.push(m)
-            this.pending = m.info.pending
-            if (m.info.pending === 0) {
-              // Nothing more is waiting: apply now rather than wait for the fetch to fill or expire.
-              caughtUp = true
-              messages.stop()
-            }
-          }
-        } finally {
-          this.s.signal?.removeEventListener('abort', onAbort)
-        }
-        backoff.reset()
-      } catch (err) {
-        if (!isTransient(err) && !/consumer (not found|deleted)|heartbeat/i.test(describeError(err))) {
-          throw replicationError(`reading stream ${this.ref.name} failed: ${describeError(err)}`, {}, err)
-        }
-        if (batch.length === 0) {
-          const delayMs = backoff.next()
-          this.s.onEvent?.({
-            type: 'retry',
-            what: `fetch from ${this.ref.name}`,
-            error: describeError(err),
-            delayMs,
-          })
-          await sleep(delayMs, this.s.signal)
-        }
-      }
-      if (batch.length > 0) await this.apply(batch)
-      if (Date.now() - lastSave >= 1000) {
-        lastSave = Date.now()
-        this.save()
-      }
-      if (!this.s.follow) {
-        if (caughtUp) break // the consumer has nothing more for this prefix
-        if (batch.length === 0) {
-          // An empty fetch can mean there is nothing more for this prefix (other subjects may
-          // fill the rest of the stream) or a connection that was cut: ask the server.
-          const next = await this.retry('look for more messages', () =>
-            this.link.jsm.streams.getMessage(this.ref.name, {
-              seq: this.done + 1,
-              next_by_subj: wildcardOf(this.s.prefix),
-            } as unknown as { seq: number }),
-          )
-          if (next === null || next.seq > target) break
-        }
-      }
+    const messages = await this.retry('start consuming', () =>
+      // Heartbeats every 5 s: a consumer that went silent without a disconnect is noticed.
+      consumer.consume({ max_messages: this.s.batch, idle_heartbeat: 5_000 }),
+    )
+    let outcome: 'done' | 'restart' | 'failed' = 'done'
+    if (this.s.follow && !this.announced) {
+      this.announced = true
+      this.s.onEvent?.({
+        type: 'following',
+        message: `following stream ${this.ref.name} (${this.s.prefix}.>) into ${this.s.root} from stream seq ${this.done + 1}`,
+      })
     }
+    const stop = () => messages.stop()
+    this.s.signal?.addEventListener('abort', stop, { once: true })
+    if (this.s.signal?.aborted) stop()
+    // After a reconnect the server may have lost the (memory) consumer: the client would only
+    // notice after missed heartbeats, so start again at once instead.
+    const offReconnect = this.link.onReconnect(() => {
+      outcome = 'restart'
+      messages.stop()
+    })
+    void (async () => {
+      for await (const s of messages.status()) {
+        if (
+          s.type === 'heartbeats_missed' ||
+          s.type === 'consumer_not_found' ||
+          s.type === 'stream_not_found'
+        ) {
+          this.s.onEvent?.({ type: 'connection', status: s.type.replace(/_/g, ' ') })
+          if (s.type === 'stream_not_found') {
+            outcome = 'failed'
+            messages.stop()
+          }
+        }
+      }
+    })().catch(() => {})
+    let batch: JsMsg[] = []
+    try {
+      for await (const m of messages) {
+        if (m.seq <= this.done) continue // delivered again after the consumer was recreated
+        batch.push(m)
+        this.pending = m.info.pending
+        // Apply what has arrived once nothing more is waiting (or the batch is full); messages
+        // that arrive meanwhile wait in the consumer's buffer.
+        if (m.info.pending > 0 && batch.length < this.s.batch && m.seq < target) continue
+        await this.apply(batch)
+        batch = []
+        if (this.done >= target || (!this.s.follow && m.info.pending === 0)) break
+      }
+    } catch (err) {
+      if (err instanceof NoaError) throw err
+      this.s.onEvent?.({
+        type: 'retry',
+        what: `read ${this.ref.name}`,
+        error: describeError(err),
+        delayMs: 0,
+      })
+      outcome = 'failed'
+    } finally {
+      offReconnect()
+      this.s.signal?.removeEventListener('abort', stop)
+      messages.stop()
+    }
+    if (batch.length > 0) await this.apply(batch)
+    if (this.stopped) return 'done'
+    return outcome
   }
 
   /**
@@ -448,7 +494,7 @@ class Mirror {
     const backoff = new Backoff()
     for (;;) {
       try {
-        return await fn()
+        return await this.link.guard(fn(), this.s.signal)
       } catch (err) {
         if (err instanceof NoaError || !isTransient(err) || this.stopped) throw err
         const delayMs = backoff.next()

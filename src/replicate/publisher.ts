@@ -30,6 +30,7 @@ import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint 
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { ObjectScanner, publishObject } from './objects.js'
 import {
+  Aborted,
   asNoaError,
   Backoff,
   closeLink,
@@ -289,6 +290,10 @@ class Publisher {
         }
         startWatch()
         for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        this.s.onEvent?.({
+          type: 'following',
+          message: `following ${logDir} into stream ${this.ref.name} (${this.s.prefix}.>)`,
+        })
         let lastSave = Date.now()
         timer = setInterval(() => {
           startWatch()
@@ -517,14 +522,17 @@ class Publisher {
     for (;;) {
       if (this.signal.aborted) throw new Stopped()
       try {
-        const ack = await this.link.js.publish(st.subject, line, {
-          msgID: entryMsgId(st.ws, seq),
-          expect: { lastSubjectSequence: st.pos.streamSeq },
-        })
+        const ack = await this.link.guard(
+          this.link.js.publish(st.subject, line, {
+            msgID: entryMsgId(st.ws, seq),
+            expect: { lastSubjectSequence: st.pos.streamSeq },
+          }),
+          this.signal,
+        )
         if (ack.duplicate) {
           // Acknowledged as a duplicate before the expected sequence was looked at: make sure
           // the stored message is this very entry.
-          const stored = await messageAt(this.link, this.ref.name, ack.seq)
+          const stored = await this.link.guard(messageAt(this.link, this.ref.name, ack.seq), this.signal)
           if (!stored || stored.subject !== st.subject || !sameBytes(stored.data, line)) {
             throw this.diverged(
               st,
@@ -542,6 +550,7 @@ class Publisher {
         return 'ok'
       } catch (err) {
         if (err instanceof NoaError || err instanceof Stopped) throw err
+        if (err instanceof Aborted || this.signal.aborted) throw new Stopped()
         if (isWrongLastSequence(err)) {
           await this.reconcile(st, { seq, expected: st.pos.streamSeq })
           return 'moved'
@@ -688,8 +697,9 @@ class Publisher {
     for (;;) {
       if (this.signal.aborted) throw new Stopped()
       try {
-        return await fn()
+        return await this.link.guard(fn(), this.signal)
       } catch (err) {
+        if (err instanceof Aborted || this.signal.aborted) throw new Stopped()
         if (err instanceof NoaError || !isTransient(err)) throw err
         const delayMs = backoff.next()
         this.s.onEvent?.({ type: 'retry', what, error: describeError(err), delayMs })

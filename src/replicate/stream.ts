@@ -32,6 +32,89 @@ export interface Link {
   where: string
   /** Whether we opened the connection (and so close it). */
   owned: boolean
+  /**
+   * Waits for a request's reply, but gives up on it when the connection was lost and made
+   * again while it was in flight (its reply will not come: retry at once rather than wait for
+   * the timeout), or when `signal` aborts.
+   */
+  guard<T>(request: Promise<T>, signal?: AbortSignal): Promise<T>
+  /** Calls `fn` after each reconnect; returns the unsubscribe function. */
+  onReconnect(fn: () => void): () => void
+}
+
+/** The connection dropped and came back while a request was in flight (retrying is safe). */
+export class Interrupted extends Error {
+  override name = 'Interrupted'
+}
+
+/** Requests given up because the run was asked to stop. */
+export class Aborted extends Error {
+  override name = 'AbortError'
+}
+
+/** Tracks requests in flight across reconnects (see Link.guard). */
+class InFlight {
+  private readonly waiting = new Set<(err: Error) => void>()
+  readonly reconnectListeners = new Set<() => void>()
+
+  constructor(nc: NatsConnection) {
+    void (async () => {
+      for await (const s of nc.status()) {
+        if (s.type !== 'reconnect') continue
+        for (const fn of this.reconnectListeners) fn()
+        // Requests sent before the reconnect, or buffered while the server was away (it may not
+        // have had JetStream ready to answer them), are given up and sent again: retrying a
+        // publish is safe, Nats-Msg-Id and the expected sequence see to that.
+        const failing = [...this.waiting]
+        this.waiting.clear()
+        for (const fail of failing)
+          fail(new Interrupted('the connection to NATS was lost while waiting for a reply'))
+      }
+    })().catch(() => {})
+  }
+
+  guard<T>(request: Promise<T>, signal?: AbortSignal): Promise<T> {
+    // An abandoned request still settles later: keep its rejection from going unhandled.
+    request.catch(() => {})
+    if (signal?.aborted) return Promise.reject(new Aborted('stopped'))
+    let fail: ((err: Error) => void) | null = null
+    let onAbort: (() => void) | null = null
+    const interrupted = new Promise<never>((_, reject) => {
+      fail = reject
+      this.waiting.add(reject)
+      if (signal) {
+        onAbort = () => reject(new Aborted('stopped'))
+        signal.addEventListener('abort', onAbort, { once: true })
+      }
+    })
+    interrupted.catch(() => {})
+    return Promise.race([request, interrupted]).finally(() => {
+      if (fail) this.waiting.delete(fail)
+      if (signal && onAbort) signal.removeEventListener('abort', onAbort)
+    })
+  }
+}
+
+function makeLink(
+  nc: NatsConnection,
+  js: JetStreamClient,
+  jsm: JetStreamManager,
+  where: string,
+  owned: boolean,
+): Link {
+  const inFlight = new InFlight(nc)
+  return {
+    nc,
+    js,
+    jsm,
+    where,
+    owned,
+    guard: (request, signal) => inFlight.guard(request, signal),
+    onReconnect(fn) {
+      inFlight.reconnectListeners.add(fn)
+      return () => inFlight.reconnectListeners.delete(fn)
+    },
+  }
 }
 
 /** Progress and trouble that a long-running push or pull reports (the CLI prints them on stderr). */
@@ -40,8 +123,13 @@ export type ReplicationEvent =
   | { type: 'connection'; status: string; detail?: string }
   | { type: 'skipped'; workspace: string; reason: string }
   | { type: 'warning'; message: string }
+  /** Follow mode is set up: from here on new entries are picked up as they come. */
+  | { type: 'following'; message: string }
 
 export type EventSink = (event: ReplicationEvent) => void
+
+/** How long a request waits for its reply before it is retried (replies lost to a reconnect are retried at once). */
+const REQUEST_TIMEOUT_MS = 5_000
 
 /** 2 minutes, the server's own default: long enough to cover a publisher's retries. */
 export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000
@@ -70,13 +158,13 @@ export interface OpenLinkOptions {
 
 export async function openLink(target: NatsTarget, options: OpenLinkOptions): Promise<Link> {
   if (typeof target !== 'string') {
-    return {
-      nc: target,
-      js: jetstream(target),
-      jsm: await jetstreamManager(target, { checkAPI: false }),
-      where: target.getServer(),
-      owned: false,
-    }
+    return makeLink(
+      target,
+      jetstream(target, { timeout: REQUEST_TIMEOUT_MS }),
+      await jetstreamManager(target, { checkAPI: false, timeout: REQUEST_TIMEOUT_MS }),
+      target.getServer(),
+      false,
+    )
   }
   const servers = target
     .split(',')
@@ -99,13 +187,13 @@ export async function openLink(target: NatsTarget, options: OpenLinkOptions): Pr
         timeout: 5_000,
       })
       watchStatus(nc, options.onEvent)
-      return {
+      return makeLink(
         nc,
-        js: jetstream(nc, { timeout: 10_000 }),
-        jsm: await jetstreamManager(nc, { checkAPI: false, timeout: 10_000 }),
-        where: servers.join(','),
-        owned: true,
-      }
+        jetstream(nc, { timeout: REQUEST_TIMEOUT_MS }),
+        await jetstreamManager(nc, { checkAPI: false, timeout: REQUEST_TIMEOUT_MS }),
+        servers.join(','),
+        true,
+      )
     } catch (err) {
       if (!options.waitForServer || options.signal?.aborted) {
         throw replicationError(`cannot connect to NATS at ${servers.join(',')}: ${describe(err)}`, {
@@ -136,12 +224,20 @@ function watchStatus(nc: NatsConnection, onEvent: EventSink | undefined): void {
 }
 
 export async function closeLink(link: Link): Promise<void> {
-  if (!link.owned) return
+  if (!link.owned || link.nc.isClosed()) return
+  // drain() flushes and waits for the server; while the server is away it would wait forever.
+  let timer: NodeJS.Timeout | undefined
+  const gaveUp = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, 2_000)
+  })
   try {
-    await link.nc.drain()
+    await Promise.race([link.nc.drain(), gaveUp])
   } catch {
-    await link.nc.close().catch(() => {})
+    // closed below
+  } finally {
+    clearTimeout(timer)
   }
+  if (!link.nc.isClosed()) await link.nc.close().catch(() => {})
 }
 
 /** Why a stream cannot hold noa's replicated logs; empty when it can. */
@@ -217,6 +313,7 @@ export function isTransient(err: unknown): boolean {
     case 'RequestError':
     case 'NoRespondersError':
     case 'JetStreamNotEnabled':
+    case 'Interrupted':
       return true
   }
   const status = (err as { status?: unknown }).status

@@ -162,6 +162,7 @@ function describeEvent(e: ReplicationEvent): string {
     case 'skipped':
       return `workspace ${e.workspace} skipped: ${e.reason}`
     case 'warning':
+    case 'following':
       return e.message
   }
 }
