@@ -63,5 +63,13 @@ export {
   stalenessNote,
   tokenize,
 } from './memory/recall.js'
-export { INDEX_FILE, type ScanResult, type SkippedFile, scanDir } from './memory/scan.js'
+export {
+  INDEX_FILE,
+  mtimeNs,
+  newerFirst,
+  readNote,
+  type ScanResult,
+  type SkippedFile,
+  scanDir,
+} from './memory/scan.js'
 export { candidates, DEFAULT_INJECT_LIMIT, type InjectOptions, MemoryStore } from './memory/store.js'

@@ -145,12 +145,14 @@ export class MemoryStore {
     })
   }
 
-  /** MEMORY.md as stored, or the text it would have when there is none (nothing is written). */
+  /**
+   * MEMORY.md as stored; when it cannot be read (missing or not a file), the text it would have,
+   * built from a scan without writing anything, as Norma's Index does.
+   */
   index(): string {
     try {
       return readFileSync(join(this.dir, INDEX_FILE), 'utf8')
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+    } catch {
       return renderIndex(this.scan())
     }
   }
