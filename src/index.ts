@@ -39,3 +39,37 @@ export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
+export { goToLower, goTrimSpace, slug } from './memory/gotext.js'
+export { linkTarget, renderIndex } from './memory/index-file.js'
+export { LOCK_FILE } from './memory/lock.js'
+export {
+  checkMemory,
+  MEMORY_TYPES,
+  type MemoryFields,
+  type MemoryInput,
+  type MemoryNote,
+  type MemoryType,
+  parseMemory,
+  renderMemory,
+} from './memory/note.js'
+export {
+  age,
+  type RecallHit,
+  relevant,
+  renderForInjection,
+  STALE_NOTE,
+  STOP_WORDS,
+  score,
+  stalenessNote,
+  tokenize,
+} from './memory/recall.js'
+export {
+  INDEX_FILE,
+  mtimeNs,
+  newerFirst,
+  readNote,
+  type ScanResult,
+  type SkippedFile,
+  scanDir,
+} from './memory/scan.js'
+export { candidates, DEFAULT_INJECT_LIMIT, type InjectOptions, MemoryStore } from './memory/store.js'

@@ -15,6 +15,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     load: () => import('./commands/append.js'),
   },
   log: { summary: 'print a workspace log as stored', load: () => import('./commands/log.js') },
+  memory: {
+    summary: 'save, list, recall and inject Norma-compatible memory notes',
+    load: () => import('./commands/memory.js'),
+  },
   recover: { summary: 'cut torn tails and check workspaces', load: () => import('./commands/recover.js') },
   verify: { summary: 'full scan of workspace logs', load: () => import('./commands/verify.js') },
   workspaces: {
