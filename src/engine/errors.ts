@@ -19,6 +19,8 @@ export type NoaErrorCode =
   | 'NOA_REPLAY'
   | 'NOA_CONFLICT'
   | 'NOA_BAD_FORMAT'
+  | 'NOA_BAD_TRANSCRIPT'
+  | 'NOA_BAD_RECORD'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */
