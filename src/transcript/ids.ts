@@ -8,23 +8,28 @@ import { randomBytes } from 'node:crypto'
 /** Unix time in nanoseconds. */
 export type NanoClock = () => bigint
 
-let anchorWallMs = Date.now()
+// The anchor pairs a wall-clock reading with a monotonic one. The first comes from
+// performance.timeOrigin (sub-millisecond); later ones from Date.now() when the wall clock moved.
+let anchorWallNs = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000)) * 1000n
 let anchorHr = process.hrtime.bigint()
 
 /**
  * The wall clock in nanoseconds. Date.now() has millisecond resolution, so the nanoseconds come
- * from the monotonic clock measured since an anchor; when the two disagree by more than 2 ms (the
- * wall clock was stepped), the anchor moves, so timestamps follow the wall clock as Go's do.
+ * from the monotonic clock measured since an anchor; when that estimate and Date.now() disagree
+ * by more than 2 ms (the wall clock was stepped), the anchor moves, so timestamps follow the wall
+ * clock as Go's do.
  */
 export function nowNanos(): bigint {
   const hr = process.hrtime.bigint()
+  const estimate = anchorWallNs + (hr - anchorHr)
   const wallMs = Date.now()
-  const sinceAnchorMs = Number((hr - anchorHr) / 1_000_000n)
-  if (Math.abs(anchorWallMs + sinceAnchorMs - wallMs) > 2) {
-    anchorWallMs = wallMs
+  const driftMs = Number(estimate / 1_000_000n) - wallMs
+  if (driftMs > 2 || driftMs < -2) {
+    anchorWallNs = BigInt(wallMs) * 1_000_000n
     anchorHr = hr
+    return anchorWallNs
   }
-  return BigInt(anchorWallMs) * 1_000_000n + (hr - anchorHr)
+  return estimate
 }
 
 function pad(n: number, width: number): string {

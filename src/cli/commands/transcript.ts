@@ -56,6 +56,10 @@ function usageJson(u: Usage): Usage {
   }
 }
 
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`
+}
+
 function usageText(u: Usage): string {
   return `input ${u.input_tokens}, output ${u.output_tokens}, cache read ${u.cache_read_tokens}, cache write ${u.cache_write_tokens}`
 }
@@ -141,9 +145,9 @@ async function show(args: string[], io: CliIo): Promise<number> {
   const kindWidth = Math.max(9, ...rows.map((r) => (r[0] as string).length))
   let out = `${file}\n`
   for (const [kind, what, line] of rows) {
-    out += `${(line as string).padStart(width)}  ${(kind as string).padEnd(kindWidth)}  ${what}\n`
+    out += `${`${(line as string).padStart(width)}  ${(kind as string).padEnd(kindWidth)}  ${what}`.trimEnd()}\n`
   }
-  out += `${t.records.length} records, ${conv.messages.length} messages, ${boundaries} boundaries; usage: ${usageText(conv.usage)}\n`
+  out += `${count(t.records.length, 'record')}, ${count(conv.messages.length, 'message')}, ${count(boundaries, 'boundary record')}; usage: ${usageText(conv.usage)}\n`
   if (t.tornTail) out += `${tornText(t.tornTail)}\n`
   out += `last uuid: ${last || '(none)'}\n`
   await write(io.stdout, out)
@@ -176,7 +180,7 @@ async function resumeCmd(args: string[], io: CliIo): Promise<number> {
     )
     return 0
   }
-  let out = `session ${sessionId} (${r.file}): ${r.messages.length} messages kept`
+  let out = `session ${sessionId} (${r.file}): ${count(r.messages.length, 'message')} kept`
   out += r.dropped.length > 0 ? `, ${r.dropped.length} dropped (trailing tool_use without a result)\n` : '\n'
   out += `usage: ${usageText(r.usage)}\n`
   out += `new records chain after: ${r.parentUuid ?? '(nothing: a new chain)'}\n`
@@ -323,10 +327,10 @@ async function usageCmd(args: string[], io: CliIo): Promise<number> {
     return 0
   }
   const rows: Array<[string, string, string]> = [
-    ['main', u.main.exists ? `${u.main.messages} messages` : '(no file)', usageText(u.main.usage)],
+    ['main', u.main.exists ? count(u.main.messages, 'message') : '(no file)', usageText(u.main.usage)],
     ...u.sidechains.map((s): [string, string, string] => [
       `agent ${s.agentId}`,
-      `${s.messages} messages`,
+      count(s.messages, 'message'),
       usageText(s.usage),
     ]),
     ['total', '', usageText(u.total)],
@@ -334,7 +338,7 @@ async function usageCmd(args: string[], io: CliIo): Promise<number> {
   const w0 = Math.max(...rows.map((r) => r[0].length))
   const w1 = Math.max(...rows.map((r) => r[1].length))
   let out = `session ${sessionId}\n`
-  for (const [a, b, c] of rows) out += `  ${a.padEnd(w0)}  ${b.padEnd(w1)}  ${c}\n`
+  for (const [a, b, c] of rows) out += `  ${a.padEnd(w0)}  ${b.padEnd(w1)}  ${c}`.trimEnd().concat('\n')
   for (const f of [u.main, ...u.sidechains]) if (f.tornTail) out += `  ${f.file}: ${tornText(f.tornTail)}\n`
   await write(io.stdout, out)
   return 0
