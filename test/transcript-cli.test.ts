@@ -60,7 +60,7 @@ describe('noa transcript show', () => {
       '1  user       text  "Please read notes.txt"',
       '2  assistant  thinking, tool_use Read  "ok"',
       '3  boundary   pre_tokens 55, trigger manual',
-      '3 records, 2 messages, 1 boundaries; usage: input 50, output 5, cache read 1, cache write 2',
+      '3 records, 2 messages, 1 boundary record; usage: input 50, output 5, cache read 1, cache write 2',
       'torn last line 4 (13 bytes at offset ' +
         `${readFileSync(file).length - 13}) dropped: not JSON: Unterminated string in JSON at position 13`,
       `last uuid: ${ids[2]}`,
@@ -104,7 +104,7 @@ describe('noa transcript resume and usage', () => {
       usage: { input_tokens: 50, output_tokens: 5, cache_read_tokens: 1, cache_write_tokens: 2 },
     })
     const text = cli(['resume', dir, 's'])
-    expect(text.stdout).toContain('1 messages kept, 1 dropped (trailing tool_use without a result)')
+    expect(text.stdout).toContain('1 message kept, 1 dropped (trailing tool_use without a result)')
     expect(cli(['resume', dir, 'other']).status).toBe(1)
   })
 
@@ -133,7 +133,7 @@ describe('noa transcript resume and usage', () => {
       cache_read_tokens: 1,
       cache_write_tokens: 2,
     })
-    expect(cli(['usage', dir, 's']).stdout).toMatch(/agent a1 +1 messages +input 7/)
+    expect(cli(['usage', dir, 's']).stdout).toMatch(/agent a1 +1 message +input 7/)
   })
 })
 
