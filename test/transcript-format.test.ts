@@ -216,6 +216,11 @@ describe('golden lines', () => {
     const w = new TranscriptWriter({ dir: tempDir(), sessionId: 's' })
     const r = await w.recordMessage({ role: 'user', content: null }, {})
     expect(r.usage).toBeUndefined()
+    const u = await w.recordMessage(
+      { role: 'user', content: null },
+      { input_tokens: undefined, output_tokens: 0 },
+    )
+    expect(u.usage).toBeUndefined()
     expect(readFileSync(w.path, 'utf8')).not.toContain('usage')
   })
 

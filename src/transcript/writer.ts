@@ -22,7 +22,7 @@ import { appendFile, mkdir, truncate } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import type { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
-import { encodeRecordBody, encodeRecordHead } from './encode.js'
+import { encodeRecordBody, encodeRecordHead, USAGE_KEYS } from './encode.js'
 import { formatTimestamp, type NanoClock, newTranscriptId, nowNanos } from './ids.js'
 import { MAX_LINE_BYTES } from './loader.js'
 import { transcriptPath } from './paths.js'
@@ -149,6 +149,22 @@ export class TranscriptWriter {
     if (mode === 'buffered' && (options.log !== undefined || options.root !== undefined)) {
       throw optionError(options.log ? 'log' : 'root', 'is for durable mode only', 'buffered mode')
     }
+    if (
+      options.log !== undefined &&
+      typeof (options.log as { appendToFile?: unknown }).appendToFile !== 'function'
+    ) {
+      throw optionError('log', 'must be an AgentLog', options.log)
+    }
+    if (options.log !== undefined && options.root !== undefined) {
+      throw optionError(
+        'root',
+        'is for the AgentLog the writer opens itself; the given log has its own',
+        options.root,
+      )
+    }
+    if (options.allowUnknown !== undefined && typeof options.allowUnknown !== 'boolean') {
+      throw optionError('allowUnknown', 'must be a boolean', options.allowUnknown)
+    }
     this.mode = mode
     this.log = options.log
     this.root = options.root
@@ -184,7 +200,9 @@ export class TranscriptWriter {
       const fields: Pending['fields'] = { timestamp: '', type: 'message', message }
       if (usage !== undefined) {
         checkUsage(usage, { strict: !this.allowUnknown })
-        const full: Usage = { ...zeroUsage(), ...usage }
+        // Keys the model does not know survive only with allowUnknown (strict checks refused them).
+        const full: Usage = { ...usage, ...zeroUsage() }
+        for (const key of USAGE_KEYS) full[key as keyof Usage] = usage[key as keyof Usage] ?? 0
         if (!isZeroUsage(full)) fields.usage = full
       }
       return fields
