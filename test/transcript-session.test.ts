@@ -55,6 +55,27 @@ describe('messages()', () => {
       cache_write_tokens: 44,
     })
   })
+
+  it('leaves blocks of unknown types out of the messages; the records keep them', () => {
+    const line =
+      '{"uuid":"a","session_id":"s","timestamp":"t","type":"message","message":{"role":"user","content":[' +
+      '{"type":"skill","name":"pdf"},{"type":"text","text":"hi"},' +
+      '{"type":"tool_result","tool_use_id":"x","content":[{"type":"image"},{"type":"text","text":"r"}]}]}}'
+    const t = parseTranscript(line)
+    const conv = messages(t.records)
+    expect(conv.messages[0]).toEqual({
+      role: 'user',
+      content: [
+        { type: 'text', text: 'hi' },
+        { type: 'tool_result', tool_use_id: 'x', content: [{ type: 'text', text: 'r' }] },
+      ],
+    })
+    expect(t.records[0]?.message?.content).toHaveLength(3)
+    expect(conv.records[0]).toBe(t.records[0])
+    // Messages with only known blocks are the records' own objects.
+    const plain = parseTranscript(JSON.stringify({ type: 'message', message: text('user', 'x') }))
+    expect(messages(plain.records).messages[0]).toBe(plain.records[0]?.message)
+  })
 })
 
 describe('compaction markers and viewForModel()', () => {

@@ -5,6 +5,7 @@
 import { encodeBoundaryMeta } from './encode.js'
 import {
   addUsage,
+  BLOCK_TYPES,
   type BoundaryMeta,
   type ContentBlock,
   type Message,
@@ -22,12 +23,36 @@ export interface Conversation {
   usage: Usage
 }
 
-/** Norma's `transcript.Messages`: skips boundary records and records without a message. */
+const KNOWN_BLOCKS: ReadonlySet<string> = new Set(BLOCK_TYPES)
+
+/** The blocks without unknown types (at any depth), or undefined when there is none to drop. */
+function knownBlocks(blocks: readonly ContentBlock[]): ContentBlock[] | undefined {
+  let out: ContentBlock[] | undefined
+  for (let i = 0; i < blocks.length; i++) {
+    const b = blocks[i] as ContentBlock
+    let kept: ContentBlock | undefined = b
+    if (!KNOWN_BLOCKS.has(b.type)) kept = undefined
+    else if (b.content) {
+      const inner = knownBlocks(b.content)
+      if (inner) kept = { ...b, content: inner }
+    }
+    if (kept !== b && out === undefined) out = blocks.slice(0, i)
+    if (out && kept) out.push(kept)
+  }
+  return out
+}
+
+/**
+ * Norma's `transcript.Messages`: skips boundary records and records without a message. Blocks of
+ * a type Norma does not know (a future `skill`, an `image`) are left out of the messages (a new
+ * message object then; its record still holds them).
+ */
 export function messages(records: readonly TranscriptRecord[]): Conversation {
   const out: Conversation = { messages: [], records: [], usage: zeroUsage() }
   for (const r of records) {
     if (r.type === 'boundary' || !r.message) continue
-    out.messages.push(r.message)
+    const known = r.message.content ? knownBlocks(r.message.content) : undefined
+    out.messages.push(known ? { ...r.message, content: known } : r.message)
     out.records.push(r)
     if (r.usage) addUsage(out.usage, r.usage)
   }

@@ -239,7 +239,13 @@ function parseInput(text: string): Input[] {
       checkMessage(message)
       if (o.usage !== undefined) checkUsage(o.usage)
     } catch (err) {
-      if (err instanceof NoaError) throw stdinError(i + 1, err.message.replace(/; nothing was written$/, ''))
+      if (err instanceof NoaError) {
+        // The API's hint about its allowUnknown option means nothing on the command line.
+        const reason = err.message
+          .replace(/; nothing was written$/, '')
+          .replace(/; the writer option allowUnknown [^)]*/, '')
+        throw stdinError(i + 1, reason)
+      }
       throw err
     }
     const input: Input = { message: message as Message }
