@@ -3,7 +3,7 @@
  * `newID()` (16 random bytes in lower-case hex, or the hex of the timestamp text when the random
  * source fails).
  */
-import { randomBytes } from 'node:crypto'
+import { randomFillSync } from 'node:crypto'
 
 /** Unix time in nanoseconds. */
 export type NanoClock = () => bigint
@@ -58,15 +58,29 @@ export function formatTimestamp(ns: bigint): string {
 }
 
 export interface IdOptions {
-  /** Random source (default crypto.randomBytes); when it throws, the id is the timestamp's hex. */
+  /** Random source (default: the CSPRNG); when it throws, the id is the timestamp's hex. */
   random?: (size: number) => Uint8Array
   clock?: NanoClock
+}
+
+// crypto.randomBytes costs microseconds per call; ids draw from a pool refilled 256 ids at a time.
+const pool = Buffer.alloc(16 * 256)
+let poolAt = pool.length
+
+function pooledRandom(size: number): Uint8Array {
+  if (poolAt + size > pool.length) {
+    randomFillSync(pool)
+    poolAt = 0
+  }
+  const out = pool.subarray(poolAt, poolAt + size)
+  poolAt += size
+  return out
 }
 
 /** A new record, session or agent id: 32 lower-case hex characters from 128 random bits. */
 export function newTranscriptId(options: IdOptions = {}): string {
   try {
-    const bytes = (options.random ?? randomBytes)(16)
+    const bytes = (options.random ?? pooledRandom)(16)
     if (bytes.length !== 16) throw new Error('short read')
     return Buffer.from(bytes.buffer, bytes.byteOffset, 16).toString('hex')
   } catch {

@@ -9,7 +9,8 @@
  * meanwhile share one write (and, durable, one fdatasync).
  *
  * Modes:
- * - `buffered` (Norma's): append to the file, no fsync. Survives a process crash, not a power cut.
+ * - `buffered` (Norma's): append to the file (synchronously, like Norma), no fsync. Survives a
+ *   process crash, not a power cut.
  * - `durable`: through an AgentLog's owner workers (`appendToFile`): the promise resolves after
  *   the fdatasync that covers the record, and the file is flocked while open, so a second
  *   process is refused (NOA_WORKSPACE_LOCKED).
@@ -18,7 +19,7 @@
  * also rejects with its own error; it is marked handled, so a caller that fires and forgets
  * (as Norma's callers do) does not crash the process.
  */
-import { appendFile, mkdir, truncate } from 'node:fs/promises'
+import { appendFileSync, mkdirSync, truncateSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
@@ -269,8 +270,9 @@ export class TranscriptWriter {
         let parent = this.last
         let data = ''
         const batch: Array<{ p: Pending; record: TranscriptRecord }> = []
-        while (this.queue.length > 0 && data.length < MAX_BATCH_BYTES) {
-          const p = this.queue.shift() as Pending
+        let taken = 0
+        while (taken < this.queue.length && data.length < MAX_BATCH_BYTES) {
+          const p = this.queue[taken++] as Pending
           const head = {
             uuid: p.uuid,
             parent_uuid: parent,
@@ -300,6 +302,8 @@ export class TranscriptWriter {
           data += line
           parent = p.uuid
         }
+        // One splice per batch: shifting one at a time is quadratic in a long queue.
+        this.queue.splice(0, taken)
         if (batch.length === 0) continue
         try {
           await this.write(data)
@@ -327,9 +331,11 @@ export class TranscriptWriter {
       // The owner cuts a torn tail when it opens the file; a complete unterminated line must stay.
       await log.appendToFile(this.path, prefix + data, { repairTail: tail?.state !== 'unterminated' })
     } else {
-      await mkdir(dirname(this.path), { recursive: true })
-      if (tail && cut > 0) await truncate(this.path, tail.validLength)
-      await appendFile(this.path, prefix + data, { mode: 0o644, flag: 'a' })
+      // Synchronous, as Norma's Store.Append is: a page-cache write takes microseconds, where
+      // each asynchronous call would cost a thread-pool round trip.
+      mkdirSync(dirname(this.path), { recursive: true })
+      if (tail && cut > 0) truncateSync(this.path, tail.validLength)
+      appendFileSync(this.path, prefix + data, { mode: 0o644 })
     }
     if (tail) {
       this.prepared = true

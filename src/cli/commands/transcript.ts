@@ -96,22 +96,22 @@ function firstText(blocks: readonly ContentBlock[]): string | undefined {
   return undefined
 }
 
-function describeRecord(r: TranscriptRecord): [string, string] {
+function describeRecord(r: TranscriptRecord): { kind: string; what: string } {
   if (r.type === 'boundary' || (!r.message && r.boundary)) {
     const b = r.boundary
     const parts = b ? [`pre_tokens ${b.pre_tokens}`] : []
     if (b?.trigger) parts.push(`trigger ${b.trigger}`)
     if (b?.messages_summarized) parts.push(`${b.messages_summarized} messages summarized`)
-    return ['boundary', parts.join(', ')]
+    return { kind: 'boundary', what: parts.join(', ') }
   }
-  if (!r.message) return [r.type || '(empty)', '(no message)']
+  if (!r.message) return { kind: r.type || '(empty)', what: '(no message)' }
   const m: Message = r.message
   const blocks = m.content ?? []
   const marker = parseBoundaryMeta(m)
-  if (marker) return [m.role || '?', `compaction marker (pre_tokens ${marker.pre_tokens})`]
+  if (marker) return { kind: m.role || '?', what: `compaction marker (pre_tokens ${marker.pre_tokens})` }
   const kinds = blocks.length > 0 ? blocks.map(blockKind).join(', ') : '(no content)'
   const text = firstText(blocks)
-  return [m.role || '?', text === undefined ? kinds : `${kinds}  ${shorten(text)}`]
+  return { kind: m.role || '?', what: text === undefined ? kinds : `${kinds}  ${shorten(text)}` }
 }
 
 async function show(args: string[], io: CliIo): Promise<number> {
@@ -141,12 +141,13 @@ async function show(args: string[], io: CliIo): Promise<number> {
     return 0
   }
   const width = String(t.lines[t.lines.length - 1] ?? 1).length
-  const rows = t.records.map((r, i) => describeRecord(r).concat(String(t.lines[i])))
-  const kindWidth = Math.max(9, ...rows.map((r) => (r[0] as string).length))
+  const rows = t.records.map((r, i) => ({ line: String(t.lines[i]), ...describeRecord(r) }))
+  // A loop, not Math.max(...rows): a long transcript would overflow the argument list.
+  let kindWidth = 9
+  for (const r of rows) kindWidth = Math.max(kindWidth, r.kind.length)
   let out = `${file}\n`
-  for (const [kind, what, line] of rows) {
-    out += `${`${(line as string).padStart(width)}  ${(kind as string).padEnd(kindWidth)}  ${what}`.trimEnd()}\n`
-  }
+  for (const r of rows)
+    out += `${`${r.line.padStart(width)}  ${r.kind.padEnd(kindWidth)}  ${r.what}`.trimEnd()}\n`
   out += `${count(t.records.length, 'record')}, ${count(conv.messages.length, 'message')}, ${count(boundaries, 'boundary record')}; usage: ${usageText(conv.usage)}\n`
   if (t.tornTail) out += `${tornText(t.tornTail)}\n`
   out += `last uuid: ${last || '(none)'}\n`
@@ -341,8 +342,8 @@ async function usageCmd(args: string[], io: CliIo): Promise<number> {
     ]),
     ['total', '', usageText(u.total)],
   ]
-  const w0 = Math.max(...rows.map((r) => r[0].length))
-  const w1 = Math.max(...rows.map((r) => r[1].length))
+  const w0 = rows.reduce((w, r) => Math.max(w, r[0].length), 0)
+  const w1 = rows.reduce((w, r) => Math.max(w, r[1].length), 0)
   let out = `session ${sessionId}\n`
   for (const [a, b, c] of rows) out += `  ${a.padEnd(w0)}  ${b.padEnd(w1)}  ${c}`.trimEnd().concat('\n')
   for (const f of [u.main, ...u.sidechains]) if (f.tornTail) out += `  ${f.file}: ${tornText(f.tornTail)}\n`
