@@ -20,6 +20,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     load: () => import('./commands/memory.js'),
   },
   recover: { summary: 'cut torn tails and check workspaces', load: () => import('./commands/recover.js') },
+  transcript: {
+    summary: 'show, resume, append to and account for session transcripts (Norma JSONL)',
+    load: () => import('./commands/transcript.js'),
+  },
   verify: { summary: 'full scan of workspace logs', load: () => import('./commands/verify.js') },
   workspaces: {
     summary: 'list workspaces with entry counts and last seq',

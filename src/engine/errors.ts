@@ -20,6 +20,8 @@ export type NoaErrorCode =
   | 'NOA_CONFLICT'
   | 'NOA_BAD_FORMAT'
   | 'NOA_REPLICA_GAP'
+  | 'NOA_BAD_TRANSCRIPT'
+  | 'NOA_BAD_RECORD'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */
