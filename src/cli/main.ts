@@ -34,7 +34,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
 export function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length))
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`)
-  return `usage: noa <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nEvery command takes --root DIR (default $NOA_ROOT or ./.noa); data commands take --json.\n`
+  return `usage: noa <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nCommands on workspaces take --root DIR (default $NOA_ROOT or ./.noa); data commands take --json.\n`
 }
 
 export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
