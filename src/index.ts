@@ -39,6 +39,40 @@ export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
+export { goToLower, goTrimSpace, slug } from './memory/gotext.js'
+export { linkTarget, renderIndex } from './memory/index-file.js'
+export { LOCK_FILE } from './memory/lock.js'
+export {
+  checkMemory,
+  MEMORY_TYPES,
+  type MemoryFields,
+  type MemoryInput,
+  type MemoryNote,
+  type MemoryType,
+  parseMemory,
+  renderMemory,
+} from './memory/note.js'
+export {
+  age,
+  type RecallHit,
+  relevant,
+  renderForInjection,
+  STALE_NOTE,
+  STOP_WORDS,
+  score,
+  stalenessNote,
+  tokenize,
+} from './memory/recall.js'
+export {
+  INDEX_FILE,
+  mtimeNs,
+  newerFirst,
+  readNote,
+  type ScanResult,
+  type SkippedFile,
+  scanDir,
+} from './memory/scan.js'
+export { candidates, DEFAULT_INJECT_LIMIT, type InjectOptions, MemoryStore } from './memory/store.js'
 export {
   type Checkpoint,
   checkpointPath,
@@ -77,3 +111,70 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export { formatRecord } from './transcript/format.js'
+export {
+  formatTimestamp,
+  type IdOptions,
+  type NanoClock,
+  newTranscriptId,
+  nowNanos,
+} from './transcript/ids.js'
+export {
+  type LoadOptions,
+  loadTranscript,
+  MAX_LINE_BYTES,
+  type ParseOptions,
+  parseTranscript,
+  type TornTail,
+  type Transcript,
+} from './transcript/loader.js'
+export { checkTranscriptId, listSidechains, type SidechainFile, transcriptPath } from './transcript/paths.js'
+export {
+  cleanResumed,
+  type FileUsage,
+  type Resumed,
+  type ResumeOptions,
+  resume,
+  type SessionUsage,
+  type SidechainUsage,
+  sessionUsage,
+} from './transcript/session.js'
+export {
+  addUsage,
+  BLOCK_TYPES,
+  type BlockType,
+  type BoundaryMeta,
+  type CompactBoundaryBlock,
+  type ContentBlock,
+  isCompactBoundaryBlock,
+  isTextBlock,
+  isThinkingBlock,
+  isToolResultBlock,
+  isToolUseBlock,
+  isZeroUsage,
+  type Message,
+  type RawJson,
+  type RecordType,
+  ROLES,
+  type Role,
+  type TextBlock,
+  type ThinkingBlock,
+  type ToolResultBlock,
+  type ToolUseBlock,
+  type TranscriptRecord,
+  type Usage,
+  zeroUsage,
+} from './transcript/types.js'
+export { type CheckOptions, checkBoundaryMeta, checkMessage, checkUsage } from './transcript/validate.js'
+export {
+  boundaryMarker,
+  type Conversation,
+  isBoundaryMarker,
+  lastBoundaryIndex,
+  lastUuid,
+  messages,
+  pairToolBlocks,
+  parseBoundaryMeta,
+  viewForModel,
+} from './transcript/view.js'
+export { TranscriptWriter, type TranscriptWriterOptions, type WriterMode } from './transcript/writer.js'

@@ -15,11 +15,19 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     load: () => import('./commands/append.js'),
   },
   log: { summary: 'print a workspace log as stored', load: () => import('./commands/log.js') },
+  memory: {
+    summary: 'save, list, recall and inject Norma-compatible memory notes',
+    load: () => import('./commands/memory.js'),
+  },
   replicate: {
     summary: 'push, pull or inspect workspace logs replicated through NATS JetStream',
     load: () => import('./commands/replicate.js'),
   },
   recover: { summary: 'cut torn tails and check workspaces', load: () => import('./commands/recover.js') },
+  transcript: {
+    summary: 'show, resume, append to and account for session transcripts (Norma JSONL)',
+    load: () => import('./commands/transcript.js'),
+  },
   verify: { summary: 'full scan of workspace logs', load: () => import('./commands/verify.js') },
   workspaces: {
     summary: 'list workspaces with entry counts and last seq',
@@ -30,7 +38,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
 export function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length))
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`)
-  return `usage: noa <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nEvery command takes --root DIR (default $NOA_ROOT or ./.noa); data commands take --json.\n`
+  return `usage: noa <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nCommands on workspaces take --root DIR (default $NOA_ROOT or ./.noa); data commands take --json.\n`
 }
 
 export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {

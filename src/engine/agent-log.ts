@@ -365,6 +365,18 @@ export class AgentLog {
     }))) as boolean
   }
 
+  /** Closes a file written by `appendToFile` (and so its lock) once its queue is drained. */
+  async releaseFile(file: string): Promise<boolean> {
+    if (typeof file !== 'string' || !isAbsolute(file)) {
+      throw new NoaError('NOA_BAD_ARGUMENT', `releaseFile needs an absolute path, got ${file}`)
+    }
+    return (await this.request(this.owners[ownerIndex(file, this.owners.length)] as Owner, (id) => ({
+      t: 'release',
+      id,
+      target: file,
+    }))) as boolean
+  }
+
   /** Full scan: every line valid, seq strictly increasing, ts non-decreasing. */
   verify(workspace: string): Promise<VerifyReport> {
     try {

@@ -22,6 +22,8 @@ export type NoaErrorCode =
   | 'NOA_REPLICA_GAP'
   | 'NOA_REPLICATION'
   | 'NOA_STREAM_CONFIG'
+  | 'NOA_BAD_TRANSCRIPT'
+  | 'NOA_BAD_RECORD'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

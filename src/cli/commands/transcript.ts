@@ -1,0 +1,352 @@
+/**
+ * `noa transcript show|resume|append|usage`: Norma-compatible session transcripts.
+ * A malformed transcript is refused with `<file>:<line>: <reason>` (exit 1).
+ */
+import { NoaError } from '../../engine/errors.js'
+import { rawContentInputs } from '../../transcript/decode.js'
+import { loadTranscript, type TornTail } from '../../transcript/loader.js'
+import { checkTranscriptId, transcriptPath } from '../../transcript/paths.js'
+import { resume, sessionUsage } from '../../transcript/session.js'
+import type { ContentBlock, Message, TranscriptRecord, Usage } from '../../transcript/types.js'
+import { checkMessage, checkUsage } from '../../transcript/validate.js'
+import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
+import { TranscriptWriter } from '../../transcript/writer.js'
+import { JSON_OPTION, parseCommand, UsageError } from '../args.js'
+import { type CliIo, json, readAll, write } from '../io.js'
+
+const SHOW = 'usage: noa transcript show <file> [--json]'
+const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--json]'
+const APPEND =
+  'usage: noa transcript append <dir> <sessionId> [--agent <agentId>] [--durable] < messages.jsonl\n' +
+  '  each stdin line: {"role":"user"|"assistant","content":[blocks] or "text","usage":{…}?}'
+const USAGE_CMD = 'usage: noa transcript usage <dir> <sessionId> [--json]'
+const ALL = `usage: noa transcript <show|resume|append|usage> …\n  ${[SHOW, RESUME, APPEND, USAGE_CMD]
+  .map((u) => u.replace('usage: ', ''))
+  .join('\n  ')}`
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = args
+  switch (sub) {
+    case 'show':
+      return show(rest, io)
+    case 'resume':
+      return resumeCmd(rest, io)
+    case 'append':
+      return append(rest, io)
+    case 'usage':
+      return usageCmd(rest, io)
+    case '--help':
+    case '-h':
+    case 'help':
+      await write(io.stdout, `${ALL}\n`)
+      return 0
+    case undefined:
+      throw new UsageError('missing subcommand', ALL)
+    default:
+      throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`, ALL)
+  }
+}
+
+function usageJson(u: Usage): Usage {
+  return {
+    input_tokens: u.input_tokens,
+    output_tokens: u.output_tokens,
+    cache_read_tokens: u.cache_read_tokens,
+    cache_write_tokens: u.cache_write_tokens,
+  }
+}
+
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`
+}
+
+function usageText(u: Usage): string {
+  return `input ${u.input_tokens}, output ${u.output_tokens}, cache read ${u.cache_read_tokens}, cache write ${u.cache_write_tokens}`
+}
+
+function tornText(t: TornTail): string {
+  return `torn last line ${t.line} (${t.bytes} bytes at offset ${t.offset}) dropped: ${t.reason}`
+}
+
+function shorten(s: string, max = 72): string {
+  const flat = s.replace(/\s+/g, ' ').trim()
+  return JSON.stringify(flat.length > max ? `${flat.slice(0, max - 1)}…` : flat)
+}
+
+function blockKind(b: ContentBlock): string {
+  switch (b.type) {
+    case 'tool_use':
+      return `tool_use ${b.name || '?'}`
+    case 'tool_result':
+      return b.is_error ? 'tool_result (error)' : 'tool_result'
+    default:
+      return b.type || '(untyped)'
+  }
+}
+
+function firstText(blocks: readonly ContentBlock[]): string | undefined {
+  for (const b of blocks) {
+    if (b.type === 'text' && b.text) return b.text
+    if (b.type === 'tool_result' && b.content) {
+      const t = firstText(b.content)
+      if (t) return t
+    }
+  }
+  for (const b of blocks) if (b.type === 'thinking' && b.thinking) return b.thinking
+  return undefined
+}
+
+function describeRecord(r: TranscriptRecord): { kind: string; what: string } {
+  if (r.type === 'boundary' || (!r.message && r.boundary)) {
+    const b = r.boundary
+    const parts = b ? [`pre_tokens ${b.pre_tokens}`] : []
+    if (b?.trigger) parts.push(`trigger ${b.trigger}`)
+    if (b?.messages_summarized) parts.push(`${b.messages_summarized} messages summarized`)
+    return { kind: 'boundary', what: parts.join(', ') }
+  }
+  if (!r.message) return { kind: r.type || '(empty)', what: '(no message)' }
+  const m: Message = r.message
+  const blocks = m.content ?? []
+  const marker = parseBoundaryMeta(m)
+  if (marker) return { kind: m.role || '?', what: `compaction marker (pre_tokens ${marker.pre_tokens})` }
+  const kinds = blocks.length > 0 ? blocks.map(blockKind).join(', ') : '(no content)'
+  const text = firstText(blocks)
+  return { kind: m.role || '?', what: text === undefined ? kinds : `${kinds}  ${shorten(text)}` }
+}
+
+async function show(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: SHOW,
+    options: JSON_OPTION,
+    positionals: [1, 1],
+  })
+  const file = positionals[0] as string
+  const t = await loadTranscript(file)
+  if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
+  const conv = messages(t.records)
+  const boundaries = t.records.filter((r) => r.type === 'boundary').length
+  const last = lastUuid(t.records)
+  if (values.json) {
+    await write(
+      io.stdout,
+      json({
+        records: t.records.length,
+        messages: conv.messages.length,
+        boundaries,
+        usage: usageJson(conv.usage),
+        torn_tail: t.tornTail !== null,
+        last_uuid: last || null,
+      }),
+    )
+    return 0
+  }
+  const width = String(t.lines[t.lines.length - 1] ?? 1).length
+  const rows = t.records.map((r, i) => ({ line: String(t.lines[i]), ...describeRecord(r) }))
+  // A loop, not Math.max(...rows): a long transcript would overflow the argument list.
+  let kindWidth = 9
+  for (const r of rows) kindWidth = Math.max(kindWidth, r.kind.length)
+  let out = `${file}\n`
+  for (const r of rows)
+    out += `${`${r.line.padStart(width)}  ${r.kind.padEnd(kindWidth)}  ${r.what}`.trimEnd()}\n`
+  out += `${count(t.records.length, 'record')}, ${count(conv.messages.length, 'message')}, ${count(boundaries, 'boundary record')}; usage: ${usageText(conv.usage)}\n`
+  if (t.tornTail) out += `${tornText(t.tornTail)}\n`
+  out += `last uuid: ${last || '(none)'}\n`
+  await write(io.stdout, out)
+  return 0
+}
+
+async function resumeCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: RESUME,
+    options: JSON_OPTION,
+    positionals: [2, 2],
+  })
+  const [dir, sessionId] = positionals as [string, string]
+  const r = await resume(dir, sessionId)
+  if (!r.exists) {
+    throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript (${r.file})`, {
+      file: r.file,
+    })
+  }
+  if (r.tornTail) io.stderr.write(`noa transcript: ${r.file}: ${tornText(r.tornTail)}\n`)
+  if (values.json) {
+    await write(
+      io.stdout,
+      json({
+        messages: r.messages.length,
+        dropped: r.dropped.length,
+        parent_uuid: r.parentUuid ?? null,
+        usage: usageJson(r.usage),
+      }),
+    )
+    return 0
+  }
+  let out = `session ${sessionId} (${r.file}): ${count(r.messages.length, 'message')} kept`
+  out += r.dropped.length > 0 ? `, ${r.dropped.length} dropped (trailing tool_use without a result)\n` : '\n'
+  out += `usage: ${usageText(r.usage)}\n`
+  out += `new records chain after: ${r.parentUuid ?? '(nothing: a new chain)'}\n`
+  await write(io.stdout, out)
+  return 0
+}
+
+/** Replaces each `input` value of the blocks by its exact text on the line (JSON text is what the writer takes). */
+function withRawInputs(blocks: unknown, raws: ReturnType<typeof rawContentInputs>): void {
+  if (!Array.isArray(blocks)) return
+  for (let i = 0; i < blocks.length; i++) {
+    const b = blocks[i] as Record<string, unknown> | null
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) continue
+    const raw = raws?.[i]
+    if (b.input !== undefined) b.input = raw?.input ?? JSON.stringify(b.input)
+    withRawInputs(b.content, raw?.content)
+  }
+}
+
+const INPUT_KEYS = new Set(['role', 'content', 'usage'])
+
+interface Input {
+  message: Message
+  usage?: Partial<Usage>
+}
+
+function stdinError(line: number, reason: string): NoaError {
+  return new NoaError('NOA_BAD_RECORD', `stdin:${line}: ${reason}; nothing was written`, { line })
+}
+
+function parseInput(text: string): Input[] {
+  const out: Input[] = []
+  const lines = text.split('\n')
+  for (let i = 0; i < lines.length; i++) {
+    const line = (lines[i] as string).replace(/\r$/, '')
+    if (line.trim() === '') continue
+    let obj: unknown
+    try {
+      obj = JSON.parse(line)
+    } catch (err) {
+      throw stdinError(i + 1, `not JSON: ${(err as Error).message}`)
+    }
+    if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) {
+      throw stdinError(i + 1, 'each line must be an object {"role","content","usage"?}')
+    }
+    const o = obj as Record<string, unknown>
+    for (const key of Object.keys(o)) {
+      if (!INPUT_KEYS.has(key))
+        throw stdinError(i + 1, `unknown key ${JSON.stringify(key)} (known: role, content, usage)`)
+    }
+    // A bare string is shorthand for one text block.
+    const content = typeof o.content === 'string' ? [{ type: 'text', text: o.content }] : o.content
+    if (Array.isArray(content)) withRawInputs(content, rawContentInputs(line, ['content']))
+    const message = { role: o.role, content }
+    try {
+      checkMessage(message)
+      if (o.usage !== undefined) checkUsage(o.usage)
+    } catch (err) {
+      if (err instanceof NoaError) {
+        // The API's hint about its allowUnknown option means nothing on the command line.
+        const reason = err.message
+          .replace(/; nothing was written$/, '')
+          .replace(/; the writer option allowUnknown [^)]*/, '')
+        throw stdinError(i + 1, reason)
+      }
+      throw err
+    }
+    const input: Input = { message: message as Message }
+    if (o.usage !== undefined) input.usage = o.usage as Partial<Usage>
+    out.push(input)
+  }
+  return out
+}
+
+async function append(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: APPEND,
+    options: { agent: { type: 'string' }, durable: { type: 'boolean' } },
+    positionals: [2, 2],
+  })
+  const [dir, sessionId] = positionals as [string, string]
+  checkTranscriptId(sessionId)
+  const agentId = values.agent
+  if (agentId !== undefined) checkTranscriptId(agentId, 'agent id')
+  // Everything is checked before anything is written.
+  const inputs = parseInput((await readAll(io.stdin)).toString('utf8'))
+  const file = transcriptPath(dir, sessionId, agentId)
+  // Continue the file's chain; a corrupt file is refused here rather than appended to.
+  const existing = await loadTranscript(file)
+  if (existing.tornTail) {
+    io.stderr.write(`noa transcript: ${file}: ${tornText(existing.tornTail)}; it is cut before appending\n`)
+  }
+  if (inputs.length === 0) return 0
+  const writer = new TranscriptWriter({
+    dir,
+    sessionId,
+    ...(agentId !== undefined ? { agentId } : {}),
+    mode: values.durable ? 'durable' : 'buffered',
+    parentUuid: lastUuid(existing.records) || undefined,
+  })
+  const pending = inputs.map((x) => writer.recordMessage(x.message, x.usage))
+  let failure: unknown
+  try {
+    for (const p of pending) {
+      try {
+        const record = await p
+        await write(io.stdout, `${record.uuid}\n`)
+      } catch (err) {
+        failure = err
+        break
+      }
+    }
+  } finally {
+    await writer.close()
+  }
+  if (failure !== undefined) throw failure
+  return 0
+}
+
+async function usageCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: USAGE_CMD,
+    options: JSON_OPTION,
+    positionals: [2, 2],
+  })
+  const [dir, sessionId] = positionals as [string, string]
+  const u = await sessionUsage(dir, sessionId)
+  if (!u.main.exists && u.sidechains.length === 0) {
+    throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript in ${dir}`, {
+      file: u.main.file,
+    })
+  }
+  if (values.json) {
+    const file = (f: typeof u.main) => ({
+      file: f.file,
+      records: f.records,
+      messages: f.messages,
+      usage: usageJson(f.usage),
+      torn_tail: f.tornTail !== null,
+    })
+    await write(
+      io.stdout,
+      json({
+        session_id: u.sessionId,
+        main: { exists: u.main.exists, ...file(u.main) },
+        sidechains: u.sidechains.map((s) => ({ agent_id: s.agentId, ...file(s) })),
+        total: usageJson(u.total),
+      }),
+    )
+    return 0
+  }
+  const rows: Array<[string, string, string]> = [
+    ['main', u.main.exists ? count(u.main.messages, 'message') : '(no file)', usageText(u.main.usage)],
+    ...u.sidechains.map((s): [string, string, string] => [
+      `agent ${s.agentId}`,
+      count(s.messages, 'message'),
+      usageText(s.usage),
+    ]),
+    ['total', '', usageText(u.total)],
+  ]
+  const w0 = rows.reduce((w, r) => Math.max(w, r[0].length), 0)
+  const w1 = rows.reduce((w, r) => Math.max(w, r[1].length), 0)
+  let out = `session ${sessionId}\n`
+  for (const [a, b, c] of rows) out += `  ${a.padEnd(w0)}  ${b.padEnd(w1)}  ${c}`.trimEnd().concat('\n')
+  for (const f of [u.main, ...u.sidechains]) if (f.tornTail) out += `  ${f.file}: ${tornText(f.tornTail)}\n`
+  await write(io.stdout, out)
+  return 0
+}

@@ -1,0 +1,14 @@
+/** One record to its line, for tools that rewrite or copy transcripts. */
+import { encodeRecordBody, encodeRecordHead } from './encode.js'
+import type { TranscriptRecord } from './types.js'
+import { checkRecord } from './validate.js'
+
+/**
+ * The JSON text of a record (without the `\n`), byte for byte what Norma's `json.Marshal` writes
+ * for it; keys Norma does not know follow. A loaded Norma line comes back unchanged. Refuses
+ * (NOA_BAD_RECORD) a field of the wrong JSON type or a tool input that is not JSON.
+ */
+export function formatRecord(record: TranscriptRecord): string {
+  checkRecord(record)
+  return encodeRecordHead(record) + encodeRecordBody(record)
+}
