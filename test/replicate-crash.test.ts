@@ -124,7 +124,7 @@ describe('replication through crashes', () => {
     await initStreamCli(url, prefix, stream)
     try {
       const a = tempDir()
-      await fill(a, Object.fromEntries(WORKSPACES.map((ws) => [ws, [1, 3000]])))
+      await fill(a, Object.fromEntries(WORKSPACES.map((ws) => [ws, [1, 2000]])))
       await replicatePush({ nats: url, root: a, prefix })
       const b = tempDir()
       let applied = 0

@@ -183,6 +183,34 @@ describe('replicate push and pull (CLI)', () => {
     }
   })
 
+  it('a root can push its own workspaces and pull the others: each side ends with both, byte-equal', async () => {
+    const { prefix, stream } = uniqueNames()
+    const a = tempDir()
+    const b = tempDir()
+    await initStreamCli(nats.url(), prefix, stream)
+    try {
+      const opts = { nats: nats.url(), prefix }
+      await fill(a, { alpha: [1, 10] })
+      await replicatePush({ ...opts, root: a })
+      await replicatePull({ ...opts, root: b })
+      await fill(b, { beta: [1, 5] })
+      // alpha is only a copy on b: the stream has all of it, so b publishes nothing for it.
+      const fromB = await replicatePush({ ...opts, root: b })
+      expect(fromB.workspaces).toEqual([{ workspace: 'beta', from: 1, to: 5, entries: 5 }])
+      const intoA = await replicatePull({ ...opts, root: a })
+      expect(intoA).toMatchObject({ entries: 5, skipped: 10 }) // a's own alpha, checked byte-equal
+      await fill(a, { alpha: [11, 2] })
+      await replicatePush({ ...opts, root: a })
+      expect((await replicatePull({ ...opts, root: b })).workspaces).toEqual([
+        { workspace: 'alpha', from: 11, to: 12, entries: 2 },
+      ])
+      for (const ws of ['alpha', 'beta']) expect(logBytes(a, ws).equals(logBytes(b, ws))).toBe(true)
+      await expectExactlyOnce(nats.url(), stream, prefix, { alpha: 12, beta: 5 })
+    } finally {
+      await dropStream(nats.url(), stream)
+    }
+  })
+
   it('reports a workspace whose name cannot be a subject instead of replicating it', async () => {
     const { prefix, stream } = uniqueNames()
     const a = tempDir()
@@ -276,28 +304,30 @@ describe('streams noa cannot use', () => {
       [{ storage: 'memory' }, /storage is memory/],
       [{ max_msgs_per_subject: 5 }, /max_msgs_per_subject 5\) would delete old entries/],
     ]
-    for (const [config, message] of cases) {
-      const { prefix, stream } = uniqueNames()
-      const subjects = (config.subjects as string[] | undefined)?.map((s) => s.replace('PREFIX', prefix)) ?? [
-        `${prefix}.>`,
-      ]
-      await createStream(nats.url(), stream, { ...config, subjects } as never)
-      const out = await runCliAsync([
-        'replicate',
-        'push',
-        '--root',
-        a,
-        '--nats',
-        nats.url(),
-        '--prefix',
-        prefix,
-        '--stream',
-        stream,
-      ])
-      expect(out.status).toBe(1)
-      expect(out.stderr).toMatch(new RegExp(`stream ${stream} cannot hold noa's replicated logs`))
-      expect(out.stderr).toMatch(new RegExp(message.source.replace('PREFIX', prefix)))
-    }
+    await Promise.all(
+      cases.map(async ([config, message]) => {
+        const { prefix, stream } = uniqueNames()
+        const subjects = (config.subjects as string[] | undefined)?.map((s) =>
+          s.replace('PREFIX', prefix),
+        ) ?? [`${prefix}.>`]
+        await createStream(nats.url(), stream, { ...config, subjects } as never)
+        const out = await runCliAsync([
+          'replicate',
+          'push',
+          '--root',
+          a,
+          '--nats',
+          nats.url(),
+          '--prefix',
+          prefix,
+          '--stream',
+          stream,
+        ])
+        expect(out.status).toBe(1)
+        expect(out.stderr).toMatch(new RegExp(`stream ${stream} cannot hold noa's replicated logs`))
+        expect(out.stderr).toMatch(new RegExp(message.source.replace('PREFIX', prefix)))
+      }),
+    )
   })
 
   it('init fixes what can be changed in place and refuses what cannot', async () => {
@@ -354,18 +384,20 @@ describe('streams noa cannot use', () => {
   })
 
   it('usage errors exit 2', async () => {
-    for (const args of [
+    const cases = [
       ['replicate'],
       ['replicate', 'sideways'],
       ['replicate', 'push'],
       ['replicate', 'pull', '--nats', 'nats://x', '--bogus'],
       ['replicate', 'push', '--nats', 'nats://x', '--prefix', 'a..b'],
       ['replicate', 'init', '--nats', 'nats://x', '--replicas', 'three'],
-    ]) {
-      const r = await runCliAsync(args)
-      expect(r.status, args.join(' ')).toBe(2)
+      ['replicate', 'push', '--nats', 'nats://x', '--follow', '--nice', '-1'],
+    ]
+    const results = await Promise.all(cases.map((args) => runCliAsync(args)))
+    results.forEach((r, i) => {
+      expect(r.status, (cases[i] as string[]).join(' ')).toBe(2)
       expect(r.stderr).toMatch(/usage: noa replicate push/)
-    }
+    })
   })
 })
 

@@ -185,6 +185,9 @@ export async function openLink(target: NatsTarget, options: OpenLinkOptions): Pr
         reconnectTimeWait: 250,
         reconnectJitter: 100,
         timeout: 5_000,
+        // Otherwise every request builds two Error objects up front to keep the caller's
+        // stack: measured at 15% of a publisher's CPU.
+        noAsyncTraces: true,
       })
       watchStatus(nc, options.onEvent)
       return makeLink(

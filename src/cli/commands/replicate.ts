@@ -1,3 +1,4 @@
+import { getPriority, setPriority } from 'node:os'
 import { replicatePull } from '../../replicate/mirror.js'
 import { replicatePush } from '../../replicate/publisher.js'
 import { replicationStatus } from '../../replicate/status.js'
@@ -6,11 +7,12 @@ import { checkPrefix, DEFAULT_PREFIX } from '../../replicate/subjects.js'
 import { intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
-const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow] [--json]
-       noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow] [--json]
+const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
+       noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate status [--nats URL] [--root DIR] [--prefix P] [--stream NAME] [--json]
        noa replicate init   --nats URL [--prefix P] [--stream NAME] [--replicas N] [--json]
---nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>`
+--nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>;
+--nice: CPU priority of a push or pull (default 10 with --follow, so local appends come first)`
 
 const COMMON = {
   ...ROOT_OPTION,
@@ -21,8 +23,8 @@ const COMMON = {
 } as const
 
 const SPECS = {
-  push: { options: { ...COMMON, follow: { type: 'boolean' } } },
-  pull: { options: { ...COMMON, follow: { type: 'boolean' } } },
+  push: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
+  pull: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
   status: { options: COMMON },
   init: { options: { ...COMMON, replicas: { type: 'string' } } },
 } as const
@@ -47,6 +49,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     stream?: string
     follow?: boolean
     replicas?: string
+    nice?: string
   }
   const nats = v.nats ?? (io.env.NOA_NATS_URL || undefined)
   let prefix: string
@@ -64,6 +67,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   switch (name) {
     case 'push':
     case 'pull':
+      lowerPriority(intOption(v.nice, 'nice', USAGE, 0) ?? (v.follow ? DEFAULT_NICE : 0), io)
       return follow(v.follow ?? false, async (signal) => {
         const options = {
           nats: nats as string,
@@ -134,6 +138,25 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       } else await write(io.stdout, `stream ${r.stream} is ready for ${prefix}.>\n`)
       return 0
     }
+  }
+}
+
+/**
+ * A follower competes for the CPU with the agents whose appends it replicates; at nice 10 the
+ * scheduler gives it about a tenth of a busy machine, so local durability comes first and the
+ * lag (visible in `status`) absorbs the difference. Threads started later (the libuv pool, the
+ * mirror's owner workers) inherit the priority.
+ */
+const DEFAULT_NICE = 10
+
+function lowerPriority(nice: number, io: CliIo): void {
+  if (nice === 0) return
+  try {
+    setPriority(Math.min(19, getPriority() + nice))
+  } catch (err) {
+    io.stderr.write(
+      `noa replicate: cannot lower the CPU priority (${(err as Error).message}); running as is\n`,
+    )
   }
 }
 
