@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it } from 'vitest'
@@ -13,8 +13,17 @@ import {
   streamProblems,
 } from '../dist/src/index.js'
 import { runCliAsync, tempDir } from './helpers.js'
-import { createStream, streamContents, uniqueNames, useNats, withConnection } from './nats.js'
-import { dropStream, expectExactlyOnce, fill, initStreamCli, logBytes, NS } from './replicate-helpers.js'
+import { createStream, streamContents, uniqueNames, useNats, waitFor, withConnection } from './nats.js'
+import {
+  dropStream,
+  expectExactlyOnce,
+  fill,
+  initStreamCli,
+  lineCount,
+  logBytes,
+  messageCount,
+  NS,
+} from './replicate-helpers.js'
 
 const nats = useNats()
 
@@ -188,11 +197,16 @@ describe('replicate push and pull (CLI)', () => {
     const a = tempDir()
     const b = tempDir()
     await initStreamCli(nats.url(), prefix, stream)
+    const stop = new AbortController()
     try {
       const opts = { nats: nats.url(), prefix }
       await fill(a, { alpha: [1, 10] })
       await replicatePush({ ...opts, root: a })
-      await replicatePull({ ...opts, root: b })
+      // b follows the stream while its own agents write beta and b publishes it.
+      const following = replicatePull({ ...opts, root: b, follow: true, signal: stop.signal })
+      await waitFor('alpha on b', () =>
+        existsSync(join(b, 'agent-logs', 'alpha.log')) && lineCount(b, 'alpha') === 10 ? true : null,
+      )
       await fill(b, { beta: [1, 5] })
       // alpha is only a copy on b: the stream has all of it, so b publishes nothing for it.
       const fromB = await replicatePush({ ...opts, root: b })
@@ -201,12 +215,26 @@ describe('replicate push and pull (CLI)', () => {
       expect(intoA).toMatchObject({ entries: 5, skipped: 10 }) // a's own alpha, checked byte-equal
       await fill(a, { alpha: [11, 2] })
       await replicatePush({ ...opts, root: a })
-      expect((await replicatePull({ ...opts, root: b })).workspaces).toEqual([
-        { workspace: 'alpha', from: 11, to: 12, entries: 2 },
-      ])
+      await waitFor('alpha 11..12 on b', () => (lineCount(b, 'alpha') === 12 ? true : null))
+      // b's agents write beta on (the follower never took it over) and b publishes it again.
+      await fill(b, { beta: [6, 1] })
+      await replicatePush({ ...opts, root: b })
+      const total = (await messageCount(nats.url(), stream)) as number
+      const checkpoint = join(b, 'replication', `pull.${prefix}.json`)
+      await waitFor('the follower to read everything', () =>
+        existsSync(checkpoint) && JSON.parse(readFileSync(checkpoint, 'utf8')).streamSeq >= total
+          ? true
+          : null,
+      )
+      stop.abort()
+      const followed = await following
+      expect(followed.workspaces.map((w) => w.workspace)).toEqual(['alpha'])
+      expect(followed.skipped).toBe(6) // b's own beta came back through the stream
+      await replicatePull({ ...opts, root: a })
       for (const ws of ['alpha', 'beta']) expect(logBytes(a, ws).equals(logBytes(b, ws))).toBe(true)
-      await expectExactlyOnce(nats.url(), stream, prefix, { alpha: 12, beta: 5 })
+      await expectExactlyOnce(nats.url(), stream, prefix, { alpha: 12, beta: 6 })
     } finally {
+      stop.abort()
       await dropStream(nats.url(), stream)
     }
   })

@@ -143,6 +143,8 @@ interface WorkspaceState {
   lastTs: number
   /** Stream sequence of the message that carried `last`, when known. */
   streamSeq: number
+  /** This run has appended to it: the engine holds its lock, so `last` is authoritative. */
+  owned: boolean
   cursor: SeqCursor | null
   pulled: { from: number; to: number; entries: number } | null
 }
@@ -360,6 +362,7 @@ class Mirror {
       await Promise.all(
         [...lines].map(async ([st, ls]) => {
           await log.appendReplicated(st.ws, ls)
+          st.owned = true
           st.last += ls.length
           this.applied += ls.length
         }),
@@ -409,9 +412,16 @@ class Mirror {
       )
     }
     const queued = lines.get(st)
-    const expected = st.last + (queued?.length ?? 0) + 1
+    let expected = st.last + (queued?.length ?? 0) + 1
+    if (seq >= expected && !st.owned && !queued) {
+      // Until this mirror appends to a workspace, someone else may (its origin, when this root
+      // also pushes it): look at the log's tail again before taking the entry as new.
+      this.readTail(st)
+      expected = st.last + 1
+    }
     if (seq < expected) {
       await this.checkHave(st, seq, m)
+      if (seq === st.last) st.streamSeq = m.seq
       this.skipped++
       return
     }
@@ -447,36 +457,43 @@ class Mirror {
   private state(ws: string): WorkspaceState {
     let st = this.states.get(ws)
     if (st) return st
-    const file = logPath(this.s.root, ws)
-    let last = 0
-    let lastTs = 0
-    try {
-      const fd = openSync(file, 'r')
-      try {
-        const tail = inspectTail(fd)
-        if (tail.lastLine !== null) {
-          const c = countersOf(Buffer.from(tail.lastLine, 'utf8'))
-          last = c.seq
-          lastTs = c.ts
-        }
-      } finally {
-        closeSync(fd)
-      }
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
-    }
-    const saved = this.checkpoint.workspaces[ws]
     st = {
       ws,
-      file,
-      last,
-      lastTs,
-      streamSeq: saved && saved.seq === last ? saved.streamSeq : 0,
+      file: logPath(this.s.root, ws),
+      last: 0,
+      lastTs: 0,
+      streamSeq: 0,
+      owned: false,
       cursor: null,
       pulled: null,
     }
+    this.readTail(st)
+    const saved = this.checkpoint.workspaces[ws]
+    if (saved && saved.seq === st.last) st.streamSeq = saved.streamSeq
     this.states.set(ws, st)
     return st
+  }
+
+  /** The last seq and ts of the local log, from its tail. */
+  private readTail(st: WorkspaceState): void {
+    let fd: number
+    try {
+      fd = openSync(st.file, 'r')
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return
+      throw err
+    }
+    try {
+      const tail = inspectTail(fd)
+      if (tail.lastLine !== null) {
+        const c = countersOf(Buffer.from(tail.lastLine, 'utf8'))
+        if (c.seq !== st.last) st.streamSeq = 0 // no longer known
+        st.last = c.seq
+        st.lastTs = c.ts
+      }
+    } finally {
+      closeSync(fd)
+    }
   }
 
   private save(): void {
