@@ -1,0 +1,223 @@
+/**
+ * Replaying log entries onto a tree (seed: スナップショット計算): write sets tree[path] = blob,
+ * delete removes the path, rename moves the blob from `from` to `to`. Snapshot and merge entries
+ * change no file. An entry that cannot apply is an error naming the workspace and the seq.
+ *
+ * Entries are read without the full per-field validation of `parseEntry` (that is `verify`'s
+ * job, and it would double the cost of a replay); only what the tree relies on is checked.
+ */
+import { closeSync, openSync } from 'node:fs'
+import { type Entry, parseCounters } from './entry.js'
+import { NoaError } from './errors.js'
+import { existingLog, readWorkspaceBatches } from './logs.js'
+import { inspectTail } from './recovery.js'
+import type { TreeBuilder } from './tree.js'
+
+const BLOB_RE = /^[0-9a-f]{64}$/
+
+/** A tree-changing op, or `merge` for changes that came in through a merge snapshot. */
+export type ChangeOp = 'write' | 'delete' | 'rename' | 'merge'
+
+/** Where one path's current value came from. */
+export interface ChangeMark {
+  /** Workspace whose log holds the entry (or that made the merge snapshot). */
+  workspace: string
+  seq: number
+  ts: number
+  op: ChangeOp
+}
+
+export interface ReplayProgress {
+  workspace: string
+  /** Last seq applied. */
+  seq: number
+  /** Seqs in this replay: `first` is the first one wanted, `last` the last (when known). */
+  first: number
+  last: number | undefined
+  /** Entries read so far. */
+  entries: number
+}
+
+export interface SegmentOptions {
+  /** Replay entries after this seq … */
+  since: number
+  /** … up to and including this one (default: up to `endByte` or the end of the log). */
+  until?: number
+  /** Stop at this byte offset of the log (a line boundary). */
+  endByte?: number
+  /** Called for each path an entry changes, with its value after the entry (null: removed). */
+  track?: (path: string, value: string | null, mark: ChangeMark) => void
+  /** A snapshot entry after this seq is a concurrent snapshot: refuse instead of guessing. */
+  snapshotsUpTo?: number
+  onProgress?: (p: ReplayProgress) => void
+}
+
+export interface SegmentResult {
+  /** Entries that changed the tree. */
+  applied: number
+  /** Last seq read (since, when nothing was). */
+  lastSeq: number
+}
+
+export function replayError(
+  workspace: string,
+  seq: number,
+  what: string,
+  details: Record<string, unknown> = {},
+): NoaError {
+  return new NoaError('NOA_REPLAY', `workspace ${workspace} seq ${seq}: ${what}`, {
+    workspace,
+    seq,
+    ...details,
+  })
+}
+
+function corrupt(workspace: string, seq: unknown, what: string): NoaError {
+  return new NoaError(
+    'NOA_CORRUPT_LOG',
+    `workspace ${workspace} seq ${JSON.stringify(seq)}: ${what} (noa verify ${workspace} checks the whole log)`,
+    { workspace, seq: typeof seq === 'number' ? seq : undefined },
+  )
+}
+
+function checkPathField(workspace: string, seq: number, value: unknown, field: string): string {
+  if (typeof value !== 'string' || value.length === 0 || value.indexOf('\0') >= 0) {
+    throw corrupt(workspace, seq, `${field} is not a path`)
+  }
+  return value
+}
+
+/** Applies one batch of entries in order; returns how many changed the tree. */
+export function applyEntries(
+  tree: TreeBuilder,
+  workspace: string,
+  batch: readonly Entry[],
+  track?: SegmentOptions['track'],
+): number {
+  let applied = 0
+  for (const e of batch) {
+    const seq = e.seq
+    switch (e.op) {
+      case 'write': {
+        const path = checkPathField(workspace, seq, e.path, 'path')
+        const blob = e.blob
+        if (typeof blob !== 'string' || !BLOB_RE.test(blob))
+          throw corrupt(workspace, seq, 'blob is not a hash')
+        tree.set(path, blob)
+        track?.(path, blob, { workspace, seq, ts: e.ts, op: 'write' })
+        applied++
+        break
+      }
+      case 'delete': {
+        const path = checkPathField(workspace, seq, e.path, 'path')
+        if (!tree.has(path)) {
+          throw replayError(workspace, seq, `cannot delete ${JSON.stringify(path)}: no such path`, {
+            op: 'delete',
+            path,
+          })
+        }
+        tree.remove(path)
+        track?.(path, null, { workspace, seq, ts: e.ts, op: 'delete' })
+        applied++
+        break
+      }
+      case 'rename': {
+        const from = checkPathField(workspace, seq, e.from, 'from')
+        const to = checkPathField(workspace, seq, e.to, 'to')
+        const blob = tree.get(from)
+        const what = `cannot rename ${JSON.stringify(from)} to ${JSON.stringify(to)}`
+        if (blob === undefined) {
+          throw replayError(workspace, seq, `${what}: no such path ${JSON.stringify(from)}`, {
+            op: 'rename',
+            path: from,
+          })
+        }
+        if (from === to || tree.has(to)) {
+          throw replayError(workspace, seq, `${what}: ${JSON.stringify(to)} already exists`, {
+            op: 'rename',
+            path: to,
+          })
+        }
+        tree.remove(from)
+        tree.set(to, blob)
+        if (track) {
+          const mark: ChangeMark = { workspace, seq, ts: e.ts, op: 'rename' }
+          track(from, null, mark)
+          track(to, blob, mark)
+        }
+        applied++
+        break
+      }
+      case 'snapshot':
+      case 'merge':
+        break
+      default:
+        throw corrupt(workspace, seq, `unknown op ${JSON.stringify((e as { op: unknown }).op)}`)
+    }
+  }
+  return applied
+}
+
+/**
+ * Replays the entries of `workspace` in (since, until] onto `tree`, streaming the log a chunk at
+ * a time from the line found by binary search: the cost is the entries replayed, not the log.
+ */
+export async function replaySegment(
+  root: string,
+  workspace: string,
+  tree: TreeBuilder,
+  options: SegmentOptions,
+): Promise<SegmentResult> {
+  const { since, until, track, onProgress } = options
+  let lastSeq = since
+  let applied = 0
+  let entries = 0
+  const last = until ?? (onProgress ? lastSeqBefore(root, workspace, options.endByte) : undefined)
+  const batches = readWorkspaceBatches(root, workspace, {
+    fromSeq: since + 1,
+    end: options.endByte,
+    validate: false,
+  })
+  for await (let batch of batches) {
+    let done = false
+    // Seqs must increase (the reader relies on it to seek); ts is only carried along.
+    for (let i = 0; i < batch.length; i++) {
+      const e = batch[i] as Entry
+      const seq = e.seq
+      if (typeof seq !== 'number' || seq <= lastSeq) {
+        throw corrupt(workspace, seq, `seq does not increase (previous ${lastSeq})`)
+      }
+      if (until !== undefined && seq > until) {
+        batch = batch.slice(0, i)
+        done = true
+        break
+      }
+      if (e.op === 'snapshot' && options.snapshotsUpTo !== undefined && seq > options.snapshotsUpTo) {
+        throw new NoaError(
+          'NOA_CONFLICT',
+          `workspace ${workspace} got snapshot ${e.snapshot_id} (seq ${seq}) while it was being replayed; try again`,
+          { workspace, seq },
+        )
+      }
+      lastSeq = seq
+    }
+    applied += applyEntries(tree, workspace, batch, track)
+    entries += batch.length
+    onProgress?.({ workspace, seq: lastSeq, first: since + 1, last, entries })
+    if (done) break // leaving the loop closes the file
+  }
+  return { applied, lastSeq }
+}
+
+/** Seq of the last complete line before `end` (for progress), or undefined. */
+function lastSeqBefore(root: string, workspace: string, end: number | undefined): number | undefined {
+  const fd = openSync(existingLog(root, workspace), 'r')
+  try {
+    const line = end === undefined ? inspectTail(fd).lastLine : inspectTail(fd, end).lastLine
+    return line === null ? undefined : parseCounters(line).seq
+  } catch {
+    return undefined
+  } finally {
+    closeSync(fd)
+  }
+}
