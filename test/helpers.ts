@@ -35,7 +35,6 @@ export function runCli(
     input: options.input ?? '',
     env: { ...process.env, ...options.env },
     cwd: options.cwd,
-    encoding: 'buffer',
     maxBuffer: 1 << 30,
   })
   return {
