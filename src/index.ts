@@ -2,6 +2,7 @@ export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,
+  fsyncDirs,
   TempFile,
   tempPath,
   writeFileAtomic,
@@ -56,9 +57,11 @@ export {
   type BlobSource,
   checkObjectId,
   encodeSnapshotRecord,
+  MAX_DELTA_DEPTH,
   ObjectStore,
   type SnapshotRecord,
   type SnapshotRecordInput,
+  type StoredObject,
   sha256,
   snapshotEntry,
 } from './engine/objects.js'

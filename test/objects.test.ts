@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { chmodSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { chmodSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it, onTestFinished } from 'vitest'
@@ -8,6 +8,7 @@ import {
   comparePaths,
   diffTrees,
   isNoaError,
+  MAX_DELTA_DEPTH,
   type NoaError,
   ObjectStore,
   SnapshotEngine,
@@ -139,6 +140,67 @@ describe('object store', () => {
     expect(unknown.stderr).toMatch(/noa blob: blob 0{63}3 not found/)
     expect(runCli(['blob', 'put', join(root, 'nope'), '--root', root]).status).toBe(1)
     expect(runCli(['blob', 'take', 'x', '--root', root]).status).toBe(2)
+  })
+})
+
+describe('trees stored as deltas', () => {
+  async function chain(snapshots: number) {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1 })
+    onTestFinished(() => log.close().then(() => undefined))
+    const engine = new SnapshotEngine({ log })
+    await log.appendMany(
+      'ws',
+      Array.from({ length: 40 }, (_, i) => ({ op: 'write' as const, path: `f${i}`, blob: blobOf(i) })),
+    )
+    const ids = [await engine.snapshot('ws')]
+    for (let i = 1; i < snapshots; i++) {
+      await log.appendMany('ws', [
+        { op: 'write', path: `f${i}`, blob: blobOf(1000 + i) },
+        { op: 'delete', path: `f${20 + i}` },
+      ])
+      ids.push(await engine.snapshot('ws'))
+    }
+    return { root, engine, store: new ObjectStore(root), ids }
+  }
+
+  const head = (store: ObjectStore, id: string) => readFileSync(store.pathOf(id)).subarray(0, 16).toString()
+
+  it('write what changed, whole again after MAX_DELTA_DEPTH, and read back exactly', async () => {
+    const { root, store, ids } = await chain(MAX_DELTA_DEPTH + 3)
+    expect(ids.map((s) => head(store, s.tree).startsWith('noa-tree-delta 1'))).toEqual(
+      Array.from({ length: MAX_DELTA_DEPTH + 3 }, (_, i) => i % (MAX_DELTA_DEPTH + 1) !== 0),
+    )
+    expect(statSync(store.pathOf(ids[1]?.tree as string)).size).toBeLessThan(400)
+    const fresh = new SnapshotEngine({ root })
+    for (const s of ids) {
+      const tree = await fresh.tree(s.snapshot_id) // rebuilt from the chain, checked against its id
+      expect(tree.id).toBe(s.tree)
+      expect(hashOf(tree.bytes)).toBe(s.tree)
+    }
+    const last = ids.at(-1)?.snapshot_id as string
+    expect((await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })).tree.id).toBe(
+      (await fresh.getSnapshot(last)).tree,
+    )
+  })
+
+  it('name the tree and its chain when a link is damaged or missing', async () => {
+    const { root, store, ids } = await chain(4)
+    const [, second, third, fourth] = ids as [
+      unknown,
+      { tree: string },
+      { tree: string },
+      { snapshot_id: string; tree: string },
+    ]
+    damage(store.pathOf(second.tree), (b) => Buffer.from(b.toString().replace(blobOf(1001), blobOf(7))))
+    const err = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshot_id))
+    expect(err.code).toBe('NOA_CORRUPT_OBJECT')
+    expect(err.message).toContain(`tree ${fourth.tree} is corrupt: rebuilt from its delta chain`)
+    expect(err.message).toContain(second.tree)
+    rmSync(store.pathOf(third.tree), { force: true })
+    const gone = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshot_id))
+    expect(gone.code).toBe('NOA_NOT_FOUND')
+    expect(gone.message).toContain(`tree ${third.tree} (in the delta chain of tree ${fourth.tree}) not found`)
   })
 })
 

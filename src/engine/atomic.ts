@@ -31,6 +31,20 @@ export function fsyncDir(dir: string): void {
   }
 }
 
+/** fsync several directories at once (each through libuv's pool). */
+export async function fsyncDirs(dirs: Iterable<string>): Promise<void> {
+  await Promise.all(
+    [...dirs].map(async (dir) => {
+      const handle = await open(dir, 'r')
+      try {
+        await handle.sync()
+      } finally {
+        await handle.close()
+      }
+    }),
+  )
+}
+
 /** A fresh name for a temp file in `dir` (random, so concurrent writers never share one). */
 export function tempPath(dir: string, prefix: string, suffix = '.tmp'): string {
   return join(dir, `${prefix}${randomBytes(6).toString('hex')}${suffix}`)

@@ -27,13 +27,7 @@ import { NoaError } from './errors.js'
 import { lengthOfLog } from './heads.js'
 import { existingLog, logPath } from './logs.js'
 import type { KeyedMutex } from './mutex.js'
-import {
-  type ObjectStore,
-  type SnapshotRecord,
-  type SnapshotRecordInput,
-  sha256,
-  snapshotEntry,
-} from './objects.js'
+import { type ObjectStore, type SnapshotRecord, type SnapshotRecordInput, snapshotEntry } from './objects.js'
 import { type ChangeMark, type ChangeOp, type ReplayProgress, replaySegment } from './replay.js'
 import type { Head } from './snapshot.js'
 import { comparePaths, diffTrees, EMPTY_TREE, type Tree, TreeBuilder } from './tree.js'
@@ -93,7 +87,11 @@ export interface MergeContext {
   log: AgentLog
   mutex: KeyedMutex
   head(workspace: string): Promise<Head | null>
-  storeSnapshot(input: SnapshotRecordInput, treeBytes: Buffer): Promise<SnapshotRecord>
+  storeSnapshot(
+    input: Omit<SnapshotRecordInput, 'tree'>,
+    treeBytes: Buffer,
+    built: TreeBuilder,
+  ): Promise<SnapshotRecord>
   treeOf(record: SnapshotRecord): Promise<Tree>
 }
 
@@ -443,7 +441,6 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
     const record = await ctx.storeSnapshot(
       {
         workspace: v.workspace,
-        tree: sha256(bytes),
         parent: v.head?.record.id,
         since: v.head?.pos ?? 0,
         seq: v.lastSeq,
@@ -451,14 +448,14 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
         ts,
       },
       bytes,
+      v.builder,
     )
     await ctx.log.append(v.workspace, snapshotEntry(record, sourceMessage))
     sources.push({ workspace: v.workspace, snapshot_id: record.id, created: true })
   }
   const bytes = plan.merged.encode()
-  const input: SnapshotRecordInput = {
+  const input: Omit<SnapshotRecordInput, 'tree'> = {
     workspace: target,
-    tree: sha256(bytes),
     parent: targetView.head?.record.id,
     merged: sources.map((s) => s.snapshot_id),
     since: targetView.head?.pos ?? 0,
@@ -467,7 +464,7 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
     ts,
   }
   if (plan.base) input.base = plan.base.id
-  const record = await ctx.storeSnapshot(input, bytes)
+  const record = await ctx.storeSnapshot(input, bytes, plan.merged)
   const entries: Array<MergeEntry | ReturnType<typeof snapshotEntry>> = sources.map((s) => {
     const e: MergeEntry = { op: 'merge', from_workspace: s.workspace, from_snapshot: s.snapshot_id }
     if (plan.base) e.base = plan.base.id

@@ -6,15 +6,21 @@
  * damaged). Every read is checked against the hash: a damaged object is an error naming it.
  *
  * Snapshot ids are `noa_` + the hash of the record, so resolving one is a single object read.
+ *
+ * A tree is named by the hash of its canonical encoding (tree.ts) but may be stored as a delta:
+ * the paths changed since a base tree. An incremental snapshot then writes what changed, not
+ * the whole tree again. Reading one rebuilds the tree from the chain (at most MAX_DELTA_DEPTH
+ * deltas over a full tree) and checks the result against the name, so the guarantee is the
+ * same: a damaged object, or a damaged link of its chain, is an error naming the tree.
  */
 import { createHash } from 'node:crypto'
-import { mkdirSync, renameSync, rmSync, statSync } from 'node:fs'
+import { mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
-import { fsyncDir, TempFile, writeTempFile } from './atomic.js'
+import { fsyncDir, fsyncDirs, TempFile, writeTempFile } from './atomic.js'
 import { checkSnapshotId, isWorkspaceName, type SnapshotEntry } from './entry.js'
 import { NoaError } from './errors.js'
-import { Tree } from './tree.js'
+import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
 
 const HASH_RE = /^[0-9a-f]{64}$/
 const NOA_ID_RE = /^noa_[0-9a-f]{64}$/
@@ -24,6 +30,26 @@ const OBJECT_MODE = 0o444
 /** Temp files written at once by a batch (their fsyncs run in libuv's pool). */
 const PARALLEL_WRITES = 16
 const TREE_CACHE = 4
+/** Objects up to this size are read in one synchronous call (fewer thread-pool round trips). */
+const SYNC_READ = 4 << 20
+const TREE_DELTA_HEADER = 'noa-tree-delta 1\n'
+/** Longest chain of deltas before a tree is stored whole again (bounds the cost of a cold read). */
+export const MAX_DELTA_DEPTH = 4
+/** Blob field of a delta record that removes the path. */
+const REMOVED = '-'.repeat(64)
+
+/** An object to store under `id`; `exact` when `data` itself hashes to `id` (not a delta). */
+export interface StoredObject {
+  id: string
+  data: Uint8Array
+  exact: boolean
+}
+
+/** How a tree is stored: 0 = whole; n = a delta whose chain has n links and `records` changes. */
+interface TreeStorage {
+  depth: number
+  records: number
+}
 
 /** A snapshot record as stored (design.md §4; field order is the encoding's). */
 export interface SnapshotRecord {
@@ -118,6 +144,9 @@ export class ObjectStore {
   private readonly knownDirs = new Set<string>()
   private readonly trees = new Map<string, Tree>()
   private readonly records = new Map<string, SnapshotRecord>()
+  /** How the trees this store has read or written are stored (deltas are made against them). */
+  private readonly storage = new Map<string, TreeStorage>()
+  private readonly pending = new Map<string, TreeStorage>()
 
   /** `root` is the noa root (the folder holding `agent-logs/`). */
   constructor(root: string) {
@@ -188,19 +217,26 @@ export class ObjectStore {
    * once: when this resolves, all of them survive a crash.
    */
   async putObjects(items: readonly Uint8Array[]): Promise<string[]> {
-    const ids = items.map((b) => sha256(b))
-    const todo = new Map<string, Uint8Array>()
-    items.forEach((b, i) => {
-      const id = ids[i] as string
-      if (!todo.has(id) && this.sizeOf(id) !== b.length) todo.set(id, b)
-    })
-    if (todo.size === 0) return ids
-    const entries = [...todo]
+    const objects = items.map((data) => ({ id: sha256(data), data, exact: true }))
+    await this.write(objects)
+    return objects.map((o) => o.id)
+  }
+
+  /** Writes objects that are not there yet (an exact object of the wrong size is rewritten). */
+  async write(objects: readonly StoredObject[]): Promise<void> {
+    const todo = new Map<string, StoredObject>()
+    for (const o of objects) {
+      if (todo.has(o.id)) continue
+      const size = this.sizeOf(o.id)
+      if (size < 0 || (o.exact && size !== o.data.length)) todo.set(o.id, o)
+    }
+    if (todo.size === 0) return
+    const entries = [...todo.values()]
     const temps: string[] = new Array(entries.length)
     try {
       for (let i = 0; i < entries.length; i += PARALLEL_WRITES) {
         await Promise.all(
-          entries.slice(i, i + PARALLEL_WRITES).map(async ([id, data], k) => {
+          entries.slice(i, i + PARALLEL_WRITES).map(async ({ id, data }, k) => {
             const dir = dirname(this.pathOf(id))
             this.ensureDir(dir)
             temps[i + k] = await writeTempFile(dir, data, { mode: OBJECT_MODE, tempPrefix: '.obj-' })
@@ -208,56 +244,143 @@ export class ObjectStore {
         )
       }
       const dirs = new Set<string>()
-      entries.forEach(([id], i) => {
+      entries.forEach(({ id }, i) => {
         renameSync(temps[i] as string, this.pathOf(id))
         temps[i] = ''
         dirs.add(dirname(this.pathOf(id)))
       })
-      for (const d of dirs) fsyncDir(d)
+      await fsyncDirs(dirs)
     } finally {
       for (const t of temps) if (t) rmSync(t, { force: true })
     }
-    return ids
   }
 
   /** An object's bytes, checked against its id. `what` names it in errors (e.g. `tree <id>`). */
   async read(id: string, what = `object ${id}`): Promise<Buffer> {
+    const bytes = await this.readRaw(id, what)
+    this.check(id, bytes, what)
+    return bytes
+  }
+
+  private check(id: string, bytes: Buffer, what: string): void {
+    const actual = sha256(bytes)
+    if (actual !== id) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `${what} is corrupt: ${this.pathOf(id)} hashes to ${actual} (${bytes.length} bytes)`,
+        { object: id, file: this.pathOf(id) },
+      )
+    }
+  }
+
+  /** An object file's bytes, unchecked. */
+  private async readRaw(id: string, what: string): Promise<Buffer> {
     const file = this.pathOf(id)
-    let bytes: Buffer
     try {
-      bytes = await readFile(file)
+      const size = statSync(file).size
+      return size <= SYNC_READ ? readFileSync(file) : await readFile(file)
     } catch (err) {
       if (isSystemError(err, 'ENOENT')) {
         throw new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: id, file })
       }
       throw err
     }
-    const actual = sha256(bytes)
-    if (actual !== id) {
-      throw new NoaError(
-        'NOA_CORRUPT_OBJECT',
-        `${what} is corrupt: ${file} hashes to ${actual} (${bytes.length} bytes)`,
-        { object: id, file },
-      )
-    }
-    return bytes
   }
 
-  async putTree(bytes: Uint8Array): Promise<string> {
-    const [id] = await this.putObjects([bytes])
-    return id as string
+  /**
+   * How to store a tree just built: `bytes` is its canonical encoding and `built` the builder
+   * that made it. A delta against the builder's base when the base is a stored tree, the chain
+   * stays short and the changes are few; else the whole tree.
+   */
+  treeObject(bytes: Buffer, built?: TreeBuilder): StoredObject {
+    const id = sha256(bytes)
+    const base = built?.base
+    const info = base ? this.storage.get(base.id) : undefined
+    if (built && base && info && base.size > 0 && info.depth < MAX_DELTA_DEPTH) {
+      const changes = [...built.touched()]
+      const records = info.records + changes.length
+      if (records * 2 <= Math.max(base.size, built.touchedCount)) {
+        changes.sort((a, b) => comparePaths(a[0], b[0]))
+        let text = `${TREE_DELTA_HEADER}${base.id} ${info.depth + 1} ${records}\n`
+        for (const [path, blob] of changes) text += `${path}\0${blob ?? REMOVED}\n`
+        this.pending.set(id, { depth: info.depth + 1, records })
+        return { id, data: Buffer.from(text, 'utf8'), exact: false }
+      }
+    }
+    this.pending.set(id, { depth: 0, records: 0 })
+    return { id, data: bytes, exact: true }
+  }
+
+  /** Stores a tree (see treeObject); returns its id. */
+  async putTree(bytes: Buffer, built?: TreeBuilder): Promise<string> {
+    const object = this.treeObject(bytes, built)
+    await this.write([object])
+    this.stored(object.id, bytes)
+    return object.id
+  }
+
+  /** Records that a tree from treeObject is now stored, and keeps it for the next reads. */
+  stored(id: string, bytes: Buffer): void {
+    const info = this.pending.get(id)
+    this.pending.delete(id)
+    if (info && !this.storage.has(id)) this.storage.set(id, info)
+    this.remember(Tree.decode(id, bytes))
   }
 
   async getTree(id: string): Promise<Tree> {
+    checkObjectId(id, 'tree id')
     const cached = this.trees.get(id)
     if (cached) {
       this.trees.delete(id)
       this.trees.set(id, cached)
       return cached
     }
-    const tree = Tree.decode(id, await this.read(checkObjectId(id, 'tree id'), `tree ${id}`))
-    this.remember(tree)
-    return tree
+    // Follow the chain of deltas down to a whole tree (or one in the cache).
+    const deltas: Array<{ id: string; bytes: Buffer; body: number; base: string }> = []
+    let at = id
+    let base: Tree | undefined
+    for (;;) {
+      base = this.trees.get(at)
+      if (base) break
+      const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
+      const bytes = await this.readRaw(at, what)
+      if (bytes.subarray(0, TREE_HEADER.length).toString('latin1') === TREE_HEADER) {
+        this.check(at, bytes, what)
+        base = Tree.decode(at, bytes, what)
+        if (!this.storage.has(at)) this.storage.set(at, { depth: 0, records: 0 })
+        break
+      }
+      const delta = parseDeltaHeader(bytes)
+      if (!delta || deltas.length > MAX_DELTA_DEPTH * 4) {
+        throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is not a tree (${this.pathOf(at)})`, {
+          object: at,
+          file: this.pathOf(at),
+        })
+      }
+      deltas.push({ id: at, bytes, body: delta.body, base: delta.base })
+      if (deltas.length === 1) this.pending.set(id, { depth: delta.depth, records: delta.records })
+      at = delta.base
+    }
+    if (deltas.length === 0) {
+      this.remember(base)
+      return base
+    }
+    const builder = new TreeBuilder(base)
+    for (let i = deltas.length - 1; i >= 0; i--) {
+      const d = deltas[i] as (typeof deltas)[number]
+      applyDelta(builder, d.bytes, d.body, d.id)
+    }
+    const bytes = builder.encode()
+    const actual = sha256(bytes)
+    if (actual !== id) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `tree ${id} is corrupt: rebuilt from its delta chain (${deltas.map((d) => d.id).join(' <- ')}) it hashes to ${actual}`,
+        { object: id, file: this.pathOf(id) },
+      )
+    }
+    this.stored(id, bytes)
+    return this.trees.get(id) as Tree
   }
 
   /** Keeps a tree just built (whose bytes are known to hash to its id) for the next reads. */
@@ -299,14 +422,18 @@ export class ObjectStore {
     return record
   }
 
-  /** Stores a record (with its tree already stored, or in `alsoStore`); returns the record. */
+  /**
+   * Stores a record, together with objects it needs (its tree, from treeObject) in the same
+   * batch: one round of fsyncs for all of them.
+   */
   async putSnapshot(
     input: SnapshotRecordInput,
-    alsoStore: readonly Uint8Array[] = [],
+    with_: readonly StoredObject[] = [],
   ): Promise<SnapshotRecord> {
     const bytes = encodeSnapshotRecord(input)
-    const ids = await this.putObjects([...alsoStore, bytes])
-    const record: SnapshotRecord = { id: `noa_${ids[ids.length - 1]}`, ...input }
+    const id = sha256(bytes)
+    await this.write([...with_, { id, data: bytes, exact: true }])
+    const record: SnapshotRecord = { id: `noa_${id}`, ...input }
     this.records.set(record.id, record)
     return record
   }
@@ -342,4 +469,33 @@ export function snapshotEntry(record: SnapshotRecord, message: string): Snapshot
   const e: SnapshotEntry = { op: 'snapshot', snapshot_id: record.id, message }
   if (record.parent !== undefined) e.parent = record.parent
   return e
+}
+
+function parseDeltaHeader(
+  bytes: Buffer,
+): { base: string; depth: number; records: number; body: number } | null {
+  if (bytes.subarray(0, TREE_DELTA_HEADER.length).toString('latin1') !== TREE_DELTA_HEADER) return null
+  const nl = bytes.indexOf(0x0a, TREE_DELTA_HEADER.length)
+  if (nl < 0) return null
+  const m = /^([0-9a-f]{64}) (\d+) (\d+)$/.exec(bytes.toString('latin1', TREE_DELTA_HEADER.length, nl))
+  if (!m) return null
+  return { base: m[1] as string, depth: Number(m[2]), records: Number(m[3]), body: nl + 1 }
+}
+
+/** Applies a delta's records (`path NUL blob-or-dashes LF`, the tree framing) to a builder. */
+function applyDelta(builder: TreeBuilder, bytes: Buffer, from: number, id: string): void {
+  let pos = from
+  while (pos < bytes.length) {
+    const z = bytes.indexOf(0, pos)
+    if (z <= pos || z + 66 > bytes.length || bytes[z + 65] !== 0x0a) {
+      throw new NoaError('NOA_CORRUPT_OBJECT', `tree delta ${id}: malformed record at byte ${pos}`, {
+        object: id,
+      })
+    }
+    const path = bytes.toString('utf8', pos, z)
+    const blob = bytes.toString('latin1', z + 1, z + 65)
+    if (blob === REMOVED) builder.remove(path)
+    else builder.set(path, blob)
+    pos = z + 66
+  }
 }

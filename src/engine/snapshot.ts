@@ -228,16 +228,9 @@ export class SnapshotEngine {
       const s = await this.computeState(workspace, { onProgress: options.onProgress })
       const bytes = s.builder.encode()
       const record = await this.storeSnapshot(
-        {
-          workspace,
-          tree: sha256(bytes),
-          parent: s.head?.record.id,
-          since: s.since,
-          seq: s.seq,
-          message,
-          ts: nowMicros(),
-        },
+        { workspace, parent: s.head?.record.id, since: s.since, seq: s.seq, message, ts: nowMicros() },
         bytes,
+        s.builder,
       )
       const entry = await log.append(workspace, snapshotEntry(record, message))
       return {
@@ -305,7 +298,7 @@ export class SnapshotEngine {
         log,
         mutex: this.mutex,
         head: (ws) => this.head(ws),
-        storeSnapshot: (input, bytes) => this.storeSnapshot(input, bytes),
+        storeSnapshot: (input, bytes, built) => this.storeSnapshot(input, bytes, built),
         treeOf: (record) => this.treeOf(record),
       },
       target,
@@ -314,10 +307,18 @@ export class SnapshotEngine {
     )
   }
 
-  /** Stores a tree and its record (objects first; the caller appends the entry after). */
-  private async storeSnapshot(input: SnapshotRecordInput, treeBytes: Buffer): Promise<SnapshotRecord> {
-    const record = await this.store.putSnapshot(input, [treeBytes])
-    this.store.remember(Tree.decode(input.tree, treeBytes))
+  /**
+   * Stores a tree (as a delta against the builder's base when worth it) and its record in one
+   * batch; the caller appends the entry after.
+   */
+  private async storeSnapshot(
+    input: Omit<SnapshotRecordInput, 'tree'>,
+    treeBytes: Buffer,
+    built: TreeBuilder,
+  ): Promise<SnapshotRecord> {
+    const tree = this.store.treeObject(treeBytes, built)
+    const record = await this.store.putSnapshot({ ...input, tree: tree.id }, [tree])
+    this.store.stored(tree.id, treeBytes)
     return record
   }
 
@@ -325,7 +326,7 @@ export class SnapshotEngine {
     try {
       return await this.store.getTree(record.tree)
     } catch (err) {
-      if (err instanceof NoaError && err.code === 'NOA_NOT_FOUND') {
+      if (err instanceof NoaError && err.code === 'NOA_NOT_FOUND' && err.details.object === record.tree) {
         throw new NoaError(
           'NOA_NOT_FOUND',
           `snapshot ${record.id}: its tree ${record.tree} is missing from ${this.store.dir}`,
@@ -363,29 +364,39 @@ export class SnapshotEngine {
     const file = existingLog(this.root, workspace)
     const endByte = lengthOfLog(file)
     let head: Head | null = null
-    if (options.fromScratch) {
-      // Start at the newest snapshot whose tree did not come from this log (a fork base or a
-      // merge), or at the beginning.
-      for (const { entry } of snapshotEntriesBackward(file)) {
-        const h = await this.headOf(workspace, entry)
-        if (!h.own || h.record.merged) {
-          head = h
-          break
-        }
-      }
-    } else {
+    if (!options.fromScratch) {
       const found = lastSnapshotEntry(file)
       if (found) head = await this.headOf(workspace, found.entry)
     }
     const base = head ? await this.treeOf(head.record) : EMPTY_TREE
     const builder = new TreeBuilder(base)
     const since = head?.pos ?? 0
+    const seen: Array<{ seq: number; id: string }> = []
     const r = await replaySegment(this.root, workspace, builder, {
       since,
       endByte,
       snapshotsUpTo: options.fromScratch ? undefined : (head?.entrySeq ?? 0),
+      onSnapshot: options.fromScratch ? (seq, id) => seen.push({ seq, id }) : undefined,
       onProgress: options.onProgress,
     })
+    if (options.fromScratch) {
+      // The newest snapshot whose tree did not come from this log (a fork base, a merge)
+      // replaces everything before it: start again there. Found on the way, so a workspace that
+      // was never forked or merged into is read once.
+      for (let i = seen.length - 1; i >= 0; i--) {
+        const { seq, id } = seen[i] as { seq: number; id: string }
+        const h = await this.headOf(workspace, { op: 'snapshot', snapshot_id: id, message: '', seq, ts: 0 })
+        if (!h.own || h.record.merged) {
+          const again = new TreeBuilder(await this.treeOf(h.record))
+          const r2 = await replaySegment(this.root, workspace, again, {
+            since: h.pos,
+            endByte,
+            onProgress: options.onProgress,
+          })
+          return { builder: again, head: h, since: h.pos, seq: r2.lastSeq, applied: r2.applied }
+        }
+      }
+    }
     return { builder, head, since, seq: r.lastSeq, applied: r.applied }
   }
 

@@ -22,6 +22,7 @@ import { NoaError } from './errors.js'
 export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
 const NUL = 0
+const BLOB_RE = /^[0-9a-f]{64}$/
 const LF = 0x0a
 /** NUL + 64 hex + LF after the path. */
 const TAIL = 66
@@ -111,13 +112,26 @@ export class Tree {
     return this.bytes.toString('latin1', z + 1, z + 65)
   }
 
-  /** Compares record i's path with `path` (UTF-8 bytes): < 0 when the record sorts first. */
-  private compareAt(i: number, path: Buffer): number {
-    return this.bytes.compare(path, 0, path.length, this.start(i), this.ends[i])
+  /**
+   * Compares record i's path with `path` (UTF-8 bytes): < 0 when the record sorts first. A plain
+   * loop: the paths share long prefixes and are short, where the binding call of
+   * Buffer#compare costs more than the comparison.
+   */
+  private compareAt(i: number, path: Uint8Array): number {
+    const b = this.bytes
+    let p = this.start(i)
+    const end = this.ends[i] as number
+    const n = path.length
+    for (let k = 0; k < n; k++, p++) {
+      if (p === end) return -1
+      const d = (b[p] as number) - (path[k] as number)
+      if (d !== 0) return d
+    }
+    return p === end ? 0 : 1
   }
 
   /** First record index in [lo, size) whose path is ≥ `path`. */
-  lowerBound(path: Buffer, lo = 0): number {
+  lowerBound(path: Uint8Array, lo = 0): number {
     let hi = this.ends.length
     while (lo < hi) {
       const mid = (lo + hi) >>> 1
@@ -132,6 +146,11 @@ export class Tree {
     const key = Buffer.from(path, 'utf8')
     const i = this.lowerBound(key)
     return i < this.ends.length && this.compareAt(i, key) === 0 ? this.blobAt(i) : undefined
+  }
+
+  /** Whether record i's path is exactly `path`. */
+  isAt(i: number, path: Uint8Array): boolean {
+    return i < this.ends.length && this.compareAt(i, path) === 0
   }
 
   has(path: string): boolean {
@@ -212,6 +231,14 @@ export class TreeBuilder {
           { path: k },
         )
       }
+      const v = this.changes.get(k)
+      if (v && !BLOB_RE.test(v)) {
+        throw new NoaError(
+          'NOA_CORRUPT_LOG',
+          `path ${JSON.stringify(k)}: blob ${JSON.stringify(v)} is not 64 lowercase hex (from a log? noa verify finds the line)`,
+          { path: k },
+        )
+      }
     }
     keys.sort(comparePaths)
     const base = this.base
@@ -237,7 +264,7 @@ export class TreeBuilder {
       }
       const v = this.changes.get(k)
       if (v) pending += `${k}\0${v}\n`
-      i = j < n && base.pathAt(j) === k ? j + 1 : j
+      i = base.isAt(j, key) ? j + 1 : j
     }
     if (pending) parts.push(Buffer.from(pending, 'utf8'))
     if (i < n) parts.push(base.recordBytes(i, n))
