@@ -114,6 +114,7 @@ describe('merge', () => {
       kind: 'merge',
       snapshot_id: r.snapshot_id,
     })
+    expect((await engine.replay('main', { fromScratch: true })).tree.id).toBe(r.tree)
     // The target goes on from the merge.
     await log.append('main', w('after', 13))
     const next = await engine.snapshot('main')
@@ -221,6 +222,10 @@ describe('merge', () => {
     const r = await engine.merge('one', ['two'])
     expect(r.base).toBeNull()
     expect(await files(engine, r.snapshot_id)).toEqual({ a: blobOf(1), b: blobOf(2) })
+    await log.append('one', w('c', 3))
+    const scratch = await engine.replay('one', { fromScratch: true }) // restarts at the merge
+    expect(scratch).toMatchObject({ parent: r.snapshot_id, entriesReplayed: 1 })
+    expect(Object.fromEntries(scratch.tree.entries())).toEqual({ a: blobOf(1), b: blobOf(2), c: blobOf(3) })
     const merge = logLines(root, 'one').find((l) => l.op === 'merge')
     expect(Object.keys(merge as object)).toEqual(['seq', 'op', 'from_workspace', 'from_snapshot', 'ts'])
   })

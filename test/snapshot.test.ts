@@ -257,6 +257,10 @@ describe('forks', () => {
     await log.appendMany('feat', [d('a'), w('c', 3)])
     const s = await engine.snapshot('feat', { message: 'work' })
     expect(await files(engine, s.snapshot_id)).toEqual({ b: blobOf(2), c: blobOf(3) })
+    // From scratch, the fork's log starts at its base (the base's tree did not come from it).
+    const scratch = await engine.replay('feat', { fromScratch: true })
+    expect(scratch).toMatchObject({ parent: base.snapshot_id, since: 1, entriesReplayed: 2 })
+    expect(scratch.tree.id).toBe(s.tree)
     expect(await files(engine, base.snapshot_id)).toEqual({ a: blobOf(1), b: blobOf(2) })
     const kinds = (await engine.listSnapshots('feat')).map((x) => x.kind)
     expect(kinds).toEqual(['snapshot', 'snapshot', 'fork'])

@@ -363,41 +363,65 @@ export class SnapshotEngine {
   ): Promise<{ builder: TreeBuilder; head: Head | null; since: number; seq: number; applied: number }> {
     const file = existingLog(this.root, workspace)
     const endByte = lengthOfLog(file)
-    let head: Head | null = null
-    if (!options.fromScratch) {
-      const found = lastSnapshotEntry(file)
-      if (found) head = await this.headOf(workspace, found.entry)
-    }
+    if (options.fromScratch) return this.fromScratch(workspace, endByte, options.onProgress)
+    const found = lastSnapshotEntry(file)
+    const head = found ? await this.headOf(workspace, found.entry) : null
     const base = head ? await this.treeOf(head.record) : EMPTY_TREE
     const builder = new TreeBuilder(base)
     const since = head?.pos ?? 0
-    const seen: Array<{ seq: number; id: string }> = []
     const r = await replaySegment(this.root, workspace, builder, {
       since,
       endByte,
-      snapshotsUpTo: options.fromScratch ? undefined : (head?.entrySeq ?? 0),
-      onSnapshot: options.fromScratch ? (seq, id) => seen.push({ seq, id }) : undefined,
+      snapshotsUpTo: head?.entrySeq ?? 0,
       onProgress: options.onProgress,
     })
-    if (options.fromScratch) {
-      // The newest snapshot whose tree did not come from this log (a fork base, a merge)
-      // replaces everything before it: start again there. Found on the way, so a workspace that
-      // was never forked or merged into is read once.
-      for (let i = seen.length - 1; i >= 0; i--) {
-        const { seq, id } = seen[i] as { seq: number; id: string }
-        const h = await this.headOf(workspace, { op: 'snapshot', snapshot_id: id, message: '', seq, ts: 0 })
-        if (!h.own || h.record.merged) {
-          const again = new TreeBuilder(await this.treeOf(h.record))
-          const r2 = await replaySegment(this.root, workspace, again, {
-            since: h.pos,
-            endByte,
-            onProgress: options.onProgress,
-          })
-          return { builder: again, head: h, since: h.pos, seq: r2.lastSeq, applied: r2.applied }
-        }
-      }
-    }
     return { builder, head, since, seq: r.lastSeq, applied: r.applied }
+  }
+
+  /**
+   * Replays the whole log, ignoring the workspace's own snapshots but not those whose tree came
+   * from elsewhere (a fork base, a merge): the newest of those replaces everything before it.
+   * They are found on the way, so a log never forked or merged into is read once; meeting one
+   * (or an entry that cannot apply before one was met) restarts the replay from the newest
+   * seen, until a pass meets none newer than its start.
+   */
+  private async fromScratch(
+    workspace: string,
+    endByte: number,
+    onProgress: ReplayOptions['onProgress'],
+  ): Promise<{ builder: TreeBuilder; head: Head | null; since: number; seq: number; applied: number }> {
+    let head: Head | null = null
+    for (;;) {
+      const since = head?.pos ?? 0
+      const builder = new TreeBuilder(head ? await this.treeOf(head.record) : EMPTY_TREE)
+      const seen: Array<{ seq: number; id: string }> = []
+      let result: { lastSeq: number; applied: number } | null = null
+      let failure: unknown = null
+      try {
+        result = await replaySegment(this.root, workspace, builder, {
+          since,
+          endByte,
+          onSnapshot: (seq, id) => seen.push({ seq, id }),
+          onProgress,
+        })
+      } catch (err) {
+        if (!(err instanceof NoaError && err.code === 'NOA_REPLAY')) throw err
+        failure = err
+      }
+      let reset: Head | null = null
+      for (let i = seen.length - 1; i >= 0 && !reset; i--) {
+        const { seq, id } = seen[i] as { seq: number; id: string }
+        if (head && seq <= head.entrySeq) break
+        const h = await this.headOf(workspace, { op: 'snapshot', snapshot_id: id, message: '', seq, ts: 0 })
+        if (!h.own || h.record.merged) reset = h
+      }
+      if (reset) {
+        head = reset
+        continue
+      }
+      if (failure || !result) throw failure
+      return { builder, head, since, seq: result.lastSeq, applied: result.applied }
+    }
   }
 
   private requireLog(what: string): AgentLog {
