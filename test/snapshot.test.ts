@@ -1,8 +1,11 @@
 import { spawn } from 'node:child_process'
 import { readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { PassThrough } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import fc from 'fast-check'
 import { describe, expect, it, onTestFinished } from 'vitest'
+import { progress } from '../dist/src/cli/progress.js'
 import {
   AgentLog,
   type EntryInput,
@@ -188,6 +191,31 @@ describe('snapshots', () => {
     expect(await files(reader, s.snapshot_id)).toEqual({ a: blobOf(1), 'b/c': blobOf(2) })
     const r = runCli(['tree', s.snapshot_id, '--root', root])
     expect(r.stdout).toBe(`a\t${blobOf(1)}\nb/c\t${blobOf(2)}\n`)
+  })
+
+  it('stays exact while appends run concurrently, and serializes snapshots of one workspace', async () => {
+    const { log, engine } = await setup()
+    await log.openWorkspace('ws')
+    const writers = Array.from({ length: 4 }, async (_, k) => {
+      for (let i = 0; i < 60; i++) {
+        await log.append('ws', w(`w${k}/f${i % 7}`, k * 1000 + i))
+        if (i % 9 === 8) await log.append('ws', d(`w${k}/f${i % 7}`))
+      }
+    })
+    const taken: string[] = []
+    const snapshots = (async () => {
+      for (let i = 0; i < 4; i++) {
+        const [a, b] = await Promise.all([engine.snapshot('ws'), engine.snapshot('ws')])
+        expect(b?.parent).toBe(a?.snapshot_id) // the second waited for the first
+        taken.push(a.snapshot_id, b.snapshot_id)
+      }
+    })()
+    await Promise.all([...writers, snapshots])
+    const last = await engine.snapshot('ws')
+    expect(last.parent).toBe(taken.at(-1))
+    expect((await engine.replay('ws', { fromScratch: true })).tree.id).toBe(last.tree)
+    const listed = (await engine.listSnapshots('ws')).map((s) => s.snapshot_id)
+    expect(listed).toEqual([last.snapshot_id, ...taken.reverse()])
   })
 
   it('property: incremental snapshots equal a full replay from empty', async () => {
@@ -421,5 +449,39 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
       expect(r.stderr, args.join(' ')).toMatch(message)
       expect(r.stdout).toBe('')
     }
+  })
+})
+
+describe('replay progress (CLI)', () => {
+  function io(isTTY: boolean) {
+    const err = new PassThrough()
+    let text = ''
+    err.on('data', (b) => {
+      text += b
+    })
+    const out = new PassThrough()
+    return { io: { stdin: new PassThrough(), stdout: out, stderr: err, env: {}, isTTY }, text: () => text }
+  }
+  const at = { workspace: 'ws', seq: 500, first: 1, last: 1000, entries: 500 }
+
+  it('redraws one line on a terminal and erases it at the end; says nothing for a short replay', async () => {
+    const tty = io(true)
+    const p = progress(tty.io, 'replaying')
+    p.onProgress(at) // too early: a short replay shows nothing
+    expect(tty.text()).toBe('')
+    await sleep(350)
+    p.onProgress(at)
+    const erase = '\r\x1b[K'
+    expect(tty.text().startsWith(erase)).toBe(true)
+    expect(tty.text().slice(erase.length)).toMatch(
+      /^replaying: ws seq 500\/1000 50%, 500 entries \(\d+\/s\)$/,
+    )
+    p.done()
+    expect(tty.text().endsWith('\r\x1b[K')).toBe(true)
+    const pipe = io(false)
+    const q = progress(pipe.io, 'replaying')
+    q.onProgress(at)
+    q.done()
+    expect(pipe.text()).toBe('')
   })
 })
