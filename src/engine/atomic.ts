@@ -8,7 +8,7 @@
  */
 
 import { randomBytes } from 'node:crypto'
-import { closeSync, fchmodSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs'
+import { closeSync, fchmodSync, fsync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs'
 import { type FileHandle, open, rm } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
 
@@ -31,15 +31,20 @@ export function fsyncDir(dir: string): void {
   }
 }
 
-/** fsync several directories at once (each through libuv's pool). */
+/** fsync on libuv's pool: the only call here slow enough to keep off the event loop. */
+function fsyncAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())))
+}
+
+/** fsync several directories at once (the fsyncs run in parallel on libuv's pool). */
 export async function fsyncDirs(dirs: Iterable<string>): Promise<void> {
   await Promise.all(
     [...dirs].map(async (dir) => {
-      const handle = await open(dir, 'r')
+      const fd = openSync(dir, 'r')
       try {
-        await handle.sync()
+        await fsyncAsync(fd)
       } finally {
-        await handle.close()
+        closeSync(fd)
       }
     }),
   )
@@ -135,19 +140,29 @@ export class TempFile {
   }
 }
 
-/** Writes `data` to a new temp file in `dir`, fsynced and closed; returns its path. */
+/**
+ * Writes `data` to a new temp file in `dir`, fsynced and closed; returns its path. Open and write
+ * are synchronous (they only reach the page cache); the fsync runs on libuv's pool, so several
+ * of these at once have their fsyncs in flight together.
+ */
 export async function writeTempFile(
   dir: string,
   data: Uint8Array,
   options: AtomicWriteOptions = {},
 ): Promise<string> {
-  const temp = await TempFile.create(dir, options)
+  const temp = tempPath(dir, options.tempPrefix ?? '.tmp-', options.tempSuffix)
+  const mode = options.mode ?? 0o644
+  const fd = openSync(temp, 'wx', mode)
+  let ok = false
   try {
-    await temp.write(data)
-    await temp.finish()
-  } catch (err) {
-    await temp.abort()
-    throw err
+    fchmodSync(fd, mode) // exact mode, whatever the umask
+    let off = 0
+    while (off < data.length) off += writeSync(fd, data, off, data.length - off)
+    await fsyncAsync(fd)
+    ok = true
+  } finally {
+    closeSync(fd)
+    if (!ok) rmSync(temp, { force: true })
   }
-  return temp.path
+  return temp
 }
