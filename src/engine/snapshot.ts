@@ -259,27 +259,13 @@ export class SnapshotEngine {
     encodeBody({ op: 'snapshot', snapshot_id: record.id, message })
     return this.mutex.run([workspace], async () => {
       const file = logPath(this.root, workspace)
-      if (existsSync(file) && statSync(file).size > 0) {
-        throw new NoaError(
-          'NOA_EXISTS',
-          `workspace ${workspace} already exists (${file}); fork into a new one`,
-          {
-            workspace,
-            file,
-          },
-        )
-      }
-      const report = await log.openWorkspace(workspace)
-      if (report.lastSeq > 0) {
-        throw new NoaError(
-          'NOA_EXISTS',
-          `workspace ${workspace} already exists (${file}); fork into a new one`,
-          {
-            workspace,
-            file,
-          },
-        )
-      }
+      const exists = () =>
+        new NoaError('NOA_EXISTS', `workspace ${workspace} already exists (${file}); fork into a new one`, {
+          workspace,
+          file,
+        })
+      if (existsSync(file) && statSync(file).size > 0) throw exists() // refused before the log is touched
+      if ((await log.openWorkspace(workspace)).lastSeq > 0) throw exists()
       const entry = await log.append(workspace, { op: 'snapshot', snapshot_id: record.id, message })
       return { workspace, base: record.id, from_workspace: record.workspace, entry }
     })
