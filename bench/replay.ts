@@ -48,10 +48,18 @@ function say(line: string): void {
 }
 
 export async function replayBench(opts: { quick: boolean; dir: string }): Promise<BenchRow[]> {
-  const entries = opts.quick ? 100_000 : 1_000_000
-  const rounds = opts.quick ? 3 : 5
-  const increments = opts.quick ? 5 : 7
   const root = join(opts.dir, 'replay')
+  try {
+    return await run(opts.quick, root)
+  } finally {
+    rmSync(root, { recursive: true, force: true }) // ~200 MB at full size
+  }
+}
+
+async function run(quick: boolean, root: string): Promise<BenchRow[]> {
+  const entries = quick ? 100_000 : 1_000_000
+  const rounds = quick ? 3 : 5
+  const increments = quick ? 5 : 7
   const file = join(root, 'agent-logs', `${WS}.log`)
   const model = new WorkloadModel()
   const { bytes } = writeLog(file, entries, model)
