@@ -69,6 +69,12 @@ describe('entry validation', () => {
     ['trailing slash', { op: 'delete', path: 'a/' }, /path: has an empty segment/],
     ['empty path', { op: 'delete', path: '' }, /path: must not be empty/],
     ['NUL', { op: 'delete', path: 'a\0b' }, /path: must not contain NUL/],
+    ['lone surrogate', { op: 'delete', path: 'a\ud800' }, /path: has a lone UTF-16 surrogate/],
+    [
+      'lone surrogate in a message',
+      { op: 'snapshot', snapshot_id: 'noa_1', message: '\udfff' },
+      /message: has a lone/,
+    ],
     ['non-string path', { op: 'delete', path: 7 }, /path: must be a string, got number/],
     ['long path', { op: 'delete', path: 'a'.repeat(5000) }, /path: longer than 4096 bytes/],
     [

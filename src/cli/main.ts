@@ -33,6 +33,27 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     summary: 'list workspaces with entry counts and last seq',
     load: () => import('./commands/workspaces.js'),
   },
+  blob: {
+    summary: 'put a file into the object store, or get a blob out',
+    load: () => import('./commands/blob.js'),
+  },
+  snapshot: {
+    summary: "snapshot a workspace's files (replays the entries since its last snapshot)",
+    load: () => import('./commands/snapshot.js'),
+  },
+  snapshots: {
+    summary: "a workspace's snapshots, newest first",
+    load: () => import('./commands/snapshots.js'),
+  },
+  tree: {
+    summary: "a snapshot's files: path and blob, sorted by path",
+    load: () => import('./commands/tree.js'),
+  },
+  fork: { summary: 'start a new workspace from a snapshot', load: () => import('./commands/fork.js') },
+  merge: {
+    summary: 'merge source workspaces into a target as one snapshot',
+    load: () => import('./commands/merge.js'),
+  },
 }
 
 export function usage(): string {

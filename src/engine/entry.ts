@@ -84,6 +84,7 @@ export function checkPath(value: unknown, field: string, where?: string): string
   if (typeof value !== 'string') throw bad(field, `must be a string, got ${typeName(value)}`, where)
   if (value.length === 0) throw bad(field, 'must not be empty', where)
   if (value.includes('\0')) throw bad(field, 'must not contain NUL', where)
+  if (!value.isWellFormed()) throw bad(field, 'has a lone UTF-16 surrogate (not encodable as UTF-8)', where)
   if (value.startsWith('/')) throw bad(field, `must be relative, got ${JSON.stringify(value)}`, where)
   if (Buffer.byteLength(value) > MAX_PATH_BYTES)
     throw bad(field, `longer than ${MAX_PATH_BYTES} bytes`, where)
@@ -138,6 +139,7 @@ export function checkWorkspace(name: unknown): string {
 
 function checkString(value: unknown, field: string, max: number, where?: string): string {
   if (typeof value !== 'string') throw bad(field, `must be a string, got ${typeName(value)}`, where)
+  if (!value.isWellFormed()) throw bad(field, 'has a lone UTF-16 surrogate (not encodable as UTF-8)', where)
   if (Buffer.byteLength(value) > max) throw bad(field, `longer than ${max} bytes`, where)
   return value
 }

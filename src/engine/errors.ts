@@ -18,6 +18,7 @@ export type NoaErrorCode =
   | 'NOA_NATIVE_MISSING'
   | 'NOA_REPLAY'
   | 'NOA_CONFLICT'
+  | 'NOA_EXISTS'
   | 'NOA_BAD_FORMAT'
   | 'NOA_REPLICA_GAP'
   | 'NOA_REPLICATION'

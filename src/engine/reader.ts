@@ -202,9 +202,12 @@ function sizeOf(fd: number): number {
   return fstatSync(fd).size
 }
 
-/** Offset of the last `\n` strictly before `before`, or -1. Reads backwards in chunks. */
+/**
+ * Offset of the last `\n` strictly before `before`, or -1. Reads backwards, 4 KiB first (a line
+ * is usually ~200 bytes), then in growing chunks.
+ */
 export function findLastNewline(fd: number, before: number): number {
-  const buf = Buffer.allocUnsafe(65536)
+  let buf = Buffer.allocUnsafe(4096)
   let end = before
   while (end > 0) {
     const start = Math.max(0, end - buf.length)
@@ -212,6 +215,7 @@ export function findLastNewline(fd: number, before: number): number {
     const i = buf.subarray(0, n).lastIndexOf(NL)
     if (i >= 0) return start + i
     end = start
+    if (buf.length < 1 << 20) buf = Buffer.allocUnsafe(buf.length * 4)
   }
   return -1
 }

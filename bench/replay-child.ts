@@ -1,0 +1,45 @@
+/**
+ * One replay in a fresh process, for its peak RSS: `node dist/bench/replay-child.js <noa|baseline>
+ * <root> <workspace>`. Prints `{"maxRssMB","ms","entries"}`.
+ */
+import { createReadStream } from 'node:fs'
+import { join } from 'node:path'
+import { SnapshotEngine } from '../src/engine/snapshot.js'
+
+/** The baseline: a bare line reader and a JSON.parse per line, nothing kept. */
+export async function lineReaderParse(file: string): Promise<number> {
+  const stream = createReadStream(file, { highWaterMark: 1 << 20, encoding: 'utf8' })
+  let carry = ''
+  let n = 0
+  for await (const chunk of stream) {
+    const lines = (carry + (chunk as string)).split('\n')
+    carry = lines.pop() as string
+    for (const line of lines) {
+      if (line.length > 0) {
+        JSON.parse(line)
+        n++
+      }
+    }
+  }
+  return n
+}
+
+/** noa: the workspace's files from an empty tree through its last entry (the tree id computed). */
+export async function noaReplay(root: string, workspace: string): Promise<number> {
+  const state = await new SnapshotEngine({ root }).replay(workspace, { fromScratch: true })
+  return state.seq
+}
+
+async function main(): Promise<void> {
+  const [mode, root, workspace] = process.argv.slice(2) as [string, string, string]
+  const started = performance.now()
+  const entries =
+    mode === 'noa'
+      ? await noaReplay(root, workspace)
+      : await lineReaderParse(join(root, 'agent-logs', `${workspace}.log`))
+  const ms = performance.now() - started
+  const maxRssMB = process.resourceUsage().maxRSS / 1024
+  process.stdout.write(`${JSON.stringify({ maxRssMB, ms, entries })}\n`)
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await main()

@@ -1,0 +1,136 @@
+/**
+ * A realistic workspace log for the replay benchmark: ~10k distinct paths in a source-tree
+ * layout, mostly writes (hot files more often than cold ones), some deletes and renames, every
+ * entry valid against the files that exist at that point, ~200-byte lines. Seeded, so every run
+ * replays the same log.
+ */
+import { closeSync, mkdirSync, openSync, writeSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { type EntryInput, encodeBody, formatLine } from '../src/engine/entry.js'
+
+/** mulberry32: small, fast, seeded. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+const AREAS = ['components', 'services', 'utils', 'api', 'models', 'hooks', 'pages', 'lib', 'tests', 'styles']
+const EXTS = ['ts', 'tsx', 'json', 'md', 'css', 'test.ts']
+const WORDS = [
+  'user',
+  'order',
+  'cart',
+  'session',
+  'payment',
+  'search',
+  'profile',
+  'invoice',
+  'report',
+  'auth',
+]
+
+export class WorkloadModel {
+  private readonly random: () => number
+  /** Every name a file may have (about 10k). */
+  private readonly names: string[] = []
+  private readonly live: string[] = []
+  private readonly index = new Map<string, number>()
+
+  constructor(seed = 42, distinctPaths = 10_000) {
+    this.random = rng(seed)
+    for (let i = 0; i < distinctPaths; i++) {
+      const area = AREAS[i % AREAS.length] as string
+      const mod = Math.floor(i / AREAS.length) % 40
+      const word = WORDS[Math.floor(i / 400) % WORDS.length] as string
+      const ext = EXTS[i % EXTS.length] as string
+      this.names.push(
+        `packages/agent-${i % 4}/src/${area}/module-${String(mod).padStart(2, '0')}/${word}-request-handler-${i}.${ext}`,
+      )
+    }
+  }
+
+  private blob(): string {
+    let s = ''
+    for (let i = 0; i < 8; i++)
+      s += (Math.floor(this.random() * 0x100000000) >>> 0).toString(16).padStart(8, '0')
+    return s
+  }
+
+  private add(path: string): void {
+    this.index.set(path, this.live.length)
+    this.live.push(path)
+  }
+
+  private drop(path: string): void {
+    const i = this.index.get(path) as number
+    const last = this.live.pop() as string
+    if (last !== path) {
+      this.live[i] = last
+      this.index.set(last, i)
+    }
+    this.index.delete(path)
+  }
+
+  /** A free name (not a live file). */
+  private freeName(): string {
+    for (;;) {
+      const name = this.names[Math.floor(this.random() * this.names.length)] as string
+      if (!this.index.has(name)) return name
+    }
+  }
+
+  next(): EntryInput {
+    const r = this.random()
+    const n = this.live.length
+    if (n > 100 && r < 0.06) {
+      const path = this.live[Math.floor(this.random() * n)] as string
+      this.drop(path)
+      return { op: 'delete', path }
+    }
+    if (n > 100 && r < 0.12 && n < this.names.length - 100) {
+      const from = this.live[Math.floor(this.random() * n)] as string
+      const to = this.freeName()
+      this.drop(from)
+      this.add(to)
+      return { op: 'rename', from, to }
+    }
+    let path: string
+    if (n < this.names.length * 0.9 && (n < 1000 || this.random() < 0.15)) {
+      path = this.freeName()
+      this.add(path)
+    } else {
+      // Hot files: a skewed pick (the square makes low indexes far more likely).
+      const x = this.random()
+      path = this.live[Math.floor(x * x * n)] as string
+    }
+    return { op: 'write', path, blob: this.blob() }
+  }
+}
+
+/** Writes `count` entries as stored lines (seq from 1, ts 37 µs apart) to `file`. */
+export function writeLog(file: string, count: number, model: WorkloadModel): { bytes: number } {
+  mkdirSync(dirname(file), { recursive: true })
+  const fd = openSync(file, 'w')
+  let bytes = 0
+  try {
+    let out = ''
+    const ts0 = 1_717_592_400_000_000
+    for (let seq = 1; seq <= count; seq++) {
+      out += formatLine(seq, encodeBody(model.next()), ts0 + seq * 37)
+      if (out.length >= 1 << 22) {
+        bytes += writeSync(fd, out)
+        out = ''
+      }
+    }
+    bytes += writeSync(fd, out)
+  } finally {
+    closeSync(fd)
+  }
+  return { bytes }
+}

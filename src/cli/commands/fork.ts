@@ -1,0 +1,41 @@
+import { AgentLog } from '../../engine/agent-log.js'
+import { checkWorkspace } from '../../engine/entry.js'
+import { SnapshotEngine } from '../../engine/snapshot.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
+
+const spec = {
+  usage: 'usage: noa fork <new_workspace> --from <snapshot_id> [-m MESSAGE] [--root DIR] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    from: { type: 'string' },
+    message: { type: 'string', short: 'm' },
+  },
+  positionals: [1, 1] as [number, number],
+} as const
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  if (values.from === undefined) throw new UsageError('--from <snapshot_id> is required', spec.usage)
+  const workspace = checkWorkspace(positionals[0])
+  const root = rootOf(values)
+  await new SnapshotEngine({ root }).tree(values.from) // an unknown id fails before any worker starts
+  const log = await AgentLog.open({ root, workers: 1 })
+  try {
+    const r = await new SnapshotEngine({ log }).fork(
+      workspace,
+      values.from,
+      values.message === undefined ? {} : { message: values.message },
+    )
+    await write(
+      io.stdout,
+      values.json
+        ? json({ workspace: r.workspace, base: r.base, from_workspace: r.from_workspace, seq: r.entry.seq })
+        : `${r.workspace}\tforked from ${r.base} (${r.from_workspace})\n`,
+    )
+  } finally {
+    await log.close()
+  }
+  return 0
+}

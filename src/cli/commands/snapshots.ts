@@ -1,0 +1,27 @@
+import { SnapshotEngine } from '../../engine/snapshot.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
+import { quoteField } from '../progress.js'
+
+const spec = {
+  usage: 'usage: noa snapshots <workspace> [--root DIR] [--json]',
+  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  positionals: [1, 1] as [number, number],
+}
+
+/** The workspace's snapshot entries, newest first: id, kind, seq of the entry, time, message. */
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, spec)
+  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const list = await engine.listSnapshots(positionals[0] as string)
+  if (values.json) {
+    await write(io.stdout, json(list))
+    return 0
+  }
+  const lines = list.map(
+    (s) =>
+      `${s.snapshot_id}\t${s.kind}\tseq ${s.entry.seq}\t${new Date(s.ts / 1000).toISOString()}\t${quoteField(s.message)}\n`,
+  )
+  await write(io.stdout, lines.join(''))
+  return 0
+}

@@ -1,0 +1,27 @@
+import { SnapshotEngine } from '../../engine/snapshot.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { type CliIo, write } from '../io.js'
+import { quoteField } from '../progress.js'
+
+const spec = {
+  usage: 'usage: noa tree <snapshot_id> [--root DIR] [--json]',
+  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  positionals: [1, 1] as [number, number],
+}
+
+/** One `path<TAB>blob` line per file, sorted by path (the tree's own order); --json: JSON lines. */
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, spec)
+  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const tree = await engine.tree(positionals[0] as string)
+  let out = ''
+  for (const [path, blob] of tree.entries()) {
+    out += values.json ? `${JSON.stringify({ path, blob })}\n` : `${quoteField(path)}\t${blob}\n`
+    if (out.length >= 1 << 16) {
+      await write(io.stdout, out)
+      out = ''
+    }
+  }
+  if (out) await write(io.stdout, out)
+  return 0
+}
