@@ -72,6 +72,10 @@ describe.skipIf(!has('merge'))('noa merge on workspaces that arrived through a m
         writeFileSync(file, 'hello\n')
         const hash = (await cli(['blob', 'put', file, '--root', origin])).trim()
         await cli(['append', 'main', '--root', origin], writes({ 'hello.txt': hash, 'old.txt': blob('1') }))
+        await cli(['snapshot', 'main', '-m', 'first', '--root', origin])
+        // A second snapshot with few changes stores its tree as a delta against the first:
+        // a file that is not named by the hash of its own bytes.
+        await cli(['append', 'main', '--root', origin], writes({ 'more.txt': blob('9') }))
         const base = (await cli(['snapshot', 'main', '-m', 'base', '--root', origin]))
           .trim()
           .split(/\s+/)[0] as string

@@ -40,6 +40,7 @@ import {
   checkPrefix,
   DEFAULT_PREFIX,
   entryMsgId,
+  HDR_OBJECT_EXACT,
   HDR_OBJECT_OFFSET,
   HDR_OBJECT_SIZE,
   parseSubject,
@@ -388,7 +389,8 @@ class Mirror {
     if (kind.kind === 'object') {
       const size = Number(m.headers?.get(HDR_OBJECT_SIZE))
       const offset = Number(m.headers?.get(HDR_OBJECT_OFFSET))
-      await this.sink.put(kind.id, size, offset, m.data, m.seq)
+      const exact = m.headers?.get(HDR_OBJECT_EXACT) !== '0'
+      await this.sink.put(kind.id, size, offset, m.data, m.seq, exact)
       return
     }
     const st = this.state(kind.workspace)

@@ -8,8 +8,11 @@
  * An object larger than a message goes out in parts on its subject, each with
  * `Noa-Object-Size` and `Noa-Object-Offset`; the first part expects the subject to be empty and
  * each later part expects the previous one, so a subject holds one copy of an object, in order,
- * however many publishers hold it. Objects are verified against their id (SHA-256) on both
- * sides.
+ * however many publishers hold it. Objects named by the hash of their own bytes are verified
+ * against it on both sides. A tree may be stored as a delta against another tree (its file
+ * does not hash to its name): the publisher checks it by rebuilding it through the object
+ * store, and marks it `Noa-Object-Exact: 0`; the mirror stores its bytes as they are, and the
+ * object store checks the rebuilt tree whenever it is read, as on the origin.
  */
 import { createHash } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs'
@@ -18,10 +21,17 @@ import { join } from 'node:path'
 import { headers } from '@nats-io/transport-node'
 import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { ObjectStore } from '../engine/objects.js'
 import { ensureReplicationDir, replicationDir } from './checkpoint.js'
 import { sameBytes } from './lines.js'
 import { isWrongLastSequence, type Link, lastOnSubject, messageAt, replicationError } from './stream.js'
-import { HDR_OBJECT_OFFSET, HDR_OBJECT_SIZE, objectMsgId, objectSubject } from './subjects.js'
+import {
+  HDR_OBJECT_EXACT,
+  HDR_OBJECT_OFFSET,
+  HDR_OBJECT_SIZE,
+  objectMsgId,
+  objectSubject,
+} from './subjects.js'
 
 const SHARD_RE = /^[0-9a-f]{2}$/
 const REST_RE = /^[0-9a-f]{62}$/
@@ -159,12 +169,19 @@ export interface ObjectPublishContext {
 export async function publishObject(ctx: ObjectPublishContext, root: string, id: string): Promise<number> {
   const file = objectFile(root, id)
   const { hash, size } = await hashFile(file)
-  if (hash !== id) {
-    throw new NoaError(
-      'NOA_CORRUPT_OBJECT',
-      `object ${id} (${file}) does not match its hash (${hash}): not replicated`,
-      { file, id },
-    )
+  const exact = hash === id
+  if (!exact) {
+    // Not named by its own bytes: a tree stored as a delta, which the store can rebuild and
+    // check, or a damaged object.
+    try {
+      await new ObjectStore(root).getTree(id)
+    } catch (err) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `object ${id} (${file}) does not match its hash (${hash}) and is not a tree the object store can rebuild (${(err as Error).message}): not replicated`,
+        { file, id },
+      )
+    }
   }
   const subject = objectSubject(ctx.prefix, id)
   const handle = await open(file, 'r')
@@ -180,6 +197,7 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
       const h = headers()
       h.set(HDR_OBJECT_SIZE, String(size))
       h.set(HDR_OBJECT_OFFSET, String(offset))
+      if (!exact) h.set(HDR_OBJECT_EXACT, '0')
       const outcome = await ctx.retry(`publish object ${id}`, async () => {
         try {
           const ack = await ctx.link.js.publish(subject, part, {
@@ -247,6 +265,7 @@ interface PartialObject {
   temp: string
   handle: FileHandle
   hash: ReturnType<typeof createHash>
+  exact: boolean
 }
 
 /**
@@ -275,7 +294,15 @@ export class ObjectSink {
     return min
   }
 
-  async put(id: string, size: number, offset: number, data: Uint8Array, streamSeq: number): Promise<void> {
+  /** One part of an object; `exact`: the object's bytes hash to its id (else a delta tree). */
+  async put(
+    id: string,
+    size: number,
+    offset: number,
+    data: Uint8Array,
+    streamSeq: number,
+    exact = true,
+  ): Promise<void> {
     const file = objectFile(this.root, id)
     if (
       !Number.isSafeInteger(size) ||
@@ -294,7 +321,7 @@ export class ObjectSink {
       partial = undefined
       if (existsSync(file)) return
       if (data.length === size) {
-        this.check(id, createHash('sha256').update(data).digest('hex'), streamSeq)
+        if (exact) this.check(id, createHash('sha256').update(data).digest('hex'), streamSeq)
         this.ensureShard(id)
         writeFileAtomic(file, data, { mode: OBJECT_MODE })
         this.written++
@@ -303,7 +330,7 @@ export class ObjectSink {
       mkdirSync(this.tempDir, { recursive: true })
       const temp = join(this.tempDir, `${id}.part`)
       const handle = await open(temp, 'w', 0o600)
-      partial = { size, received: 0, startSeq: streamSeq, temp, handle, hash: createHash('sha256') }
+      partial = { size, received: 0, startSeq: streamSeq, temp, handle, hash: createHash('sha256'), exact }
       this.partials.set(id, partial)
     }
     if (!partial) {
@@ -325,7 +352,7 @@ export class ObjectSink {
     if (partial.received < partial.size) return
     this.partials.delete(id)
     try {
-      this.check(id, partial.hash.digest('hex'), streamSeq)
+      if (partial.exact) this.check(id, partial.hash.digest('hex'), streamSeq)
       await partial.handle.chmod(OBJECT_MODE)
       await partial.handle.sync()
     } finally {

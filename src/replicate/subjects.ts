@@ -21,6 +21,8 @@ export const OBJECT_TOKEN = '_obj'
 /** Headers noa adds besides Nats-Msg-Id (objects only: where this part sits in the object). */
 export const HDR_OBJECT_SIZE = 'Noa-Object-Size'
 export const HDR_OBJECT_OFFSET = 'Noa-Object-Offset'
+/** `0` when the object's bytes do not hash to its id (a tree stored as a delta). */
+export const HDR_OBJECT_EXACT = 'Noa-Object-Exact'
 
 export function checkPrefix(prefix: unknown): string {
   if (typeof prefix !== 'string' || !PREFIX_RE.test(prefix)) {
