@@ -72,6 +72,11 @@ export async function startNatsServer(): Promise<NatsServer> {
       { stdio: ['ignore', log, log] },
     )
     child = proc
+    // If this test process ends first (a timed-out test never reaches its finally), take the
+    // server along instead of leaving it running.
+    const reap = () => proc.kill('SIGKILL')
+    process.once('exit', reap)
+    proc.once('exit', () => process.removeListener('exit', reap))
     const url = await waitFor('nats-server to listen', () => {
       if (proc.exitCode !== null) {
         throw new Error(

@@ -4,7 +4,7 @@
  * at the end, never on how long anything took.
  */
 import { spawn } from 'node:child_process'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import { replicatePull, replicatePush, replicationStatus } from '../dist/src/index.js'
 import { runCliAsync, tempDir } from './helpers.js'
 import { type NatsServer, startCli, startNatsServer, uniqueNames, useNats, waitFor } from './nats.js'
@@ -27,6 +27,9 @@ function startWriter(root: string, pauseMs = 2) {
     stdio: ['ignore', 'ignore', 'pipe'],
   })
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  onTestFinished(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+  })
   return {
     async kill() {
       child.kill('SIGKILL')

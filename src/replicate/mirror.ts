@@ -162,6 +162,8 @@ class Mirror {
   private done = 0
   private pending = 0
   private announced = false
+  /** Stops the consumer in use (a checkpoint that cannot be saved ends the run). */
+  private halt: (() => void) | null = null
 
   constructor(
     private readonly link: Link,
@@ -226,12 +228,22 @@ class Mirror {
     // Without --follow: what the stream holds now, i.e. up to its last sequence at the start.
     const target = this.s.follow ? Number.POSITIVE_INFINITY : this.ref.lastSeq
     const backoff = new Backoff()
-    const timer = setInterval(() => this.save(), 1000)
+    let saveFailed: unknown = null
+    const timer = setInterval(() => {
+      try {
+        this.save()
+      } catch (err) {
+        saveFailed ??= err
+        this.halt?.()
+      }
+    }, 1000)
     try {
       for (;;) {
+        if (saveFailed !== null) throw saveFailed
         if (this.stopped) return
         if (!this.s.follow && !(await this.moreToRead(target))) return
         const outcome = await this.consumeFrom(target)
+        if (saveFailed !== null) throw saveFailed
         if (outcome === 'done') return
         // The connection came back or the consumer was lost: start again after what is applied.
         if (outcome === 'failed') {
@@ -284,6 +296,7 @@ class Mirror {
       })
     }
     const stop = () => messages.stop()
+    this.halt = stop
     this.s.signal?.addEventListener('abort', stop, { once: true })
     if (this.s.signal?.aborted) stop()
     // After a reconnect the server may have lost the (memory) consumer: the client would only
@@ -331,6 +344,7 @@ class Mirror {
       outcome = 'failed'
     } finally {
       offReconnect()
+      this.halt = null
       this.s.signal?.removeEventListener('abort', stop)
       messages.stop()
     }

@@ -316,7 +316,11 @@ class Publisher {
           void this.poll()
           if (this.checkpointDirty && Date.now() - lastSave >= 1000) {
             lastSave = Date.now()
-            this.saveCheckpoint()
+            try {
+              this.saveCheckpoint()
+            } catch (err) {
+              this.fail(err)
+            }
           }
         }, this.s.pollMs)
         await new Promise<void>((resolve) => {
@@ -348,6 +352,12 @@ class Publisher {
       skipped: [...this.skipped].map(([workspace, reason]) => ({ workspace, reason })),
       durationMs: performance.now() - started,
     }
+  }
+
+  /** Stops the run with this error (the first one wins). */
+  private fail(err: unknown): void {
+    if (this.fatal === null) this.fatal = err
+    this.stop.abort()
   }
 
   /** Waits until no workspace task is running. */
@@ -423,9 +433,7 @@ class Publisher {
       }
     })()
       .catch((err: unknown) => {
-        if (err instanceof Stopped) return
-        if (this.fatal === null) this.fatal = err
-        this.stop.abort()
+        if (!(err instanceof Stopped)) this.fail(err)
       })
       .finally(() => {
         task.running = null
