@@ -33,6 +33,10 @@ type Sub = keyof typeof SPECS
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = args
+  if (sub === '--help' || sub === '-h' || sub === 'help') {
+    await write(io.stdout, `${USAGE}\n`)
+    return 0
+  }
   if (sub === undefined || !(sub in SPECS)) {
     throw new UsageError(
       sub === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(sub)}`,
