@@ -19,11 +19,11 @@ import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint, type PullCheckpoint, type PullPosition, saveCheckpoint } from './checkpoint.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { ObjectSink } from './objects.js'
-import { checkKnownOptions } from './publisher.js'
 import {
   Aborted,
   asNoaError,
   Backoff,
+  checkKnownOptions,
   closeLink,
   describeError,
   type EventSink,

@@ -35,6 +35,7 @@ import {
   Aborted,
   asNoaError,
   Backoff,
+  checkKnownOptions,
   closeLink,
   describeError,
   type EventSink,
@@ -115,29 +116,6 @@ const OPTION_KEYS = new Set([
   'roundMs',
   'beforePublish',
 ])
-
-export function checkKnownOptions(options: object, known: Set<string>, what: string): void {
-  if (typeof options !== 'object' || options === null) {
-    throw new NoaError('NOA_BAD_OPTION', `${what} options must be an object`)
-  }
-  for (const key of Object.keys(options)) {
-    if (!known.has(key)) {
-      throw new NoaError(
-        'NOA_BAD_OPTION',
-        `unknown ${what} option ${key} (known: ${[...known].join(', ')})`,
-        {
-          field: key,
-        },
-      )
-    }
-  }
-  const nats = (options as { nats?: unknown }).nats
-  if (nats === undefined || nats === '' || (typeof nats !== 'string' && typeof nats !== 'object')) {
-    throw new NoaError('NOA_BAD_OPTION', `${what} needs nats: a server URL or a connection`, {
-      field: 'nats',
-    })
-  }
-}
 
 function positive(value: number | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback
