@@ -174,9 +174,14 @@ class Mirror {
 
   async run(): Promise<PullReport> {
     const started = performance.now()
-    this.ref = await this.retry('look up the stream', () =>
-      resolveStream(this.link, this.s.prefix, this.s.stream),
-    )
+    try {
+      this.ref = await this.retry('look up the stream', () =>
+        resolveStream(this.link, this.s.prefix, this.s.stream),
+      )
+    } catch (err) {
+      if (err instanceof Aborted) throw replicationError('pull was stopped before it could read the stream')
+      throw err
+    }
     const saved = loadCheckpoint(this.s.root, 'pull', this.s.prefix, (message) =>
       this.s.onEvent?.({ type: 'warning', message }),
     )

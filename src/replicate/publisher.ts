@@ -241,9 +241,14 @@ class Publisher {
 
   async run(): Promise<PushReport> {
     const started = performance.now()
-    this.ref = await this.retry('look up the stream', () =>
-      resolveStream(this.link, this.s.prefix, this.s.stream),
-    )
+    try {
+      this.ref = await this.retry('look up the stream', () =>
+        resolveStream(this.link, this.s.prefix, this.s.stream),
+      )
+    } catch (err) {
+      if (err instanceof Stopped) throw replicationError('push was stopped before it could read the stream')
+      throw err
+    }
     const maxPayload = this.link.nc.info?.max_payload ?? 1024 * 1024
     const maxMsg = this.ref.config.max_msg_size > 0 ? this.ref.config.max_msg_size : maxPayload
     this.partSize = Math.max(1024, Math.min(maxPayload, maxMsg) - PART_HEADROOM)
