@@ -556,10 +556,15 @@ class Publisher {
             )
           }
         }
-        st.pos = { seq, ts, offset: lineEnd, streamSeq: ack.seq }
-        st.published = st.published
-          ? { from: st.published.from, to: seq, entries: st.published.entries + 1 }
-          : { from: seq, to: seq, entries: 1 }
+        const pos = st.pos
+        pos.seq = seq
+        pos.ts = ts
+        pos.offset = lineEnd
+        pos.streamSeq = ack.seq
+        if (st.published) {
+          st.published.to = seq
+          st.published.entries++
+        } else st.published = { from: seq, to: seq, entries: 1 }
         this.entries++
         this.checkpointDirty = true
         return 'ok'
