@@ -16,7 +16,10 @@ import { CLI } from './helpers.js'
 
 export function natsServerBinary(): string {
   const fromEnv = process.env.NOA_NATS_SERVER
-  if (fromEnv) return fromEnv
+  if (fromEnv) {
+    if (!existsSync(fromEnv)) throw new Error(`NOA_NATS_SERVER names ${fromEnv}, which does not exist`)
+    return fromEnv
+  }
   const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/bin', '/usr/bin']
   for (const dir of dirs) {
     const candidate = join(dir, 'nats-server')
@@ -72,12 +75,17 @@ export async function startNatsServer(): Promise<NatsServer> {
       { stdio: ['ignore', log, log] },
     )
     child = proc
+    let spawnError: Error | null = null
+    proc.once('error', (err) => {
+      spawnError = err
+    })
     // If this test process ends first (a timed-out test never reaches its finally), take the
     // server along instead of leaving it running.
     const reap = () => proc.kill('SIGKILL')
     process.once('exit', reap)
     proc.once('exit', () => process.removeListener('exit', reap))
     const url = await waitFor('nats-server to listen', () => {
+      if (spawnError) throw new Error(`cannot start ${bin}: ${(spawnError as Error).message}`)
       if (proc.exitCode !== null) {
         throw new Error(
           `nats-server exited (${proc.exitCode}): ${readFileSync(join(dir, 'server.log'), 'utf8')}`,
