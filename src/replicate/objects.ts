@@ -18,7 +18,6 @@ import { createHash } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { appendFile, type FileHandle, open, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { headers } from '@nats-io/transport-node'
 import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
 import { ObjectStore } from '../engine/objects.js'
@@ -194,17 +193,14 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
       const len = Math.min(ctx.partSize, size - offset)
       const part = buf.subarray(0, len)
       await readFully(handle, part, offset)
-      const h = headers()
-      h.set(HDR_OBJECT_SIZE, String(size))
-      h.set(HDR_OBJECT_OFFSET, String(offset))
-      if (!exact) h.set(HDR_OBJECT_EXACT, '0')
+      const extra: Record<string, string> = {
+        [HDR_OBJECT_SIZE]: String(size),
+        [HDR_OBJECT_OFFSET]: String(offset),
+      }
+      if (!exact) extra[HDR_OBJECT_EXACT] = '0'
       const outcome = await ctx.retry(`publish object ${id}`, async () => {
         try {
-          const ack = await ctx.link.js.publish(subject, part, {
-            msgID: objectMsgId(id, offset),
-            expect: { lastSubjectSequence: expect },
-            headers: h,
-          })
+          const ack = await ctx.link.publish(subject, part, objectMsgId(id, offset), expect, extra)
           if (ack.duplicate) {
             const stored = await messageAt(ctx.link, ctx.stream, ack.seq)
             if (!stored || stored.subject !== subject || !sameBytes(stored.data, part)) {

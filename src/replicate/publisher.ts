@@ -23,10 +23,10 @@
 
 import { setMaxListeners } from 'node:events'
 import { closeSync, existsSync, type FSWatcher, openSync, watch } from 'node:fs'
-import { open, stat } from 'node:fs/promises'
+import { type FileHandle, open, stat } from 'node:fs/promises'
 import { NoaError } from '../engine/errors.js'
 import { logDirOf, logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
-import { readChunks, seekSeq } from '../engine/reader.js'
+import { seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint } from './checkpoint.js'
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
@@ -195,6 +195,11 @@ interface WorkspaceState {
   seenSize: number
   /** When its last follow-mode round started (Date.now()). */
   lastRound: number
+  /** Its log, open read-only between rounds (see handleOf), and that file's inode. */
+  handle: FileHandle | null
+  ino: number
+  /** A round is using the handle. */
+  inRound: boolean
   published: { from: number; to: number; entries: number } | null
 }
 
@@ -202,6 +207,10 @@ interface WorkspaceState {
 class Stopped extends Error {}
 
 const NL = 0x0a
+/** Bytes read from a log at a time. */
+const READ_CHUNK = 256 * 1024
+/** Logs kept open between rounds (each is one file descriptor). */
+const MAX_OPEN_LOGS = 512
 /** Room left in each object part for the subject and headers. */
 const PART_HEADROOM = 8 * 1024
 
@@ -219,6 +228,8 @@ class Publisher {
   private objectsSent = 0
   private active = 0
   private readonly queue: Array<() => void> = []
+  /** Workspaces whose log is open, least recently used first. */
+  private readonly handles = new Set<WorkspaceState>()
   // Object barrier: a scan must start after a log's durable end was taken (see objectsBarrier).
   private tick = 0
   private scanDoneTick = 0
@@ -318,6 +329,7 @@ class Publisher {
       if (timer) clearInterval(timer)
       ;(watcher as FSWatcher | null)?.close()
       await this.settle()
+      for (const st of [...this.handles]) await this.closeHandle(st)
       this.saveCheckpoint()
       await this.scanner?.flush()
     }
@@ -383,6 +395,9 @@ class Publisher {
       running: null,
       seenSize: -1,
       lastRound: 0,
+      handle: null,
+      ino: 0,
+      inRound: false,
       published: null,
     }
     this.states.set(ws, st)
@@ -428,7 +443,13 @@ class Publisher {
       for (const ws of workspaceNames(this.s.root)) {
         const st = this.state(ws)
         if (!st) continue
-        const size = (await stat(st.file).catch(() => null))?.size ?? -1
+        const info = await stat(st.file).catch(() => null)
+        const size = info?.size ?? -1
+        if (info && st.handle && !st.inRound && info.ino !== st.ino) {
+          // The log was replaced: read the new file, from what the stream holds.
+          await this.closeHandle(st)
+          st.reconciled = false
+        }
         if (size !== st.seenSize) {
           st.seenSize = size
           this.wake(ws)
@@ -452,76 +473,120 @@ class Publisher {
     }
   }
 
+  /** The workspace's open read-only handle (kept between rounds, a bounded number of them). */
+  private async handleOf(st: WorkspaceState): Promise<FileHandle | null> {
+    if (st.handle) {
+      this.handles.delete(st)
+      this.handles.add(st)
+      return st.handle
+    }
+    const handle = await open(st.file, 'r').catch(() => null)
+    if (!handle) return null // removed, or not created yet
+    st.handle = handle
+    st.ino = (await handle.stat()).ino
+    this.handles.add(st)
+    for (const old of this.handles) {
+      if (this.handles.size <= MAX_OPEN_LOGS) break
+      if (old.inRound) continue
+      this.handles.delete(old)
+      await this.closeHandle(old)
+    }
+    return handle
+  }
+
+  private async closeHandle(st: WorkspaceState): Promise<void> {
+    const h = st.handle
+    st.handle = null
+    this.handles.delete(st)
+    if (h) await h.close().catch(() => {})
+  }
+
   /** One round for one workspace: make what is on disk durable, then publish it. */
   private async pushWorkspace(st: WorkspaceState): Promise<void> {
-    let end: number
-    const handle = await open(st.file, 'r').catch(() => null)
-    if (!handle) return // removed, or not created yet
+    st.inRound = true
     try {
-      end = (await handle.stat()).size
+      const handle = await this.handleOf(st)
+      if (!handle) return
+      const end = (await handle.stat()).size
       // Nothing new since the last acknowledged entry (or the checkpoint's): no request at all.
       if (end === st.pos.offset || (st.reconciled && end < st.pos.offset)) return
       // Every byte below `end` is now on disk, whoever wrote it and whether or not its
       // writer's own fdatasync has returned.
       await handle.datasync()
+      // Objects named by these lines were stored before the lines were written: a scan that
+      // starts now sees them.
+      await this.objectsBarrier(++this.tick)
+      if (!st.reconciled) await this.reconcile(st, null)
+      // Again from the new position when the stream moved under us (see reconcile).
+      let moved = true
+      while (moved && st.pos.offset < end) moved = await this.publishRange(st, handle, end)
     } finally {
-      await handle.close()
+      st.inRound = false
     }
-    // Objects named by these lines were stored before the lines were written: a scan that
-    // starts now sees them.
-    await this.objectsBarrier(++this.tick)
-    if (!st.reconciled) await this.reconcile(st, null)
-    for (;;) {
-      if (st.pos.offset >= end) return
-      let moved = false
-      let at = st.pos.offset
-      chunks: for await (const chunk of readChunks(st.file, { start: st.pos.offset, end })) {
-        let i = 0
-        while (i < chunk.length) {
-          if (this.signal.aborted) throw new Stopped()
-          const nl = chunk.indexOf(NL, i)
-          const line = chunk.subarray(i, nl)
-          const lineEnd = at + (nl + 1 - i)
-          let counters: { seq: number; ts: number }
-          try {
-            counters = countersOf(line)
-          } catch (err) {
-            throw new NoaError(
-              'NOA_CORRUPT_LOG',
-              `${st.file} (line at byte ${at}): ${(err as Error).message}; not published`,
-              { file: st.file, offset: at, workspace: st.ws },
-            )
-          }
-          const { seq, ts } = counters
-          if (seq <= st.pos.seq) {
-            // The stream already holds this entry (it was ahead of this log).
-            if (st.junction && seq === st.junction.seq) {
-              if (!sameBytes(line, st.junction.data)) {
-                throw this.diverged(st, seq, 'the stream holds a different entry for this seq')
-              }
-              st.junction = null
-            }
-            st.pos.offset = lineEnd
-          } else {
-            if (seq !== st.pos.seq + 1) {
-              throw replicationError(
-                `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
-                { workspace: st.ws, seq },
-              )
-            }
-            if (st.junction)
-              throw this.diverged(st, seq, 'the log skipped the entry where it joins the stream')
-            if ((await this.publishEntry(st, line, seq, ts, lineEnd)) === 'moved') {
-              moved = true
-              break chunks
-            }
-          }
-          at = lineEnd
-          i = nl + 1
-        }
+  }
+
+  /** Publishes the complete lines from the position to `end`; true when the position moved. */
+  private async publishRange(st: WorkspaceState, handle: FileHandle, end: number): Promise<boolean> {
+    let buf = Buffer.allocUnsafe(Math.min(READ_CHUNK, Math.max(1, end - st.pos.offset)))
+    let pos = st.pos.offset // file offset of buf[0]
+    let filled = 0
+    while (pos + filled < end) {
+      if (filled === buf.length) {
+        // One line longer than the buffer: grow it.
+        const bigger = Buffer.allocUnsafe(buf.length * 2)
+        buf.copy(bigger, 0, 0, filled)
+        buf = bigger
       }
-      if (!moved) return
+      const want = Math.min(buf.length - filled, end - pos - filled)
+      const { bytesRead } = await handle.read(buf, filled, want, pos + filled)
+      if (bytesRead === 0) return false
+      filled += bytesRead
+      let i = 0
+      for (let nl = buf.indexOf(NL, 0); nl >= 0 && nl < filled; nl = buf.indexOf(NL, i)) {
+        if (this.signal.aborted) throw new Stopped()
+        const at = pos + i
+        const line = buf.subarray(i, nl)
+        const lineEnd = pos + nl + 1
+        i = nl + 1
+        let counters: { seq: number; ts: number }
+        try {
+          counters = countersOf(line)
+        } catch (err) {
+          throw new NoaError(
+            'NOA_CORRUPT_LOG',
+            `${st.file} (line at byte ${at}): ${(err as Error).message}; not published`,
+            { file: st.file, offset: at, workspace: st.ws },
+          )
+        }
+        const { seq, ts } = counters
+        if (seq <= st.pos.seq) {
+          // The stream already holds this entry (it was ahead of this log).
+          if (st.junction && seq === st.junction.seq) {
+            if (!sameBytes(line, st.junction.data)) {
+              throw this.diverged(st, seq, 'the stream holds a different entry for this seq')
+            }
+            st.junction = null
+          }
+          st.pos.offset = lineEnd
+          continue
+        }
+        if (seq !== st.pos.seq + 1) {
+          throw replicationError(
+            `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
+            { workspace: st.ws, seq },
+          )
+        }
+        if (st.junction) throw this.diverged(st, seq, 'the log skipped the entry where it joins the stream')
+        if ((await this.publishEntry(st, line, seq, ts, lineEnd)) === 'moved') return true
+      }
+      // Keep the partial line at the end for the next read.
+      if (i > 0) {
+        buf.copy(buf, 0, i, filled)
+        pos += i
+        filled -= i
+      }
     }
+    return false
   }
 
   private async publishEntry(
@@ -538,10 +603,7 @@ class Publisher {
       if (this.signal.aborted) throw new Stopped()
       try {
         const ack = await this.link.guard(
-          this.link.js.publish(st.subject, line, {
-            msgID: entryMsgId(st.ws, seq),
-            expect: { lastSubjectSequence: st.pos.streamSeq },
-          }),
+          this.link.publish(st.subject, line, entryMsgId(st.ws, seq), st.pos.streamSeq),
           this.signal,
         )
         if (ack.duplicate) {
