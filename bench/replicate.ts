@@ -2,8 +2,9 @@
  * Replication figures, each beside a baseline measured in the same run (issue 8):
  *
  * - entries/s pushed (publisher: read, fdatasync, publish with Nats-Msg-Id and the expected
- *   last subject sequence, one message per entry) for 1 and 100 workspaces, against a bare
- *   client loop publishing the same lines with the same headers from memory;
+ *   last subject sequence, one message per entry) for 1 and 100 workspaces, against the
+ *   official client's js.publish in a loop, same lines and headers, from memory (what a user
+ *   would write; noa routes acknowledgements through one inbox instead, see stream.ts);
  * - entries/s mirrored (ordered consumer, appendReplicated, fdatasync) for 1 and 100
  *   workspaces, against a bare ordered consumer that only reads the same messages;
  * - local append throughput (100 workspaces, one submitter each awaiting its ack) with a
@@ -90,7 +91,7 @@ async function filledRoot(dir: string, workspaces: number, perWorkspace: number)
   return root
 }
 
-/** The bare floor for publishing: same lines, same headers, serial per subject, from memory. */
+/** The plain client loop: js.publish of the same lines with the same headers, serial per subject, from memory. */
 async function barePublish(url: string, root: string, prefix: string, workspaces: number): Promise<number> {
   const lines = Array.from({ length: workspaces }, (_, w) =>
     readFileSync(join(root, 'agent-logs', `ws-${w}.log`), 'utf8')
@@ -288,7 +289,7 @@ export async function replicateBench(opts: ReplicateBenchOptions): Promise<Bench
       unit: 'entries/s',
       noa: median(r.push),
       baseline: median(r.barePush),
-      baselineName: 'bare client loop, same lines and headers, from memory',
+      baselineName: "the client's js.publish in a loop, same lines and headers, from memory",
       higherIsBetter: true,
     })
     rows.push({
