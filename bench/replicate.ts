@@ -7,9 +7,9 @@
  *   would write; noa routes acknowledgements through one inbox instead, see stream.ts);
  * - entries/s mirrored (ordered consumer, appendReplicated, fdatasync) for 1 and 100
  *   workspaces, against a bare ordered consumer that only reads the same messages;
- * - local append throughput (100 workspaces, one submitter each awaiting its ack) with a
- *   `noa replicate push --follow` process running on the same root, against the same
- *   workload with no publisher: trials alternate off/on and the medians are compared.
+ * - local append throughput (100 submitters awaiting their acks, over 100 workspaces and over
+ *   one) with a `noa replicate push --follow` process running on the same root, against the
+ *   same workload with no publisher: trials alternate off/on and the medians are compared.
  *
  *   node dist/bench/replicate.js [--quick] [--rounds N] [--nats URL]
  *
@@ -207,8 +207,8 @@ function startPublisher(
   })
 }
 
-/** 100 workspaces, one submitter each awaiting its ack, for `seconds`: entries/s. */
-async function appendRate(root: string, seconds: number): Promise<number> {
+/** 100 submitters, each awaiting its ack, over `workspaces` workspaces, for `seconds`: entries/s. */
+async function appendRate(root: string, seconds: number, workspaces: number): Promise<number> {
   const log = await AgentLog.open({ root, workers: 2 })
   try {
     let n = 0
@@ -220,7 +220,7 @@ async function appendRate(root: string, seconds: number): Promise<number> {
     await Promise.all(
       Array.from({ length: 100 }, async (_, w) => {
         for (let i = 0; !stop; i++) {
-          await log.append(`ws-${w}`, entryFor(i))
+          await log.append(`ws-${w % workspaces}`, entryFor(i))
           n++
         }
       }),
@@ -232,16 +232,17 @@ async function appendRate(root: string, seconds: number): Promise<number> {
   }
 }
 
-async function appendRound(
-  o: ReplicateBenchOptions,
-  seconds: number,
-  off: number[],
-  on: number[],
-  lag: number[],
-) {
+interface AppendRates {
+  off: number[]
+  on: number[]
+  /** Share of the entries the publisher had not pushed when the appends stopped. */
+  behind: number[]
+}
+
+async function appendRound(o: ReplicateBenchOptions, seconds: number, workspaces: number, r: AppendRates) {
   {
     const root = mkdtempSync(join(o.dir, 'off-'))
-    off.push(await appendRate(root, seconds))
+    r.off.push(await appendRate(root, seconds, workspaces))
     rmSync(root, { recursive: true, force: true })
   }
   {
@@ -251,13 +252,13 @@ async function appendRound(
     await initStream({ nats: o.natsUrl, prefix, stream })
     try {
       const publisher = await startPublisher(root, o.natsUrl, prefix)
-      const rate = await appendRate(root, seconds)
-      on.push(rate)
+      const rate = await appendRate(root, seconds, workspaces)
+      r.on.push(rate)
       const exited = new Promise((resolve) => publisher.child.on('exit', resolve))
       publisher.child.kill('SIGTERM')
       await exited
       const pushed = Number(/pushed (\d+) entries/.exec(publisher.out())?.[1] ?? 0)
-      lag.push(Math.max(0, 1 - pushed / (rate * seconds)))
+      r.behind.push(Math.max(0, 1 - pushed / (rate * seconds)))
     } finally {
       await dropStream(o.natsUrl, stream)
       rmSync(root, { recursive: true, force: true })
@@ -269,15 +270,15 @@ export async function replicateBench(opts: ReplicateBenchOptions): Promise<Bench
   const rounds = opts.rounds ?? (opts.quick ? 1 : 3)
   const one: Rates = { push: [], barePush: [], pull: [], bareRead: [] }
   const hundred: Rates = { push: [], barePush: [], pull: [], bareRead: [] }
-  const off: number[] = []
-  const on: number[] = []
-  const behind: number[] = []
+  const spread: AppendRates = { off: [], on: [], behind: [] }
+  const single: AppendRates = { off: [], on: [], behind: [] }
   const seconds = opts.quick ? 2 : 4
   for (let round = 0; round < rounds; round++) {
     process.stderr.write(`  replication round ${round + 1}/${rounds}\n`)
     await pushPullRound(opts, 1, opts.quick ? 3_000 : 10_000, one)
     await pushPullRound(opts, 100, opts.quick ? 10_000 : 40_000, hundred)
-    await appendRound(opts, seconds, off, on, behind)
+    await appendRound(opts, seconds, 100, spread)
+    await appendRound(opts, seconds, 1, single)
   }
   const rows: BenchRow[] = []
   for (const [label, r] of [
@@ -301,15 +302,20 @@ export async function replicateBench(opts: ReplicateBenchOptions): Promise<Bench
       higherIsBetter: true,
     })
   }
-  rows.push({
-    workload: 'local appends, 100 workspaces × 1 submitter, with `replicate push --follow` running',
-    unit: 'entries/s',
-    noa: median(on),
-    baseline: median(off),
-    baselineName: 'same workload, replication off',
-    higherIsBetter: true,
-    note: `publisher ${Math.round(median(behind) * 100)}% behind when the appends stopped`,
-  })
+  for (const [label, r] of [
+    ['100 workspaces × 1 submitter', spread],
+    ['1 workspace × 100 submitters', single],
+  ] as const) {
+    rows.push({
+      workload: `local appends, ${label}, with \`replicate push --follow\` running`,
+      unit: 'entries/s',
+      noa: median(r.on),
+      baseline: median(r.off),
+      baselineName: 'same workload, replication off',
+      higherIsBetter: true,
+      note: `publisher ${Math.round(median(r.behind) * 100)}% behind when the appends stopped`,
+    })
+  }
   return rows
 }
 
