@@ -102,6 +102,11 @@ export class ObjectScanner {
     }
   }
 
+  /** Whether the root has an object store at all (no scan to wait for when not). */
+  present(): boolean {
+    return existsSync(this.dir)
+  }
+
   get count(): number {
     return this.published.size
   }

@@ -209,6 +209,8 @@ class Stopped extends Error {}
 const NL = 0x0a
 /** Bytes read from a log at a time. */
 const READ_CHUNK = 256 * 1024
+/** Least time between two scans of the object store (ms). */
+const SCAN_EVERY_MS = 25
 /** Logs kept open between rounds (each is one file descriptor). */
 const MAX_OPEN_LOGS = 512
 /** Room left in each object part for the subject and headers. */
@@ -234,6 +236,7 @@ class Publisher {
   private tick = 0
   private scanDoneTick = 0
   private scanning: Promise<void> | null = null
+  private lastScanAt = 0
 
   constructor(
     private readonly link: Link,
@@ -792,18 +795,26 @@ class Publisher {
 
   /**
    * Returns once a scan of the object store that started after tick `t` has published what it
-   * found. Scans are shared: one scan serves every workspace that waits for it.
+   * found. Scans are shared: one scan serves every workspace that waits for it, and a scan
+   * (a stat of each shard folder) starts at most every SCAN_EVERY_MS, so that a hundred busy
+   * workspaces do not each cost one.
    */
   private async objectsBarrier(t: number): Promise<void> {
-    if (!this.scanner) return
+    if (!this.scanner || !this.scanner.present()) return
     while (this.scanDoneTick <= t) {
       if (this.signal.aborted) throw new Stopped()
       if (this.scanning) {
         await this.scanning
         continue
       }
-      const startTick = ++this.tick
-      this.scanning = this.scanObjects(startTick).finally(() => {
+      this.scanning = (async () => {
+        const wait = this.lastScanAt + SCAN_EVERY_MS - Date.now()
+        if (wait > 0) await sleep(wait, this.signal)
+        // Taken after the wait: the rounds that came meanwhile are covered too.
+        const startTick = ++this.tick
+        this.lastScanAt = Date.now()
+        await this.scanObjects(startTick)
+      })().finally(() => {
         this.scanning = null
       })
       await this.scanning
