@@ -130,14 +130,6 @@ function refSpanOf(ids: readonly string[], state: CompressionState): [string, st
   return hi < 0 ? undefined : [indexToRef(lo), indexToRef(hi)]
 }
 
-/** Go's time.Parse(RFC3339) to Unix seconds, for the comparison with createdAt. */
-function parseRfc3339(s: string): number | undefined {
-  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(Z|[+-]\d{2}:\d{2})$/.exec(s)
-  if (!m) return undefined
-  const t = Date.parse(s)
-  return Number.isNaN(t) ? undefined : Math.floor(t / 1000)
-}
-
 class Audit {
   readonly problems: AuditProblem[] = []
   constructor(readonly stateFile: string) {}
@@ -161,7 +153,9 @@ function checkRefs(a: Audit, state: CompressionState): void {
   }
   for (const [raw, ref] of state.messageRefs.byRaw) {
     if (ref === BLOCKED_REF) continue
-    if (!state.messageRefs.byRef.has(ref)) a.add('refs', `byRaw[${raw}] = ${ref} but byRef has no ${ref}`)
+    const back = state.messageRefs.byRef.get(ref)
+    if (back !== raw)
+      a.add('refs', `byRaw[${raw}] = ${ref} but byRef[${ref}] = ${back === undefined ? '(none)' : back}`)
   }
 }
 
@@ -264,10 +258,6 @@ function compareDoc(a: Audit, c: ArchiveCheck, doc: ArchiveDocument, state: Comp
   if (doc.topic !== b.topic) differ('topic', doc.topic, b.topic)
   if (doc.summary !== blockEntry(b).summary) differ('summary', doc.summary, blockEntry(b).summary)
   if (doc.session !== '' && doc.session !== c.sessionId) differ('session', doc.session, c.sessionId)
-  if (doc.created !== '' && b.createdAt !== 0) {
-    const t = parseRfc3339(doc.created)
-    if (t !== undefined && t !== b.createdAt) differ('created', doc.created, b.createdAt)
-  }
   const children = doc.entries.filter((e) => e.kind === 'block').map((e) => e.blockId)
   if (children.join(',') !== b.directBlockIds.join(','))
     differ('consumed_blocks', `[${children.join(', ')}]`, `[${b.directBlockIds.join(', ')}]`)

@@ -3,7 +3,12 @@
  * call whose result reported a block is replayed in order, on the messages up to the call, with
  * the same rules as a live compression; archives already at the expected path are adopted as
  * they are. Calls that fail now are skipped; the state changes only on success.
+ *
+ * Beyond Norma, which stamps every rebuilt block with the time of the rebuild: a block whose
+ * archive was adopted takes its `createdAt` from the archive's `created:` line, so that the
+ * rebuilt state is the one the live compressions saved, and agrees with its archives.
  */
+import { closeSync, openSync, readSync } from 'node:fs'
 import { type Archiver, ReuseArchiver } from './archive.js'
 import { applyCompression } from './compress.js'
 import { parseCompressArgs } from './compress-args.js'
@@ -44,6 +49,29 @@ export function succeededCalls(messages: readonly CoreMessage[]): Map<string, bo
   return ok
 }
 
+/** The `created:` time of an archive (Unix seconds), read from its frontmatter; undefined if none. */
+export function archiveCreatedAt(file: string): number | undefined {
+  let head: string
+  try {
+    const fd = openSync(file, 'r')
+    try {
+      const buf = Buffer.alloc(4096)
+      head = buf.toString('utf8', 0, readSync(fd, buf, 0, buf.length, 0))
+    } finally {
+      closeSync(fd)
+    }
+  } catch {
+    return undefined
+  }
+  const end = head.indexOf('\n---\n')
+  const m = /\ncreated: (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\n/.exec(
+    head.slice(0, end < 0 ? 0 : end + 1),
+  )
+  if (!head.startsWith('---\n') || !m) return undefined
+  const t = Date.parse(m[1] as string)
+  return Number.isNaN(t) ? undefined : Math.floor(t / 1000)
+}
+
 export function rebuildState(input: RebuildInput): RebuildResult {
   const archiver = input.archiver ?? new ReuseArchiver(input.archiveRoot)
   const res: RebuildResult = {
@@ -81,6 +109,14 @@ export function rebuildState(input: RebuildInput): RebuildResult {
       return
     }
     res.state = applied.state
+    if (archiver instanceof ReuseArchiver) {
+      for (const b of applied.blocksCreated) {
+        if (!archiver.reused.includes(b.archivePath)) continue
+        const t = archiveCreatedAt(b.archivePath)
+        const mine = t === undefined ? undefined : res.state.blocks.find((x) => x.blockId === b.blockId)
+        if (mine && t !== undefined) mine.createdAt = t
+      }
+    }
     res.replayed++
   })
   return res
