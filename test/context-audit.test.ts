@@ -230,6 +230,31 @@ describe('audit', () => {
     expect(t.audit({ withTranscript: false }).problems.map((p) => p.code)).toEqual(['refs', 'refs'])
   })
 
+  it('accepts archives in the root of the session a state was inherited from, and no other', () => {
+    const t = session()
+    const child = ContextSession.open({
+      baseDir: t.base,
+      sessionId: 'child',
+      parentSessionIds: ['s'],
+      zone: 'utc',
+    })
+    child.save()
+    expect(auditSession({ baseDir: t.base, sessionId: 'child' }).problems).toEqual([])
+    rmSync(t.archive('b1'))
+    const r = auditSession({ baseDir: t.base, sessionId: 'child', messages: t.conv, repair: true })
+    expect(lines(r.problems)).toEqual([
+      `${t.archive('b1')}: archive of block b1 is missing (it belongs to an ancestor session)`,
+      `${t.archive('b3')}: child link ../tier1/b1_m00002-m00005.md (block b1) points to a missing file ${t.archive('b1')}`,
+    ])
+    // Without the derivedFrom record, the parent's folder is outside the child's root.
+    const st = JSON.parse(readFileSync(join(t.base, 'child', 'state.json'), 'utf8'))
+    delete st.derivedFrom
+    writeFileSync(join(t.base, 'child', 'state.json'), JSON.stringify(st))
+    expect(
+      new Set(auditSession({ baseDir: t.base, sessionId: 'child' }).problems.map((p) => p.code)),
+    ).toEqual(new Set(['outside-root']))
+  })
+
   it('reports an unusable state.json and stops there', () => {
     const t = session()
     writeFileSync(t.stateFile, '{"version": 2}')

@@ -187,6 +187,32 @@ describe('noa context', () => {
     // The archives were adopted, and their created: times with them: the state is the live one.
     expect(readFileSync(s.stateFile, 'utf8')).toBe(live)
 
+    // The same calls processed by the CLI one at a time, as a runtime records them: same panels, same state.
+    rmSync(join(base, 'sid'), { recursive: true })
+    const partial = [...conversation]
+    let file = ''
+    for (let i = conversation.length; i < conv.length; i += 2) {
+      partial.push(conv[i] as Message)
+      file = await writeTranscript(join(dir, `t${i}`), 'sid', partial)
+      const id = conv[i]?.content?.[0]?.id as string
+      const out = await cli(['context', 'compress', base, 'sid', '--transcript', file, '--call', id, '--utc'])
+      expect(out.status).toBe(id === 'c3' ? 1 : 0)
+      const panel = (out.stdout || out.stderr).replace(/\n$/, '')
+      expect(panel).toBe(conv[i + 1]?.content?.[0]?.content?.[0]?.text)
+      partial.push(toolResult(id, panel))
+    }
+    const times = (text: string) => text.replace(/"createdAt": \d+/g, '"createdAt": 0')
+    expect(times(readFileSync(s.stateFile, 'utf8'))).toBe(times(live))
+    const none = await cli(['context', 'compress', base, 'sid', '--transcript', file, '--call', 'zz'])
+    expect([none.status, none.stderr]).toEqual([
+      1,
+      'noa context: no Compress call "zz" after the last compaction marker\n',
+    ])
+    expect(
+      (await cli(['context', 'compress', base, 'sid', '--transcript', file, '--call', 'c1', '--from', 'm1']))
+        .status,
+    ).toBe(2)
+
     const b2 = join(base, 'sid', 'tier1', 'b2_m00006-m00009.md')
     const text = readFileSync(b2, 'utf8')
     rmSync(b2)
@@ -205,6 +231,7 @@ describe('noa context', () => {
       '--transcript',
       transcript,
       '--repair',
+      '--utc',
       '--json',
     ])
     expect(repaired.status).toBe(0)

@@ -23,7 +23,8 @@ import { type CliIo, json, write } from '../io.js'
 
 const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
 const COMPRESS =
-  'usage: noa context compress <baseDir> <sessionId> --transcript <file> --from <ref|block> --to <ref|block> --summary <text> [--topic T] [--min-chars N] [--norma] [--utc] [--parent <id>]… [--json]'
+  'usage: noa context compress <baseDir> <sessionId> --transcript <file> --from <ref|block> --to <ref|block> --summary <text> [--topic T] [--min-chars N] [--norma] [--utc] [--parent <id>]… [--json]\n' +
+  '       noa context compress <baseDir> <sessionId> --transcript <file> --call <toolUseId> [same options]   (a Compress call recorded in the transcript)'
 const VIEW = 'usage: noa context view <baseDir> <sessionId> --transcript <file> [--parent <id>]… [--json]'
 const REBUILD =
   'usage: noa context rebuild <baseDir> <sessionId> --transcript <file> [--min-chars N] [--norma] [--utc] [--json]'
@@ -161,13 +162,19 @@ async function compressCmd(args: string[], io: CliIo): Promise<number> {
       norma: { type: 'boolean' },
       utc: { type: 'boolean' },
       parent: { type: 'string', multiple: true },
+      call: { type: 'string' },
       ...JSON_OPTION,
     },
     positionals: [2, 2],
   })
   const [baseDir, sessionId] = positionals as [string, string]
-  for (const key of ['from', 'to', 'summary'] as const)
-    if (values[key] === undefined) throw new UsageError(`--${key} is required`, COMPRESS)
+  const call = values.call
+  for (const key of ['from', 'to', 'summary', 'topic'] as const) {
+    if (call !== undefined && values[key] !== undefined)
+      throw new UsageError(`--${key} cannot go with --call (the call holds the ranges)`, COMPRESS)
+    if (call === undefined && key !== 'topic' && values[key] === undefined)
+      throw new UsageError(`--${key} is required`, COMPRESS)
+  }
   const config = configOf(values, COMPRESS)
   const msgs = await transcriptMessages(values.transcript, COMPRESS, io)
   const opened = {
@@ -179,6 +186,7 @@ async function compressCmd(args: string[], io: CliIo): Promise<number> {
   }
   const outcome = withSessionLock(sessionRoot(baseDir, sessionId), () => {
     const session = ContextSession.open({ ...opened, parentSessionIds: values.parent ?? [] })
+    if (call !== undefined) return session.compressCall(msgs, call)
     return session.compress(msgs, [
       {
         startRef: goTrimSpace(values.from as string),
