@@ -201,6 +201,25 @@ describe('loading', () => {
 })
 
 describe('saving', () => {
+  it('a session that could not read its state keeps the unreadable file aside when it first saves', () => {
+    const base = tempDir()
+    mkdirSync(join(base, 's1'))
+    writeFileSync(join(base, 's1', 'state.json'), '{"version": 2, "future": true}')
+    const warnings: string[] = []
+    const s = ContextSession.open({ baseDir: base, sessionId: 's1', onWarn: (w) => warnings.push(w) })
+    expect(s.loadError?.message).toMatch(/state file version 2, want 1$/)
+    s.save()
+    s.save()
+    const files = readdirSync(join(base, 's1')).sort()
+    expect(files).toHaveLength(2)
+    expect(files[0]).toBe('state.json')
+    expect(files[1]).toMatch(/^state\.json\.unreadable-\d+$/)
+    expect(readFileSync(join(base, 's1', files[1] as string), 'utf8')).toBe('{"version": 2, "future": true}')
+    expect(loadState(base, 's1').error).toBeUndefined()
+    expect(warnings[0]).toMatch(/starting from an empty state$/)
+    expect(warnings[1]).toMatch(/was kept as .*state\.json\.unreadable-\d+$/)
+  })
+
   it('writes through a .noa-state-*.tmp temp file, mode 0644, and leaves none behind', () => {
     const base = tempDir()
     const root = join(base, 'deep', 's1')

@@ -4,7 +4,7 @@
  * error is kept in `loadError` (and passed to `onWarn`) and the session starts empty, as
  * Norma's does; a host that prefers to stop checks `loadError`.
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync, openSync, renameSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { NoaError } from '../engine/errors.js'
 import { loadNative } from '../engine/native.js'
@@ -123,6 +123,7 @@ export class ContextSession {
   private readonly clock: () => Date
   private readonly zone: TimeZoneOption
   private readonly onWarn: ((message: string) => void) | undefined
+  private setAside = false
 
   private constructor(o: ContextSessionOptions) {
     for (const key of Object.keys(o))
@@ -169,8 +170,24 @@ export class ContextSession {
     return this.load.error
   }
 
-  /** Writes state.json (temp + fsync + rename + directory fsync). */
+  /**
+   * Writes state.json (temp + fsync + rename + directory fsync). Beyond Norma, which overwrites
+   * a state it could not read: the first save after such a load moves the unreadable file aside
+   * (`state.json.unreadable-<ms>`), since it may be a newer version or the only copy of its blocks.
+   */
   save(): void {
+    if (this.load.error && !this.setAside) {
+      this.setAside = true
+      try {
+        if (statSync(this.stateFile).isFile()) {
+          const aside = `${this.stateFile}.unreadable-${Date.now()}`
+          renameSync(this.stateFile, aside)
+          this.warn(`state: the unreadable ${this.stateFile} was kept as ${aside}`)
+        }
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+      }
+    }
     saveState(this.state, this.stateFile)
   }
 

@@ -24,7 +24,7 @@ import { type CliIo, json, write } from '../io.js'
 const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
 const COMPRESS =
   'usage: noa context compress <baseDir> <sessionId> --transcript <file> --from <ref|block> --to <ref|block> --summary <text> [--topic T] [--min-chars N] [--norma] [--utc] [--parent <id>]… [--json]\n' +
-  '       noa context compress <baseDir> <sessionId> --transcript <file> --call <toolUseId> [same options]   (a Compress call recorded in the transcript)'
+  '    or noa context compress <baseDir> <sessionId> --transcript <file> --call <toolUseId> [same options]  (a Compress call recorded in the transcript)'
 const VIEW = 'usage: noa context view <baseDir> <sessionId> --transcript <file> [--parent <id>]… [--json]'
 const REBUILD =
   'usage: noa context rebuild <baseDir> <sessionId> --transcript <file> [--min-chars N] [--norma] [--utc] [--json]'
