@@ -1,7 +1,8 @@
 /**
  * The floors: what plain files cost without any library. `node-fs` is the Node floor (fs calls
  * on the caller's thread), `disk` the disk floor (write + fdatasync through noa's own addon, no
- * threads, no messages), `disk-batched` the same with ideal group commit on one thread. The
+ * threads, no messages), `disk-batched` the same with ideal group commit on one thread,
+ * `disk-parallel` many fdatasyncs in flight on the addon's own thread pool. The
  * JSONL store is the file all three (and sonic-boom) leave behind, read without noa.
  */
 import {
@@ -16,7 +17,7 @@ import {
   writeSync,
 } from 'node:fs'
 import { join } from 'node:path'
-import { loadNative } from '../../src/engine/native.js'
+import { loadNative, SYNC_FDATASYNC } from '../../src/engine/native.js'
 import { lineFor, type Peer, REPLAY_WS, Seqs, type Store, wsName } from './common.js'
 
 function fsyncDirOf(dir: string): void {
@@ -81,6 +82,42 @@ export const disk: Peer = {
         const fd = fds[k] as number
         io.write(fd, Buffer.from(lineFor(seqs.take(k), i)))
         io.fdatasync(fd)
+      },
+      async close() {
+        for (const fd of fds) io.close(fd)
+      },
+    }
+  },
+}
+
+export const diskParallel: Peer = {
+  id: 'disk-parallel',
+  label: 'raw, fdatasyncs in flight (addon pool)',
+  kind: 'floor',
+  how: "the best a file-per-workspace design gets here: each append is one write + fdatasync of its workspace's file on a pool of 64 threads inside noa's addon, driven from the caller's thread with no workers and no messages; as many in flight as there are submitters",
+  load() {
+    loadNative()
+  },
+  async writer(dir, workspaces) {
+    const io = loadNative()
+    const fds = openRaw(dir, 'disk-parallel', workspaces)
+    const seqs = new Seqs(workspaces)
+    const waiting = new Map<number, (err: Error | null) => void>()
+    let nextId = 1
+    io.setMaxThreads(64)
+    io.setCompletionHandler((id, err) => {
+      const done = waiting.get(id)
+      waiting.delete(id)
+      done?.(err)
+    })
+    return {
+      append(k, i) {
+        const id = nextId++
+        const data = Buffer.from(lineFor(seqs.take(k), i))
+        return new Promise<void>((resolve, reject) => {
+          waiting.set(id, (err) => (err ? reject(err) : resolve()))
+          io.commit(id, fds[k] as number, data, SYNC_FDATASYNC)
+        })
       },
       async close() {
         for (const fd of fds) io.close(fd)

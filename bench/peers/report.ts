@@ -214,18 +214,24 @@ function gaps(results: FigureResult[], d: DurabilityFile | null): string {
           `${s.label} ${formatValue(s.median)} ${r.figure.unit} (noa ${formatValue(noa.median)}, ${ahead(s.ahead)})`,
       )
       .join('; ')
-    out.push(`- **${r.figure.title}**: ${list}. ${why(r, behind, d, results)}`)
+    out.push(`- **${r.figure.title}**: ${list}. ${why(r, behind, d)}`)
   }
   if (out.length === 0) return 'In this run noa is ahead of every durable peer on every figure.\n'
   return `${out.join('\n')}\n`
 }
 
 /** Why a durable peer can be ahead of noa on a figure: the mechanism, with this run's figures. */
-function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null, all: FigureResult[]): string {
+function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string {
   const grouped = (id: string) => d?.peers[id]?.syncsPerEntry.grouped
   switch (r.figure.workload) {
-    case 'serial':
-      return `A serial append in noa is the floor's write + fdatasync plus a round trip to its owner worker (a MessagePort each way); sonic-boom and SQLite sync on the caller's thread and block its event loop for the whole fsync instead. The floor (${v(all, r.figure.id, 'disk', ' ms')}) bounds everyone; what is left is noise of this shared disk and the thread hop.`
+    case 'serial': {
+      const floor = r.stats.find((s) => s.id === 'disk')
+      const spread =
+        floor && Number.isFinite(floor.min) && floor.max > floor.min
+          ? ` Gaps inside the spread of the floor's own runs (${formatValue(floor.min)}–${formatValue(floor.max)} ms here) are this disk's noise, not a difference.`
+          : ''
+      return `A serial append in noa is the floor's write + fdatasync plus a round trip to its owner worker (a MessagePort message each way, about 0.03 ms on an idle machine, more when its 2 cores are busy); sonic-boom and SQLite fsync on the caller's thread, blocking its event loop for the whole flush, and pay no hop. SQLite's WAL and lmdb's pages are also rewritten in place once allocated, while every append to a log grows its file, so the log's fdatasync also commits the new size through the journal.${spread}`
+    }
     case '1ws':
       return `Every contender here group-commits into one file; the difference is the cost per batch: noa's batch crosses two threads and one message each way, a batched SQLite commit happens on the caller's thread between event-loop turns. Closing it means shortening noa's hand-off (more entries per message, fewer wake-ups), not more fdatasyncs.`
     case '100ws':
@@ -237,8 +243,14 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null, all: Fig
         )
         .filter(Boolean)
         .join(', ')
+      const noa = r.stats.find((s) => s.id === 'noa')
+      const parallel = r.stats.find((s) => s.id === 'disk-parallel')
       const syncfs = r.stats.find((s) => s.id === 'noa-syncfs')
-      return `These peers keep every workspace in one file, so one sync covers the entries of all workspaces that committed together${syncs ? ` (strace: ${syncs})` : ''}; noa gives each workspace its own file, so with one submitter per workspace it needs one fdatasync per entry and depends on how many it can keep in flight, which on a shared 2-core machine is limited by the CPU its sync threads get. What closes it: noa's \`durability: 'syncfs'\` (one syncfs per round of commits: ${syncfs && Number.isFinite(syncfs.median) ? `${formatValue(syncfs.median)}/s here` : 'not measured'}), or a shared group-commit journal for small entries across workspaces — both are engine changes, for the lead.`
+      const ceiling =
+        parallel && noa && Number.isFinite(parallel.median)
+          ? ` The most a file-per-workspace design gets from this disk is the raw floor with every fdatasync in flight at once: ${formatValue(parallel.median)}/s, of which noa reaches ${Math.round((noa.median / parallel.median) * 100)}% (the rest is its hand-off to the owner workers and their sync threads competing for 2 cores).`
+          : ''
+      return `These peers keep every workspace in one file, so one sync covers the entries of every workspace that committed together${syncs ? ` (strace: ${syncs})` : ''}; noa gives each workspace its own file, so with one submitter per workspace it needs one fdatasync per entry, and this disk completes only so many concurrent fdatasyncs.${ceiling} What would close it: noa's \`durability: 'syncfs'\` (one syncfs per round of commits: ${syncfs && Number.isFinite(syncfs.median) ? `${formatValue(syncfs.median)}/s here` : 'not measured'}, at the cost of flushing the whole filesystem), or a shared group-commit journal across workspaces (one fdatasync for many workspaces' small entries, copied into their own logs later): both engine changes, for the lead.`
     }
     case 'replay':
       return "noa's reader validates every entry (each field re-checked, as `verify` does) on top of JSON.parse; the SQLite and lmdb replays decode rows from a B-tree already in the page cache without any check. `readBatches(ws, { validate: false })` skips the checks."

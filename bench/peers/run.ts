@@ -4,9 +4,10 @@
  * round by round; figures are medians over the rounds with ratios against noa.
  *
  *   node dist/bench/peers/run.js [--quick] [--rounds N] [--seconds S] [--entries N]
- *                                [--only serial,1ws,100ws,1000ws,replay,open] [--strace]
+ *                                [--only serial,1ws,100ws,1000ws,replay,open] [--strace | --strace-only]
  *
- * --strace first re-checks every writer's sync calls per entry and rewrites durability.json.
+ * --strace first re-checks every writer's sync calls per entry with strace and rewrites
+ * durability.json, which every run reads; --strace-only does only that.
  */
 import { spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -87,6 +88,7 @@ async function main(): Promise<void> {
       entries: { type: 'string' },
       only: { type: 'string' },
       strace: { type: 'boolean', default: false },
+      'strace-only': { type: 'boolean', default: false },
     },
     strict: true,
   })
@@ -106,9 +108,11 @@ async function main(): Promise<void> {
   const started = new Date()
   const t0 = performance.now()
 
-  if (values.strace) {
+  if (values.strace || values['strace-only']) {
     process.stderr.write('durability check with strace -c -f\n')
-    verifyDurability(quick ? 300 : 2000, command)
+    const d = verifyDurability(quick ? 300 : 2000, command)
+    process.stderr.write(`wrote bench/peers/durability.json (${Object.keys(d.peers).length} writers)\n`)
+    if (values['strace-only']) return
   }
   const durability = readDurability()
 

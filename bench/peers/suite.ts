@@ -4,7 +4,7 @@
  */
 import { type CaseResult, latency, throughput } from '../cases.js'
 import type { Peer, Store, Writer } from './common.js'
-import { disk, diskBatched, jsonlStore, nodeFs } from './files.js'
+import { disk, diskBatched, diskParallel, jsonlStore, nodeFs } from './files.js'
 import { hypercore, hypercoreStore } from './hypercore.js'
 import { lmdb, lmdbStore } from './lmdb.js'
 import { noa, noaStore, noaSyncfs } from './noa.js'
@@ -21,6 +21,7 @@ export const PEERS: readonly Peer[] = [
   nodeFs,
   disk,
   diskBatched,
+  diskParallel,
   hypercore,
 ]
 export const STORES: readonly Store[] = [noaStore, sqliteStore, lmdbStore, jsonlStore, hypercoreStore]
@@ -48,33 +49,34 @@ export interface Workload {
   contenders: readonly string[]
 }
 
-const WRITERS = ['noa', 'sqlite', 'sqlite-batched', 'lmdb', 'sonic-boom', 'node-fs', 'disk', 'hypercore']
 const READERS = STORES.map((s) => s.id)
+const DURABLE = ['sqlite', 'sqlite-batched', 'lmdb', 'sonic-boom']
+const FLOORS = ['node-fs', 'disk']
 
 export const WORKLOADS: readonly Workload[] = [
   {
     id: 'serial',
     title: 'serial append latency',
     what: 'one submitter appends and awaits each ack before the next (tinybench: p50/p99 per append)',
-    contenders: WRITERS,
+    contenders: ['noa', ...DURABLE, ...FLOORS, 'hypercore'],
   },
   {
     id: '1ws',
     title: '1 workspace × 100 submitters',
     what: '100 concurrent loops append to the same workspace, each awaiting its own ack; entries/s',
-    contenders: [...WRITERS.filter((id) => id !== 'hypercore'), 'disk-batched', 'hypercore'],
+    contenders: ['noa', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
   },
   {
     id: '100ws',
     title: '100 workspaces × 1 submitter',
     what: '100 workspaces, one loop each appending and awaiting its own ack; aggregate entries/s',
-    contenders: ['noa', 'noa-syncfs', ...WRITERS.slice(1)],
+    contenders: ['noa', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
     what: '1,000 workspaces, one loop each (noa keeps them under its fd cache); aggregate entries/s',
-    contenders: ['noa', 'noa-syncfs', ...WRITERS.slice(1)],
+    contenders: ['noa', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: 'replay',
