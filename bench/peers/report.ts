@@ -268,7 +268,7 @@ export function renderResults(results: FigureResult[], info: RunInfo, d: Durabil
     )
   }
   parts.push(
-    `Measured ${info.date.toISOString().slice(0, 16).replace('T', ' ')} UTC on ${info.machine}; ${info.disk}. ${info.versions}.\n\nCommand: \`${info.command}\` — ${info.rounds} interleaved round(s) (every contender of a workload once per round, A B C … A B C …), each trial in a fresh process, ${info.seconds} s per timed write case; figures are medians over the rounds, ranges min–max, and "noa vs this" is the median of the per-round ratios between noa and that contender ("2.00× ahead": noa twice as good). Every append is durable before it is acknowledged, except hypercore's (⚠, see the strace check). Entries are about 200 bytes: \`{"seq":…,"op":"write","path":…,"blob":<64 hex>,"ts":…}\`.\n`,
+    `Measured ${info.date.toISOString().slice(0, 16).replace('T', ' ')} UTC on ${info.machine}; ${info.disk}. ${info.versions}.\n\nCommand: \`${info.command}\` — ${info.rounds} interleaved round(s) (every contender of a workload once per round, A B C … A B C …), each trial in a fresh process, ${info.seconds} s per timed write case; figures are medians over the rounds, ranges min–max, and "noa vs this" is the median of the per-round ratios between noa and that contender ("2.00× ahead": noa twice as good). Every append is durable before it is acknowledged, except hypercore's (⚠, see the strace check). Entries are the engine bench's \`{"seq":…,"op":"write","path":…,"blob":<64 hex>,"ts":…}\`, about 180 bytes as a JSON line (see the bytes per entry under the replay figure).\n`,
   )
   if (info.failures.length) {
     parts.push(

@@ -75,7 +75,7 @@ export const WORKLOADS: readonly Workload[] = [
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
-    what: '1,000 workspaces, one loop each (noa keeps them under its fd cache); aggregate entries/s',
+    what: "1,000 workspaces, one loop each, so 1,000 files open at once (within noa's default fd bound, `maxOpenFiles` 4,096); aggregate entries/s",
     contenders: ['noa', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
