@@ -63,8 +63,10 @@ export function interleave(
   const out = new Map<string, CaseResult[]>(names.map((n) => [n, []]))
   for (let r = 0; r < rounds; r++) {
     for (const name of names) {
-      process.stderr.write(`  round ${r + 1}/${rounds}: ${name}\n`)
+      process.stderr.write(`  round ${r + 1}/${rounds}: ${name}`)
+      const start = performance.now()
       out.get(name)?.push(run(name))
+      process.stderr.write(` (${((performance.now() - start) / 1000).toFixed(1)} s)\n`)
     }
   }
   return out

@@ -66,6 +66,12 @@ function ticks(max: number): number[] {
   return out
 }
 
+/** A gridline label with only the decimals its step needs: 0, 50, 100 or 0.2, 0.4. */
+function tickLabel(v: number, step: number): string {
+  const decimals = step >= 1 ? 0 : Math.min(6, Math.ceil(-Math.log10(step) - 1e-9))
+  return v.toLocaleString('en-US', { minimumFractionDigits: decimals, maximumFractionDigits: decimals })
+}
+
 export function barChart(spec: ChartSpec): string {
   const left = 300
   const plot = 380
@@ -82,6 +88,7 @@ export function barChart(spec: ChartSpec): string {
   const domain = Math.max(...spec.bars.map((b) => Math.max(b.max, b.median)), 0)
   const grid = ticks(domain)
   const maxTick = grid[grid.length - 1] as number
+  const step = grid[1] ?? 1
   const scale = maxTick > 0 ? plot / maxTick : 0
   const x = (v: number) => left + Math.max(0, v) * scale
   const out: string[] = []
@@ -105,7 +112,7 @@ export function barChart(spec: ChartSpec): string {
     const gx = x(t).toFixed(1)
     out.push(
       `<line x1="${gx}" y1="${top - 6}" x2="${gx}" y2="${plotBottom}" stroke="#e5e7eb" stroke-width="1"/>`,
-      `<text x="${gx}" y="${plotBottom + 16}" font-size="11" fill="#6b7280" text-anchor="middle">${escapeXml(formatValue(t))}</text>`,
+      `<text x="${gx}" y="${plotBottom + 16}" font-size="11" fill="#6b7280" text-anchor="middle">${escapeXml(tickLabel(t, step))}</text>`,
     )
   }
   out.push(
