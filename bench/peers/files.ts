@@ -94,7 +94,7 @@ export const diskParallel: Peer = {
   id: 'disk-parallel',
   label: 'raw, fdatasyncs in flight (addon pool)',
   kind: 'floor',
-  how: "the best a file-per-workspace design gets here: each append is one write + fdatasync of its workspace's file on a pool of 64 threads inside noa's addon, driven from the caller's thread with no workers and no messages; as many in flight as there are submitters",
+  how: "the best a file-per-workspace design gets here: each append is one write + fdatasync of its workspace's file on a pool of 128 threads inside noa's addon (noa's default total), driven from the caller's thread with no workers and no messages; as many in flight as there are submitters",
   load() {
     loadNative()
   },
@@ -104,7 +104,8 @@ export const diskParallel: Peer = {
     const seqs = new Seqs(workspaces)
     const waiting = new Map<number, (err: Error | null) => void>()
     let nextId = 1
-    io.setMaxThreads(64)
+    // As many sync threads as noa has by default (2 workers × 64), so both can keep as many in flight.
+    io.setMaxThreads(128)
     io.setCompletionHandler((id, err) => {
       const done = waiting.get(id)
       waiting.delete(id)
