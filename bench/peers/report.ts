@@ -190,14 +190,14 @@ function seedTable(results: FigureResult[], info: RunInfo): string {
   const floor =
     floorP50 && Number.isFinite(floorP50.median) ? `${formatValue(floorP50.median)} ms` : 'the floor'
   return `${table}
-The seed's ~0.05 ms for one append + fdatasync is not reachable on this disk by any durable log:
-the floor itself, a bare write + fdatasync of one ~180-byte line through noa's addon on the
-caller's thread, with no worker and no message, takes ${floor} at the median here. fdatasync returns only
-once the (virtual) disk has acknowledged the data, and because every append grows the file,
-ext4 must also commit the new size through its journal and flush the device cache each time.
-A figure like 0.05 ms needs a device that acknowledges flushes from a volatile or
-battery-backed cache, or a loop that skips the flush; noa does not chase it by skipping
-fdatasync.
+The seed's ~0.05 ms for one append + fdatasync is not reachable on this disk by any durable
+log: the floor itself, a bare write + fdatasync of one ~180-byte line through noa's addon on
+the caller's thread, with no worker and no message, takes ${floor} at the median here.
+fdatasync returns only once the (virtual) disk has acknowledged the data, and because every
+append grows the file, ext4 must also commit the new size through its journal and flush the
+device cache each time. A figure like 0.05 ms needs a device that acknowledges flushes from a
+volatile or battery-backed cache, or a loop that skips the flush; noa does not chase it by
+skipping fdatasync.
 `
 }
 
