@@ -5,6 +5,7 @@
  */
 import { mkdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { Bench } from 'tinybench'
 import { AgentLog } from '../src/engine/agent-log.js'
 import { nowMicros } from '../src/engine/clock.js'
@@ -19,9 +20,11 @@ export interface CaseResult {
   mean?: number
   entries?: number
   bytes?: number
+  /** Wall time of a one-shot case (replay, open), milliseconds. */
+  ms?: number
 }
 
-const BLOB = 'ab'.repeat(32)
+export const BLOB = 'ab'.repeat(32)
 
 /** About 200 bytes on disk, like the seed's average entry. */
 export function entryFor(i: number): EntryInput {
@@ -36,35 +39,40 @@ function line(i: number): string {
   )
 }
 
-async function latency(fn: () => unknown, seconds: number): Promise<CaseResult> {
-  const bench = new Bench({ time: seconds * 1000, warmupTime: 200, iterations: 200 })
+/** Latency of `fn` over `seconds` (at least `iterations` calls), after `warmupMs` of warm-up. */
+export async function latency(
+  fn: () => unknown,
+  seconds: number,
+  { warmupMs = 200, iterations = 200 } = {},
+): Promise<CaseResult> {
+  const bench = new Bench({ time: seconds * 1000, warmupTime: warmupMs, iterations })
   bench.add('case', fn)
   await bench.run()
   const r = bench.tasks[0]?.result as unknown as { latency: { p50: number; p99: number; mean: number } }
   return { p50: r.latency.p50, p99: r.latency.p99, mean: r.latency.mean }
 }
 
-/** Runs `submitters` loops for `seconds`, each awaiting its own ack; returns entries/s. */
-async function throughput(
+/**
+ * Runs `submitters` loops for `seconds`, each awaiting its own ack; returns entries/s. Each loop
+ * checks the clock itself rather than waiting for a timer: a peer whose appends complete
+ * synchronously never lets the event loop reach its timers.
+ */
+export async function throughput(
   submitters: number,
   seconds: number,
   one: (k: number, i: number) => Promise<unknown>,
 ) {
   let n = 0
-  let stop = false
-  const timer = setTimeout(() => {
-    stop = true
-  }, seconds * 1000)
   const start = performance.now()
+  const end = start + seconds * 1000
   await Promise.all(
     Array.from({ length: submitters }, async (_, k) => {
-      for (let i = 0; !stop; i++) {
+      for (let i = 0; performance.now() < end; i++) {
         await one(k, i)
         n++
       }
     }),
   )
-  clearTimeout(timer)
   return { rate: n / ((performance.now() - start) / 1000), entries: n }
 }
 
@@ -182,8 +190,9 @@ function manyWorkspaces(dir: string, seconds: number, n: number, options: object
   })
 }
 
+// Only as the entry point: bench/peers imports the helpers above and has its own arguments.
 const [name, dir, seconds] = process.argv.slice(2)
-if (name !== undefined) {
+if (process.argv[1] === fileURLToPath(import.meta.url) && name !== undefined) {
   const run = CASES[name]
   if (!run || !dir) {
     process.stderr.write(

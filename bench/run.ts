@@ -17,14 +17,33 @@ import { type BenchRow, markdownTable } from './table.js'
 
 const CASES_JS = fileURLToPath(new URL('./cases.js', import.meta.url))
 
-export function runCase(name: string, seconds: number): CaseResult {
-  const dir = mkdtempSync(join(tmpdir(), `noa-bench-${name}-`))
+export interface RunCaseOptions {
+  /** The child script (default: bench/cases.js) and the arguments that go before `<dir> <seconds>`. */
+  script?: string
+  args?: string[]
+  /** Run in this folder and keep it (prepared data); default: a fresh temp folder, removed after. */
+  dir?: string
+  /** Kill the child after this long (default: 10 × seconds + 120 s). */
+  timeoutMs?: number
+}
+
+export function runCase(name: string, seconds: number, options: RunCaseOptions = {}): CaseResult {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), `noa-bench-${name.replace(/[^\w.-]/g, '_')}-`))
   try {
-    const r = spawnSync(process.execPath, [CASES_JS, name, dir, String(seconds)], { encoding: 'utf8' })
-    if (r.status !== 0) throw new Error(`bench case ${name} failed (${r.status}): ${r.stderr}`)
+    const args = [options.script ?? CASES_JS, ...(options.args ?? [name]), dir, String(seconds)]
+    const r = spawnSync(process.execPath, args, {
+      encoding: 'utf8',
+      timeout: options.timeoutMs ?? seconds * 10_000 + 120_000,
+      maxBuffer: 16 << 20,
+    })
+    if (r.status !== 0) {
+      throw new Error(
+        `bench case ${name} failed (${r.status ?? r.signal}): ${r.error?.message ?? ''}${r.stderr}`,
+      )
+    }
     return JSON.parse(r.stdout.trim().split('\n').pop() as string) as CaseResult
   } finally {
-    rmSync(dir, { recursive: true, force: true })
+    if (options.dir === undefined) rmSync(dir, { recursive: true, force: true })
   }
 }
 
@@ -35,12 +54,19 @@ export function median(xs: number[]): number {
 }
 
 /** Runs the cases round-robin and returns, per case, the list of results (one per round). */
-export function interleave(names: string[], rounds: number, seconds: number): Map<string, CaseResult[]> {
+export function interleave(
+  names: string[],
+  rounds: number,
+  seconds: number,
+  run: (name: string) => CaseResult = (name) => runCase(name, seconds),
+): Map<string, CaseResult[]> {
   const out = new Map<string, CaseResult[]>(names.map((n) => [n, []]))
   for (let r = 0; r < rounds; r++) {
     for (const name of names) {
-      process.stderr.write(`  round ${r + 1}/${rounds}: ${name}\n`)
-      out.get(name)?.push(runCase(name, seconds))
+      process.stderr.write(`  round ${r + 1}/${rounds}: ${name}`)
+      const start = performance.now()
+      out.get(name)?.push(run(name))
+      process.stderr.write(` (${((performance.now() - start) / 1000).toFixed(1)} s)\n`)
     }
   }
   return out

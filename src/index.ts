@@ -1,3 +1,4 @@
+export * from './context/index.js'
 export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,

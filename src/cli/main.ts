@@ -14,6 +14,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     summary: 'append JSONL entries from stdin to a workspace, durably',
     load: () => import('./commands/append.js'),
   },
+  context: {
+    summary: 'Noa context compression: state.json, tiered archives, compress, view, rebuild, audit',
+    load: () => import('./commands/context.js'),
+  },
   log: { summary: 'print a workspace log as stored', load: () => import('./commands/log.js') },
   memory: {
     summary: 'save, list, recall and inject Norma-compatible memory notes',

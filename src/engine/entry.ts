@@ -79,9 +79,21 @@ function bad(field: string, message: string, where?: string): NoaError {
   return new NoaError('NOA_BAD_ENTRY', `${where ? `${where}: ` : ''}${field}: ${message}`, { field })
 }
 
+/** An empty, `.` or `..` segment, or a leading `/` (an empty first segment). */
+const BAD_SEGMENT = /(?:^|\/)\.{0,2}(?:\/|$)/
+
 /** Relative POSIX path: no empty, `.` or `..` segment, no leading `/`, no NUL. */
 export function checkPath(value: unknown, field: string, where?: string): string {
   if (typeof value !== 'string') throw bad(field, `must be a string, got ${typeName(value)}`, where)
+  // The common case in one regex test; the checks below only say precisely what is wrong.
+  if (
+    !BAD_SEGMENT.test(value) &&
+    !value.includes('\0') &&
+    value.isWellFormed() &&
+    (value.length * 3 <= MAX_PATH_BYTES || Buffer.byteLength(value) <= MAX_PATH_BYTES)
+  ) {
+    return value
+  }
   if (value.length === 0) throw bad(field, 'must not be empty', where)
   if (value.includes('\0')) throw bad(field, 'must not contain NUL', where)
   if (!value.isWellFormed()) throw bad(field, 'has a lone UTF-16 surrogate (not encodable as UTF-8)', where)
@@ -140,7 +152,8 @@ export function checkWorkspace(name: unknown): string {
 function checkString(value: unknown, field: string, max: number, where?: string): string {
   if (typeof value !== 'string') throw bad(field, `must be a string, got ${typeName(value)}`, where)
   if (!value.isWellFormed()) throw bad(field, 'has a lone UTF-16 surrogate (not encodable as UTF-8)', where)
-  if (Buffer.byteLength(value) > max) throw bad(field, `longer than ${max} bytes`, where)
+  if (value.length * 3 > max && Buffer.byteLength(value) > max)
+    throw bad(field, `longer than ${max} bytes`, where)
   return value
 }
 
@@ -175,33 +188,57 @@ function checkOp(value: unknown, where?: string): Op {
 }
 
 /**
- * Validates a caller's entry and renders its body: `"op":"write","path":"…","blob":"…"`.
- * `where` prefixes messages (e.g. `entry 3`) when validating a batch.
+ * Checks an entry's op and exact field set, and every field's rule. `stored`: seq and ts must be
+ * there (a line read back); otherwise they must not (a caller's entry).
  */
-export function encodeBody(input: unknown, where?: string): string {
+function checkFields(input: unknown, stored: boolean, where?: string): Op {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new NoaError('NOA_BAD_ENTRY', `${where ? `${where}: ` : ''}an entry must be a JSON object`, {})
+    throw new NoaError(
+      'NOA_BAD_ENTRY',
+      `${where ? `${where}: ` : ''}${stored ? 'not a JSON object' : 'an entry must be a JSON object'}`,
+      {},
+    )
   }
   const obj = input as Record<string, unknown>
+  if (stored) {
+    checkCounter(obj.seq, 'seq', 1)
+    checkCounter(obj.ts, 'ts', 0)
+  }
   const op = checkOp(obj.op, where)
   const spec = FIELDS[op]
-  for (const key of Object.keys(obj)) {
+  for (const key in obj) {
     if (key === 'op') continue
-    if (key === 'seq' || key === 'ts')
+    if (key === 'seq' || key === 'ts') {
+      if (stored) continue
       throw bad(key, 'is assigned by the workspace owner; leave it out', where)
+    }
     if (!spec.order.includes(key))
       throw bad(key, `is not a field of ${op} (fields: ${spec.order.join(', ')})`, where)
   }
-  let body = `"op":"${op}"`
   for (const field of spec.order) {
     const value = obj[field]
     if (value === undefined) {
       if (spec.required.includes(field)) throw bad(field, `is required for ${op}`, where)
       continue
     }
-    body += `,"${field}":${JSON.stringify(checkField(op, field, value, where))}`
+    checkField(op, field, value, where)
   }
   if (op === 'rename' && obj.from === obj.to) throw bad('to', 'must differ from from', where)
+  return op
+}
+
+/**
+ * Validates a caller's entry and renders its body: `"op":"write","path":"…","blob":"…"`.
+ * `where` prefixes messages (e.g. `entry 3`) when validating a batch.
+ */
+export function encodeBody(input: unknown, where?: string): string {
+  const op = checkFields(input, false, where)
+  const obj = input as Record<string, unknown>
+  let body = `"op":"${op}"`
+  for (const field of FIELDS[op].order) {
+    const value = obj[field]
+    if (value !== undefined) body += `,"${field}":${JSON.stringify(value)}`
+  }
   return body
 }
 
@@ -224,13 +261,7 @@ export function parseEntry(line: string): Entry {
   } catch (err) {
     throw new NoaError('NOA_BAD_ENTRY', `not JSON: ${(err as Error).message}`, {})
   }
-  if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) {
-    throw new NoaError('NOA_BAD_ENTRY', 'not a JSON object', {})
-  }
-  const { seq, ts, ...rest } = obj as Record<string, unknown>
-  checkCounter(seq, 'seq', 1)
-  checkCounter(ts, 'ts', 0)
-  encodeBody(rest)
+  checkFields(obj, true)
   return obj as Entry
 }
 

@@ -25,6 +25,9 @@ export type NoaErrorCode =
   | 'NOA_STREAM_CONFIG'
   | 'NOA_BAD_TRANSCRIPT'
   | 'NOA_BAD_RECORD'
+  | 'NOA_BAD_STATE'
+  | 'NOA_BAD_ARCHIVE'
+  | 'NOA_COMPRESS'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

@@ -1,0 +1,78 @@
+/** noa itself, through its public API, exactly as a user calls it. */
+import { AgentLog, type AgentLogOptions } from '../../src/engine/agent-log.js'
+import { readWorkspaceBatches } from '../../src/engine/logs.js'
+import { entryFor } from '../cases.js'
+import { type Peer, REPLAY_WS, type Store, wsName } from './common.js'
+
+function noaWriter(options: AgentLogOptions): Peer['writer'] {
+  return async (dir, workspaces) => {
+    const log = await AgentLog.open({ root: dir, ...options })
+    const names = Array.from({ length: workspaces }, (_, k) => wsName(k))
+    // Before the clock: open, lock and create every log (and fsync its folder), as a host does at start.
+    await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+    return {
+      append: (k, i) => log.append(names[k] as string, entryFor(i)),
+      close: async () => {
+        await log.close()
+      },
+    }
+  }
+}
+
+export const noa: Peer = {
+  id: 'noa',
+  label: 'noa',
+  kind: 'noa',
+  how: 'owner worker threads; group commit: one write + one fdatasync per batch per workspace, many fdatasyncs in flight; acked after the fdatasync',
+  load() {},
+  writer: noaWriter({}),
+}
+
+export const noaSyncfs: Peer = {
+  id: 'noa-syncfs',
+  label: "noa, durability: 'syncfs'",
+  kind: 'noa',
+  how: "noa's option: each round of commits ends with one syncfs of the whole filesystem instead of one fdatasync per workspace (flushes every dirty page on that disk, other programs' too)",
+  load() {},
+  writer: noaWriter({ durability: 'syncfs' }),
+}
+
+export const noaStore: Store = {
+  id: 'noa',
+  label: 'noa',
+  kind: 'noa',
+  replayHow:
+    '`readBatches` (what `log.readBatches(ws)` runs): streamed 1 MiB chunks, every entry parsed and validated',
+  openHow: '`AgentLog.open` (starts the owner workers) + `recover(ws)`: lock, read the tail only, last seq',
+  load() {},
+  async prepare(dir, entries) {
+    const log = await AgentLog.open({ root: dir })
+    try {
+      for (let done = 0; done < entries; ) {
+        const n = Math.min(10_000, entries - done)
+        await log.appendMany(
+          REPLAY_WS,
+          Array.from({ length: n }, (_, j) => entryFor(done + j)),
+        )
+        done += n
+      }
+    } finally {
+      await log.close()
+    }
+  },
+  async replay(dir) {
+    let n = 0
+    for await (const batch of readWorkspaceBatches(dir, REPLAY_WS)) n += batch.length
+    return n
+  },
+  async open(dir) {
+    const log = await AgentLog.open({ root: dir })
+    const report = await log.recover(REPLAY_WS)
+    return {
+      lastSeq: report.lastSeq,
+      close: async () => {
+        await log.close()
+      },
+    }
+  },
+}

@@ -1,0 +1,388 @@
+/**
+ * `noa context state|compress|view|rebuild|archive|audit`: Noa context compression (Norma's
+ * state.json v1 and tiered Markdown archive). A bad state.json: `state` prints the error on
+ * stderr and the initial state, exit 3; the other commands warn and go on from the initial
+ * state, as Norma does. `audit` exits 1 with one `<file>: <reason>` line per problem.
+ */
+import { readFileSync } from 'node:fs'
+import type { ArchiveDocument } from '../../context/archive.js'
+import { parseArchive } from '../../context/archive-reader.js'
+import { auditSession } from '../../context/audit.js'
+import { type ContextConfig, DEFAULT_CONFIG, NORMA_CONFIG } from '../../context/config.js'
+import { refToIndex } from '../../context/refs.js'
+import { ContextSession, withSessionLock } from '../../context/session.js'
+import { encodeState, loadState, sessionRoot } from '../../context/state-file.js'
+import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
+import { NoaError } from '../../engine/errors.js'
+import { goTrimSpace } from '../../memory/gotext.js'
+import { loadTranscript } from '../../transcript/loader.js'
+import type { ContentBlock, Message } from '../../transcript/types.js'
+import { messages as conversation } from '../../transcript/view.js'
+import { intOption, JSON_OPTION, parseCommand, UsageError } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
+
+const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
+const COMPRESS =
+  'usage: noa context compress <baseDir> <sessionId> --transcript <file> --from <ref|block> --to <ref|block> --summary <text> [--topic T] [--min-chars N] [--norma] [--utc] [--parent <id>]… [--json]\n' +
+  '    or noa context compress <baseDir> <sessionId> --transcript <file> --call <toolUseId> [same options]  (a Compress call recorded in the transcript)'
+const VIEW = 'usage: noa context view <baseDir> <sessionId> --transcript <file> [--parent <id>]… [--json]'
+const REBUILD =
+  'usage: noa context rebuild <baseDir> <sessionId> --transcript <file> [--min-chars N] [--norma] [--utc] [--json]'
+const ARCHIVE = 'usage: noa context archive <file.md> [--json]'
+const AUDIT =
+  'usage: noa context audit <baseDir> <sessionId> [--transcript <file>] [--repair] [--utc] [--json]'
+const ALL = `usage: noa context <state|compress|view|rebuild|archive|audit> …\n  ${[
+  STATE,
+  COMPRESS,
+  VIEW,
+  REBUILD,
+  ARCHIVE,
+  AUDIT,
+]
+  .map((u) => u.replace('usage: ', ''))
+  .join(
+    '\n  ',
+  )}\n  --norma: Norma's full default rules (protected recent zone, 50-character summaries)\n  --utc: archive \`created:\` lines in UTC instead of the local zone`
+
+/** Exit code of `state` when state.json is unusable (the initial state is printed). */
+export const EXIT_BAD_STATE = 3
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = args
+  switch (sub) {
+    case 'state':
+      return stateCmd(rest, io)
+    case 'compress':
+      return compressCmd(rest, io)
+    case 'view':
+      return viewCmd(rest, io)
+    case 'rebuild':
+      return rebuildCmd(rest, io)
+    case 'archive':
+      return archiveCmd(rest, io)
+    case 'audit':
+      return auditCmd(rest, io)
+    case '--help':
+    case '-h':
+    case 'help':
+      await write(io.stdout, `${ALL}\n`)
+      return 0
+    case undefined:
+      throw new UsageError('missing subcommand', ALL)
+    default:
+      throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`, ALL)
+  }
+}
+
+function warnTo(io: CliIo): (message: string) => void {
+  return (message) => io.stderr.write(`${message}\n`)
+}
+
+function configOf(values: { norma?: boolean; 'min-chars'?: string }, usage: string): Partial<ContextConfig> {
+  const base = values.norma ? NORMA_CONFIG : DEFAULT_CONFIG
+  const min = intOption(values['min-chars'], 'min-chars', usage)
+  return {
+    ...base,
+    protectedTools: [...base.protectedTools],
+    ...(min !== undefined ? { minCompressRange: min } : {}),
+  }
+}
+
+async function transcriptMessages(file: string | undefined, usage: string, io: CliIo): Promise<Message[]> {
+  if (file === undefined) throw new UsageError('--transcript is required', usage)
+  const t = await loadTranscript(file)
+  if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
+  if (t.tornTail)
+    io.stderr.write(`noa context: ${file}: torn last line ${t.tornTail.line} ignored: ${t.tornTail.reason}\n`)
+  return conversation(t.records).messages
+}
+
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`
+}
+
+function describeState(s: CompressionState, file: string, exists: boolean): string {
+  const active = s.blocks.filter((b) => b.active).length
+  let blocked = 0
+  let highest = 0
+  for (const ref of s.messageRefs.byRaw.values()) {
+    if (ref === BLOCKED_REF) blocked++
+    else highest = Math.max(highest, refToIndex(ref) ?? 0)
+  }
+  let out = `session ${s.sessionId} (${file}${exists ? '' : ', not written yet'})\n`
+  out += `${plural(s.blocks.length, 'block')} (${active} active), next b${Math.max(s.nextBlockId, 1)}; `
+  out += `${plural(s.messageRefs.byRef.size, 'ref')}${highest > 0 ? ` up to m${String(highest).padStart(5, '0')}` : ''}, ${blocked} blocked; `
+  out += `${plural(s.stats.compressionCount, 'compression')}, ${s.stats.tokensCompressed} tokens compressed`
+  if (s.derivedFrom !== '') out += `; inherited from ${s.derivedFrom}`
+  out += '\n'
+  if (s.blocks.length === 0) return out
+  const rows = s.blocks.map((b) => [
+    b.blockId,
+    `T${b.tier}`,
+    `${b.startRef}–${b.endRef}`,
+    b.active ? 'active' : 'inactive',
+    `${b.compressedTokens} tokens`,
+    b.topic,
+  ])
+  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] as string).length))) ?? []
+  for (const r of rows)
+    out += `  ${r
+      .map((c, i) => c.padEnd(widths[i] as number))
+      .join('  ')
+      .trimEnd()}\n`
+  return out
+}
+
+async function stateCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: STATE,
+    options: JSON_OPTION,
+    positionals: [2, 2],
+  })
+  const [baseDir, sessionId] = positionals as [string, string]
+  const load = loadState(baseDir, sessionId)
+  if (load.error) io.stderr.write(`noa context: ${load.error.message}; showing the initial state\n`)
+  await write(
+    io.stdout,
+    values.json ? `${encodeState(load.state)}\n` : describeState(load.state, load.file, load.exists),
+  )
+  return load.error ? EXIT_BAD_STATE : 0
+}
+
+async function compressCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: COMPRESS,
+    options: {
+      transcript: { type: 'string' },
+      from: { type: 'string' },
+      to: { type: 'string' },
+      summary: { type: 'string' },
+      topic: { type: 'string' },
+      'min-chars': { type: 'string' },
+      norma: { type: 'boolean' },
+      utc: { type: 'boolean' },
+      parent: { type: 'string', multiple: true },
+      call: { type: 'string' },
+      ...JSON_OPTION,
+    },
+    positionals: [2, 2],
+  })
+  const [baseDir, sessionId] = positionals as [string, string]
+  const call = values.call
+  for (const key of ['from', 'to', 'summary', 'topic'] as const) {
+    if (call !== undefined && values[key] !== undefined)
+      throw new UsageError(`--${key} cannot go with --call (the call holds the ranges)`, COMPRESS)
+    if (call === undefined && key !== 'topic' && values[key] === undefined)
+      throw new UsageError(`--${key} is required`, COMPRESS)
+  }
+  const config = configOf(values, COMPRESS)
+  const msgs = await transcriptMessages(values.transcript, COMPRESS, io)
+  const opened = {
+    baseDir,
+    sessionId,
+    config,
+    zone: values.utc ? ('utc' as const) : ('local' as const),
+    onWarn: warnTo(io),
+  }
+  const outcome = withSessionLock(sessionRoot(baseDir, sessionId), () => {
+    const session = ContextSession.open({ ...opened, parentSessionIds: values.parent ?? [] })
+    if (call !== undefined) return session.compressCall(msgs, call)
+    return session.compress(msgs, [
+      {
+        startRef: goTrimSpace(values.from as string),
+        endRef: goTrimSpace(values.to as string),
+        summary: goTrimSpace(values.summary as string),
+        topic: goTrimSpace(values.topic ?? ''),
+      },
+    ])
+  })
+  const ok = outcome.result.blocksCreated.length > 0
+  if (values.json) {
+    await write(
+      io.stdout,
+      json({
+        ok,
+        panel: outcome.panel,
+        blocks: outcome.result.blocksCreated.map((b) => ({
+          blockId: b.blockId,
+          tier: b.tier,
+          startRef: b.startRef,
+          endRef: b.endRef,
+          compressedTokens: b.compressedTokens,
+          archivePath: b.archivePath,
+        })),
+        errors: outcome.result.errors,
+        warnings: outcome.result.warnings,
+      }),
+    )
+  } else {
+    await write(ok ? io.stdout : io.stderr, `${outcome.panel}\n`)
+  }
+  return ok ? 0 : 1
+}
+
+function blockLine(b: ContentBlock): string {
+  switch (b.type) {
+    case 'text':
+      return b.text ?? ''
+    case 'thinking':
+      return `(thinking) ${b.thinking ?? ''}`
+    case 'tool_use':
+      return `(tool_use ${b.name ?? ''} ${b.id ?? ''}) ${b.input ?? ''}`
+    case 'tool_result':
+      return `(tool_result ${b.tool_use_id ?? ''}${b.is_error ? ', error' : ''}) ${(b.content ?? []).map(blockLine).join('\n')}`
+    default:
+      return `(${b.type})`
+  }
+}
+
+async function viewCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: VIEW,
+    options: {
+      transcript: { type: 'string' },
+      parent: { type: 'string', multiple: true },
+      norma: { type: 'boolean' },
+      ...JSON_OPTION,
+    },
+    positionals: [2, 2],
+  })
+  const [baseDir, sessionId] = positionals as [string, string]
+  const msgs = await transcriptMessages(values.transcript, VIEW, io)
+  const session = ContextSession.open({
+    baseDir,
+    sessionId,
+    config: configOf(values, VIEW),
+    parentSessionIds: values.parent ?? [],
+    onWarn: warnTo(io),
+  })
+  const view = session.view(msgs)
+  if (values.json) {
+    await write(io.stdout, json(view))
+    return 0
+  }
+  let out = ''
+  view.forEach((m, i) => {
+    out += `── ${i + 1} ${m.role}\n`
+    for (const b of m.content ?? []) out += `${blockLine(b)}\n`
+  })
+  await write(io.stdout, out)
+  return 0
+}
+
+async function rebuildCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: REBUILD,
+    options: {
+      transcript: { type: 'string' },
+      'min-chars': { type: 'string' },
+      norma: { type: 'boolean' },
+      utc: { type: 'boolean' },
+      ...JSON_OPTION,
+    },
+    positionals: [2, 2],
+  })
+  const [baseDir, sessionId] = positionals as [string, string]
+  const config = configOf(values, REBUILD)
+  const msgs = await transcriptMessages(values.transcript, REBUILD, io)
+  const opened = { baseDir, sessionId, config, zone: values.utc ? ('utc' as const) : ('local' as const) }
+  const { session, res } = withSessionLock(sessionRoot(baseDir, sessionId), () => {
+    const session = ContextSession.open({ ...opened, onWarn: warnTo(io) })
+    return { session, res: session.rebuild(msgs) }
+  })
+  if (values.json) {
+    await write(
+      io.stdout,
+      json({ ...res, stateFile: session.stateFile, blocks: session.state.blocks.length }),
+    )
+    return 0
+  }
+  await write(
+    io.stdout,
+    `replayed ${res.replayed}, skipped ${res.skipped}: ${plural(session.state.blocks.length, 'block')}, ${res.reused.length} archive(s) reused, saved to ${session.stateFile}\n`,
+  )
+  return 0
+}
+
+function summaryLine(s: string): string {
+  const first = s.split('\n')[0] ?? ''
+  return first.length > 100 ? `${first.slice(0, 99)}…` : first
+}
+
+function describeArchive(doc: ArchiveDocument, file: string): string {
+  let out = `${file}\n${doc.blockId} · tier ${doc.tier} · ${doc.startRef}–${doc.endRef} · ${doc.originalTokens} tokens`
+  if (doc.session !== '') out += ` · session ${doc.session}`
+  if (doc.created !== '') out += ` · created ${doc.created}`
+  if (doc.topic !== '') out += ` · topic ${doc.topic}`
+  out += '\n'
+  if (doc.summary !== '') out += `summary: ${summaryLine(doc.summary)}\n`
+  for (const e of doc.entries) {
+    if (e.kind === 'block') {
+      out += `  ${e.blockId} · Tier ${e.tier} · ${e.startRef}–${e.endRef}${e.childRel ? ` → ${e.childRel}` : ''}\n`
+    } else {
+      const what = e.type === 'tool_use' || e.type === 'tool_result' ? `${e.type} ${e.toolName}` : e.type
+      out += `  ${e.ref || '(unaddressed)'} · ${e.role} · ${what} (${[...e.text].length} chars)\n`
+    }
+  }
+  return out
+}
+
+async function archiveCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: ARCHIVE,
+    options: JSON_OPTION,
+    positionals: [1, 1],
+  })
+  const file = positionals[0] as string
+  let text: string
+  try {
+    text = readFileSync(file, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new NoaError('NOA_NOT_FOUND', `${file}: no such archive`, { file })
+    throw err
+  }
+  const doc = parseArchive(text, { file })
+  await write(io.stdout, values.json ? json(doc) : describeArchive(doc, file))
+  return 0
+}
+
+async function auditCmd(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseCommand(args, {
+    usage: AUDIT,
+    options: {
+      transcript: { type: 'string' },
+      repair: { type: 'boolean' },
+      utc: { type: 'boolean' },
+      ...JSON_OPTION,
+    },
+    positionals: [2, 2],
+  })
+  const [baseDir, sessionId] = positionals as [string, string]
+  const msgs =
+    values.transcript !== undefined ? await transcriptMessages(values.transcript, AUDIT, io) : undefined
+  const options = {
+    baseDir,
+    sessionId,
+    repair: values.repair ?? false,
+    zone: values.utc ? ('utc' as const) : ('local' as const),
+    ...(msgs ? { messages: msgs } : {}),
+  }
+  const report = values.repair
+    ? withSessionLock(sessionRoot(baseDir, sessionId), () => auditSession(options))
+    : auditSession(options)
+  if (values.json) {
+    await write(io.stdout, json(report))
+    return report.ok ? 0 : 1
+  }
+  let out = ''
+  for (const p of report.repaired) out += `${p.file}: repaired: ${p.reason}\n`
+  for (const p of report.problems) out += `${p.file}: ${p.reason}\n`
+  if (report.ok) {
+    out += report.exists
+      ? `ok: ${plural(report.blocks, 'block')}, ${plural(report.archives, 'archive')} checked${msgs ? ' against the transcript' : ''}\n`
+      : `ok: no state.json in ${report.root}\n`
+  }
+  await write(io.stdout, out)
+  return report.ok ? 0 : 1
+}
