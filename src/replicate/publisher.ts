@@ -800,7 +800,7 @@ class Publisher {
    * workspaces do not each cost one.
    */
   private async objectsBarrier(t: number): Promise<void> {
-    if (!this.scanner || !this.scanner.present()) return
+    if (!this.scanner?.present()) return
     while (this.scanDoneTick <= t) {
       if (this.signal.aborted) throw new Stopped()
       if (this.scanning) {
