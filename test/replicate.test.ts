@@ -198,12 +198,13 @@ describe('replicate push and pull (CLI)', () => {
     const b = tempDir()
     await initStreamCli(nats.url(), prefix, stream)
     const stop = new AbortController()
+    let following: Promise<unknown> | null = null
     try {
       const opts = { nats: nats.url(), prefix }
       await fill(a, { alpha: [1, 10] })
       await replicatePush({ ...opts, root: a })
       // b follows the stream while its own agents write beta and b publishes it.
-      const following = replicatePull({ ...opts, root: b, follow: true, signal: stop.signal })
+      following = replicatePull({ ...opts, root: b, follow: true, signal: stop.signal })
       await waitFor('alpha on b', () =>
         existsSync(join(b, 'agent-logs', 'alpha.log')) && lineCount(b, 'alpha') === 10 ? true : null,
       )
@@ -227,14 +228,16 @@ describe('replicate push and pull (CLI)', () => {
           : null,
       )
       stop.abort()
-      const followed = await following
+      const followed = (await following) as Awaited<ReturnType<typeof replicatePull>>
       expect(followed.workspaces.map((w) => w.workspace)).toEqual(['alpha'])
       expect(followed.skipped).toBe(6) // b's own beta came back through the stream
       await replicatePull({ ...opts, root: a })
       for (const ws of ['alpha', 'beta']) expect(logBytes(a, ws).equals(logBytes(b, ws))).toBe(true)
       await expectExactlyOnce(nats.url(), stream, prefix, { alpha: 12, beta: 6 })
     } finally {
+      // Let the follower finish (and save its checkpoint) before the test's folders go.
       stop.abort()
+      await following?.catch(() => {})
       await dropStream(nats.url(), stream)
     }
   })
