@@ -472,11 +472,14 @@ describe('order and exactly once', () => {
             await gate
           },
         })
-        await atGate
-        expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(3)
-        // Outlive the de-duplication window, so that only the expected sequence stands in the way.
-        if (path === 'expected-sequence') await new Promise((r) => setTimeout(r, 1000))
-        release()
+        try {
+          await atGate
+          expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(3)
+          // Outlive the de-duplication window, so that only the expected sequence stands in the way.
+          if (path === 'expected-sequence') await new Promise((r) => setTimeout(r, 1000))
+        } finally {
+          release()
+        }
         const err = await second.then(
           () => null,
           (e: unknown) => e,
