@@ -174,6 +174,13 @@ async function main(): Promise<void> {
       rmSync(dir, { recursive: true, force: true })
     }
   }
+  // Replication (issue 8): needs nats-server; NOA_BENCH_NATS_URL names one, else it starts its own.
+  const replicate = await import('./replicate.js')
+  try {
+    rows.push(...(await replicate.replicateSection({ quick })))
+  } catch (err) {
+    process.stderr.write(`replication section not measured: ${(err as Error).message}\n`)
+  }
   const cmd = `npm run bench${quick ? ' -- --quick' : ''}`
   const header = `Measured ${started.toISOString().slice(0, 10)} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, with \`${cmd}\` (${rounds} interleaved rounds, medians).\n\n`
   const text = header + markdownTable(rows)

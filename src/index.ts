@@ -131,6 +131,44 @@ export {
   scanDir,
 } from './memory/scan.js'
 export { candidates, DEFAULT_INJECT_LIMIT, type InjectOptions, MemoryStore } from './memory/store.js'
+export {
+  type Checkpoint,
+  checkpointPath,
+  type PullCheckpoint,
+  type PullPosition,
+  type PushCheckpoint,
+  type PushPosition,
+} from './replicate/checkpoint.js'
+export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './replicate/mirror.js'
+export {
+  type PushedWorkspace,
+  type PushOptions,
+  type PushReport,
+  replicatePush,
+} from './replicate/publisher.js'
+export {
+  type Direction,
+  type ReplicationStatus,
+  replicationStatus,
+  type StatusOptions,
+  type WorkspaceReplication,
+} from './replicate/status.js'
+export {
+  type EventSink,
+  type InitOptions,
+  type InitReport,
+  initStream,
+  type NatsTarget,
+  type ReplicationEvent,
+  streamProblems,
+} from './replicate/stream.js'
+export {
+  DEFAULT_PREFIX,
+  defaultStreamName,
+  entryMsgId,
+  objectSubject,
+  workspaceSubject,
+} from './replicate/subjects.js'
 export { formatRecord } from './transcript/format.js'
 export {
   formatTimestamp,

@@ -23,6 +23,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     summary: 'save, list, recall and inject Norma-compatible memory notes',
     load: () => import('./commands/memory.js'),
   },
+  replicate: {
+    summary: 'push, pull or inspect workspace logs replicated through NATS JetStream',
+    load: () => import('./commands/replicate.js'),
+  },
   recover: { summary: 'cut torn tails and check workspaces', load: () => import('./commands/recover.js') },
   transcript: {
     summary: 'show, resume, append to and account for session transcripts (Norma JSONL)',

@@ -21,6 +21,8 @@ export type NoaErrorCode =
   | 'NOA_EXISTS'
   | 'NOA_BAD_FORMAT'
   | 'NOA_REPLICA_GAP'
+  | 'NOA_REPLICATION'
+  | 'NOA_STREAM_CONFIG'
   | 'NOA_BAD_TRANSCRIPT'
   | 'NOA_BAD_RECORD'
   | 'NOA_BAD_STATE'

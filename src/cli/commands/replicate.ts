@@ -1,0 +1,195 @@
+import { getPriority, setPriority } from 'node:os'
+import { replicatePull } from '../../replicate/mirror.js'
+import { replicatePush } from '../../replicate/publisher.js'
+import { replicationStatus } from '../../replicate/status.js'
+import { initStream, type ReplicationEvent } from '../../replicate/stream.js'
+import { checkPrefix, DEFAULT_PREFIX } from '../../replicate/subjects.js'
+import { intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
+
+const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
+       noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
+       noa replicate status [--nats URL] [--root DIR] [--prefix P] [--stream NAME] [--json]
+       noa replicate init   --nats URL [--prefix P] [--stream NAME] [--replicas N] [--json]
+--nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>;
+--nice: CPU priority of a push or pull (default 10 with --follow, so local appends come first)`
+
+const COMMON = {
+  ...ROOT_OPTION,
+  ...JSON_OPTION,
+  nats: { type: 'string' },
+  prefix: { type: 'string' },
+  stream: { type: 'string' },
+} as const
+
+const SPECS = {
+  push: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
+  pull: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
+  status: { options: COMMON },
+  init: { options: { ...COMMON, replicas: { type: 'string' } } },
+} as const
+
+type Sub = keyof typeof SPECS
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = args
+  if (sub === '--help' || sub === '-h' || sub === 'help') {
+    await write(io.stdout, `${USAGE}\n`)
+    return 0
+  }
+  if (sub === undefined || !(sub in SPECS)) {
+    throw new UsageError(
+      sub === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(sub)}`,
+      USAGE,
+    )
+  }
+  const name = sub as Sub
+  const { values } = parseCommand(rest, { usage: USAGE, options: SPECS[name].options, positionals: [0, 0] })
+  const v = values as {
+    root?: string
+    json?: boolean
+    nats?: string
+    prefix?: string
+    stream?: string
+    follow?: boolean
+    replicas?: string
+    nice?: string
+  }
+  const nats = v.nats ?? (io.env.NOA_NATS_URL || undefined)
+  let prefix: string
+  try {
+    prefix = checkPrefix(v.prefix ?? DEFAULT_PREFIX)
+  } catch (err) {
+    throw new UsageError(`--prefix: ${(err as Error).message}`, USAGE)
+  }
+  if (nats === undefined && name !== 'status') {
+    throw new UsageError('--nats URL is required (or set NOA_NATS_URL)', USAGE)
+  }
+  const onEvent = (e: ReplicationEvent) => {
+    io.stderr.write(`noa replicate ${name}: ${describeEvent(e)}\n`)
+  }
+  switch (name) {
+    case 'push':
+    case 'pull':
+      lowerPriority(intOption(v.nice, 'nice', USAGE, 0) ?? (v.follow ? DEFAULT_NICE : 0), io)
+      return follow(v.follow ?? false, async (signal) => {
+        const options = {
+          nats: nats as string,
+          root: rootOf(v),
+          prefix,
+          stream: v.stream,
+          follow: v.follow ?? false,
+          signal,
+          onEvent,
+        }
+        if (name === 'push') {
+          const r = await replicatePush(options)
+          if (v.json) await write(io.stdout, json(r))
+          else {
+            await write(
+              io.stdout,
+              `pushed ${r.entries} entries from ${r.workspaces.length} workspaces and ${r.objects} objects to stream ${r.stream} (${prefix}.>) in ${(r.durationMs / 1000).toFixed(1)} s\n${r.workspaces
+                .map((w) => `  ${w.workspace}: seq ${w.from}..${w.to}\n`)
+                .join('')}${r.skipped.map((s) => `  ${s.workspace}: skipped, ${s.reason}\n`).join('')}`,
+            )
+          }
+        } else {
+          const r = await replicatePull(options)
+          if (v.json) await write(io.stdout, json(r))
+          else {
+            await write(
+              io.stdout,
+              `pulled ${r.entries} entries into ${r.workspaces.length} workspaces and ${r.objects} objects from stream ${r.stream} (${prefix}.>) up to stream seq ${r.streamSeq} in ${(r.durationMs / 1000).toFixed(1)} s${r.skipped > 0 ? `; ${r.skipped} entries were here already` : ''}\n${r.workspaces
+                .map((w) => `  ${w.workspace}: seq ${w.from}..${w.to}\n`)
+                .join('')}`,
+            )
+          }
+        }
+        return 0
+      })
+    case 'status': {
+      const r = await replicationStatus({ root: rootOf(v), prefix, stream: v.stream, nats })
+      if (v.json) {
+        await write(io.stdout, json(r))
+        return 0
+      }
+      const rows = r.workspaces.map((w) => [
+        w.workspace,
+        String(w.local.seq),
+        w.stream === null ? '?' : String(w.stream.seq),
+        w.replicable ? w.direction : 'not replicable',
+        w.lagEntries === null ? '?' : String(w.lagEntries),
+        w.lagSeconds === null ? '?' : w.lagSeconds.toFixed(3),
+      ])
+      const head = ['workspace', 'local seq', 'stream seq', 'direction', 'lag entries', 'lag seconds']
+      const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] as string).length)))
+      const fmt = (cells: string[]) =>
+        `${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ')}\n`
+      const source =
+        r.source === 'server'
+          ? `stream ${r.stream} (${prefix}.>), read from the server`
+          : `the push checkpoint${r.push ? ` saved ${r.push.savedAt}` : ' (none: nothing pushed yet)'}; give --nats for the server's view`
+      await write(io.stdout, `${source}\n${fmt(head)}${rows.map(fmt).join('')}`)
+      return 0
+    }
+    case 'init': {
+      const replicas = intOption(v.replicas, 'replicas', USAGE, 1)
+      const r = await initStream({ nats: nats as string, prefix, stream: v.stream, replicas })
+      if (v.json) await write(io.stdout, json(r))
+      else if (r.created) await write(io.stdout, `created stream ${r.stream} for ${prefix}.>\n`)
+      else if (r.changed.length > 0) {
+        await write(io.stdout, `updated stream ${r.stream}: ${r.changed.join(', ')}\n`)
+      } else await write(io.stdout, `stream ${r.stream} is ready for ${prefix}.>\n`)
+      return 0
+    }
+  }
+}
+
+/**
+ * A follower competes for the CPU with the agents whose appends it replicates; at nice 10 the
+ * scheduler gives it about a tenth of a busy machine, so local durability comes first and the
+ * lag (visible in `status`) absorbs the difference. Threads started later (the libuv pool, the
+ * mirror's owner workers) inherit the priority.
+ */
+const DEFAULT_NICE = 10
+
+function lowerPriority(nice: number, io: CliIo): void {
+  if (nice === 0) return
+  try {
+    setPriority(Math.min(19, getPriority() + nice))
+  } catch (err) {
+    io.stderr.write(
+      `noa replicate: cannot lower the CPU priority (${(err as Error).message}); running as is\n`,
+    )
+  }
+}
+
+/** Runs `task`; with `--follow`, until SIGINT or SIGTERM, which stop it cleanly (checkpoint saved). */
+async function follow(on: boolean, task: (signal: AbortSignal) => Promise<number>): Promise<number> {
+  const stop = new AbortController()
+  const onSignal = () => stop.abort()
+  if (on) {
+    process.once('SIGINT', onSignal)
+    process.once('SIGTERM', onSignal)
+  }
+  try {
+    return await task(stop.signal)
+  } finally {
+    process.removeListener('SIGINT', onSignal)
+    process.removeListener('SIGTERM', onSignal)
+  }
+}
+
+function describeEvent(e: ReplicationEvent): string {
+  switch (e.type) {
+    case 'retry':
+      return `${e.what} failed (${e.error}); retrying in ${e.delayMs} ms`
+    case 'connection':
+      return `${e.status}${e.detail ? ` ${e.detail}` : ''}`
+    case 'skipped':
+      return `workspace ${e.workspace} skipped: ${e.reason}`
+    case 'warning':
+    case 'following':
+      return e.message
+  }
+}

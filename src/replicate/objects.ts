@@ -1,0 +1,397 @@
+/**
+ * The object store travels with the logs. A merge on another machine needs the snapshot records
+ * and trees the logs name (`noa merge` finds the common base through them), so every object of
+ * `<root>/objects/<2 hex>/<62 hex>` is published once on `<prefix>._obj.<id>`, before any log
+ * entry read after it was found, and the mirror writes it into its own store before it appends
+ * the entries that follow it in the stream.
+ *
+ * An object larger than a message goes out in parts on its subject, each with
+ * `Noa-Object-Size` and `Noa-Object-Offset`; the first part expects the subject to be empty and
+ * each later part expects the previous one, so a subject holds one copy of an object, in order,
+ * however many publishers hold it. Objects named by the hash of their own bytes are verified
+ * against it on both sides. A tree may be stored as a delta against another tree (its file
+ * does not hash to its name): the publisher checks it by rebuilding it through the object
+ * store, and marks it `Noa-Object-Exact: 0`; the mirror stores its bytes as they are, and the
+ * object store checks the rebuilt tree whenever it is read, as on the origin.
+ */
+import { createHash } from 'node:crypto'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { appendFile, type FileHandle, open, rename, rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
+import { NoaError } from '../engine/errors.js'
+import { ObjectStore } from '../engine/objects.js'
+import { ensureReplicationDir, replicationDir } from './checkpoint.js'
+import { sameBytes } from './lines.js'
+import { isWrongLastSequence, type Link, lastOnSubject, messageAt, replicationError } from './stream.js'
+import {
+  HDR_OBJECT_EXACT,
+  HDR_OBJECT_OFFSET,
+  HDR_OBJECT_SIZE,
+  objectMsgId,
+  objectSubject,
+} from './subjects.js'
+
+const SHARD_RE = /^[0-9a-f]{2}$/
+const REST_RE = /^[0-9a-f]{62}$/
+/** Same mode as the object store's own files: objects are immutable. */
+const OBJECT_MODE = 0o444
+/** A directory whose mtime is this close to the scan is read again next time (same-tick writes). */
+const RACY_MS = 2_000
+
+export function objectsDir(root: string): string {
+  return join(root, 'objects')
+}
+
+export function objectFile(root: string, id: string): string {
+  return join(objectsDir(root), id.slice(0, 2), id.slice(2))
+}
+
+async function hashFile(file: string): Promise<{ hash: string; size: number }> {
+  const h = createHash('sha256')
+  const handle = await open(file, 'r')
+  let size = 0
+  try {
+    const buf = Buffer.allocUnsafe(1 << 20)
+    for (;;) {
+      const { bytesRead } = await handle.read(buf, 0, buf.length, size)
+      if (bytesRead === 0) break
+      h.update(buf.subarray(0, bytesRead))
+      size += bytesRead
+    }
+  } finally {
+    await handle.close()
+  }
+  return { hash: h.digest('hex'), size }
+}
+
+/**
+ * Finds objects not yet published. Shard directories whose mtime has not changed since they
+ * were last read are not read again; the ids published are remembered in
+ * `replication/push.<prefix>.objects` (one per line), so a restart does not send them again.
+ */
+export class ObjectScanner {
+  private readonly dir: string
+  private readonly listFile: string
+  private readonly published = new Set<string>()
+  private readonly shardMtimes = new Map<string, number>()
+  private pendingList: string[] = []
+
+  constructor(
+    readonly root: string,
+    prefix: string,
+  ) {
+    this.dir = objectsDir(root)
+    this.listFile = join(replicationDir(root), `push.${prefix}.objects`)
+  }
+
+  /** Loads the list of published ids; `reset` forgets it (the stream was made again). */
+  load(reset: boolean): void {
+    this.published.clear()
+    this.shardMtimes.clear()
+    if (reset) {
+      if (existsSync(this.listFile)) {
+        ensureReplicationDir(this.root)
+        writeFileAtomic(this.listFile, '')
+      }
+      return
+    }
+    if (!existsSync(this.listFile)) return
+    for (const line of readFileSync(this.listFile, 'latin1').split('\n')) {
+      if (/^[0-9a-f]{64}$/.test(line)) this.published.add(line)
+    }
+  }
+
+  /** Whether the root has an object store at all (no scan to wait for when not). */
+  present(): boolean {
+    return existsSync(this.dir)
+  }
+
+  get count(): number {
+    return this.published.size
+  }
+
+  /** Ids present in the store and not yet published, in id order. */
+  scan(): string[] {
+    if (!existsSync(this.dir)) return []
+    const now = Date.now()
+    const found: string[] = []
+    for (const shard of readdirSync(this.dir).sort()) {
+      if (!SHARD_RE.test(shard)) continue
+      const path = join(this.dir, shard)
+      let mtime: number
+      try {
+        const st = statSync(path)
+        if (!st.isDirectory()) continue
+        mtime = st.mtimeMs
+      } catch {
+        continue
+      }
+      if (this.shardMtimes.get(shard) === mtime) continue
+      for (const name of readdirSync(path).sort()) {
+        if (!REST_RE.test(name)) continue // temp files and anything else the store may hold
+        const id = shard + name
+        if (!this.published.has(id)) found.push(id)
+      }
+      // Trust the mtime only once it is safely in the past.
+      if (now - mtime > RACY_MS) this.shardMtimes.set(shard, mtime)
+      else this.shardMtimes.delete(shard)
+    }
+    return found
+  }
+
+  markPublished(id: string): void {
+    if (this.published.has(id)) return
+    this.published.add(id)
+    this.pendingList.push(id)
+  }
+
+  /** Appends the newly published ids to the list file (a lost tail only means re-checking them). */
+  async flush(): Promise<void> {
+    if (this.pendingList.length === 0) return
+    const ids = this.pendingList
+    this.pendingList = []
+    ensureReplicationDir(this.root)
+    await appendFile(this.listFile, `${ids.join('\n')}\n`)
+  }
+}
+
+export interface ObjectPublishContext {
+  link: Link
+  stream: string
+  prefix: string
+  /** Largest payload per message. */
+  partSize: number
+  /** Runs one request with retries on transient failures. */
+  retry<T>(what: string, fn: () => Promise<T>): Promise<T>
+}
+
+/**
+ * Publishes one object (all its parts) unless the stream has it already. Returns the number of
+ * parts this call stored (0: the stream had them all).
+ */
+export async function publishObject(ctx: ObjectPublishContext, root: string, id: string): Promise<number> {
+  const file = objectFile(root, id)
+  const { hash, size } = await hashFile(file)
+  const exact = hash === id
+  if (!exact) {
+    // Not named by its own bytes: a tree stored as a delta, which the store can rebuild and
+    // check, or a damaged object.
+    try {
+      await new ObjectStore(root).getTree(id)
+    } catch (err) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `object ${id} (${file}) does not match its hash (${hash}) and is not a tree the object store can rebuild (${(err as Error).message}): not replicated`,
+        { file, id },
+      )
+    }
+  }
+  const subject = objectSubject(ctx.prefix, id)
+  const handle = await open(file, 'r')
+  try {
+    let offset = 0
+    let expect = 0
+    let sent = 0
+    const buf = Buffer.allocUnsafe(Math.max(1, Math.min(ctx.partSize, size)))
+    for (;;) {
+      const len = Math.min(ctx.partSize, size - offset)
+      const part = buf.subarray(0, len)
+      await readFully(handle, part, offset)
+      const extra: Record<string, string> = {
+        [HDR_OBJECT_SIZE]: String(size),
+        [HDR_OBJECT_OFFSET]: String(offset),
+      }
+      if (!exact) extra[HDR_OBJECT_EXACT] = '0'
+      const outcome = await ctx.retry(`publish object ${id}`, async () => {
+        try {
+          const ack = await ctx.link.publish(subject, part, objectMsgId(id, offset), expect, extra)
+          if (ack.duplicate) {
+            const stored = await messageAt(ctx.link, ctx.stream, ack.seq)
+            if (!stored || stored.subject !== subject || !sameBytes(stored.data, part)) {
+              throw replicationError(
+                `object ${id}: the stream reports part at offset ${offset} as a duplicate of stream seq ${ack.seq}, which holds other bytes`,
+                { id, streamSeq: ack.seq },
+              )
+            }
+          }
+          return { kind: 'stored' as const, seq: ack.seq }
+        } catch (err) {
+          if (!isWrongLastSequence(err)) throw err
+          // Someone published (part of) this object before: continue after what the subject holds.
+          const last = await lastOnSubject(ctx.link, ctx.stream, subject)
+          if (last === null) throw err
+          const lastSize = Number(last.header?.get(HDR_OBJECT_SIZE))
+          const lastOffset = Number(last.header?.get(HDR_OBJECT_OFFSET))
+          if (lastSize !== size || !Number.isSafeInteger(lastOffset)) {
+            throw replicationError(
+              `object ${id}: the stream holds a copy of ${lastSize} bytes on ${subject}, but the object has ${size}`,
+              { id },
+            )
+          }
+          return { kind: 'moved' as const, seq: last.seq, end: lastOffset + last.data.length }
+        }
+      })
+      if (outcome.kind === 'moved') {
+        if (outcome.end >= size) return sent
+        offset = outcome.end
+        expect = outcome.seq
+        continue
+      }
+      sent++
+      expect = outcome.seq
+      offset += len
+      if (offset >= size) return sent
+    }
+  } finally {
+    await handle.close()
+  }
+}
+
+async function readFully(handle: FileHandle, into: Buffer, position: number): Promise<void> {
+  let got = 0
+  while (got < into.length) {
+    const { bytesRead } = await handle.read(into, got, into.length - got, position + got)
+    if (bytesRead === 0)
+      throw replicationError(`object file shrank while being read at byte ${position + got}`)
+    got += bytesRead
+  }
+}
+
+interface PartialObject {
+  size: number
+  received: number
+  /** Stream sequence of the first part: the mirror's checkpoint must not pass it until done. */
+  startSeq: number
+  temp: string
+  handle: FileHandle
+  hash: ReturnType<typeof createHash>
+  exact: boolean
+}
+
+/**
+ * The mirror's side: writes objects that arrive into `<root>/objects/`, verified, atomically,
+ * read-only like the store's own. Parts of a large object are gathered in a temp file under
+ * `replication/tmp/` and renamed into place when complete.
+ */
+export class ObjectSink {
+  private readonly partials = new Map<string, PartialObject>()
+  private readonly tempDir: string
+  written = 0
+
+  constructor(readonly root: string) {
+    this.tempDir = join(replicationDir(root), 'tmp')
+  }
+
+  /** Removes temp files left by a crash (their objects arrive again from an earlier checkpoint). */
+  async start(): Promise<void> {
+    if (existsSync(this.tempDir)) await rm(this.tempDir, { recursive: true, force: true })
+  }
+
+  /** Lowest stream sequence that must be received again after a restart (Infinity: none). */
+  oldestPending(): number {
+    let min = Number.POSITIVE_INFINITY
+    for (const p of this.partials.values()) min = Math.min(min, p.startSeq)
+    return min
+  }
+
+  /** One part of an object; `exact`: the object's bytes hash to its id (else a delta tree). */
+  async put(
+    id: string,
+    size: number,
+    offset: number,
+    data: Uint8Array,
+    streamSeq: number,
+    exact = true,
+  ): Promise<void> {
+    const file = objectFile(this.root, id)
+    if (
+      !Number.isSafeInteger(size) ||
+      !Number.isSafeInteger(offset) ||
+      offset < 0 ||
+      offset + data.length > size
+    ) {
+      throw replicationError(
+        `object ${id}: a part at stream seq ${streamSeq} has a bad size or offset (${size}, ${offset})`,
+        { id, streamSeq },
+      )
+    }
+    let partial = this.partials.get(id)
+    if (offset === 0) {
+      if (partial) await this.drop(id, partial)
+      partial = undefined
+      if (existsSync(file)) return
+      if (data.length === size) {
+        if (exact) this.check(id, createHash('sha256').update(data).digest('hex'), streamSeq)
+        this.ensureShard(id)
+        writeFileAtomic(file, data, { mode: OBJECT_MODE })
+        this.written++
+        return
+      }
+      mkdirSync(this.tempDir, { recursive: true })
+      const temp = join(this.tempDir, `${id}.part`)
+      const handle = await open(temp, 'w', 0o600)
+      partial = { size, received: 0, startSeq: streamSeq, temp, handle, hash: createHash('sha256'), exact }
+      this.partials.set(id, partial)
+    }
+    if (!partial) {
+      if (existsSync(file)) return // a part of an object we have
+      throw replicationError(
+        `object ${id}: part at offset ${offset} (stream seq ${streamSeq}) arrived without the parts before it`,
+        { id, streamSeq },
+      )
+    }
+    if (offset !== partial.received || size !== partial.size) {
+      throw replicationError(
+        `object ${id}: part at offset ${offset} (stream seq ${streamSeq}) does not continue the ${partial.received} bytes received`,
+        { id, streamSeq },
+      )
+    }
+    await partial.handle.write(data, 0, data.length, offset)
+    partial.hash.update(data)
+    partial.received += data.length
+    if (partial.received < partial.size) return
+    this.partials.delete(id)
+    try {
+      if (partial.exact) this.check(id, partial.hash.digest('hex'), streamSeq)
+      await partial.handle.chmod(OBJECT_MODE)
+      await partial.handle.sync()
+    } finally {
+      await partial.handle.close()
+    }
+    this.ensureShard(id)
+    await rename(partial.temp, file)
+    fsyncDir(join(objectsDir(this.root), id.slice(0, 2)))
+    this.written++
+  }
+
+  private check(id: string, hash: string, streamSeq: number): void {
+    if (hash !== id) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `object ${id} from the stream (ending at stream seq ${streamSeq}) does not match its hash (${hash}): not written`,
+        { id, streamSeq },
+      )
+    }
+  }
+
+  private ensureShard(id: string): void {
+    const objects = objectsDir(this.root)
+    const shard = join(objects, id.slice(0, 2))
+    if (existsSync(shard)) return
+    const created = !existsSync(objects)
+    mkdirSync(shard, { recursive: true })
+    if (created) fsyncDir(this.root)
+    fsyncDir(objects)
+  }
+
+  private async drop(id: string, p: PartialObject): Promise<void> {
+    this.partials.delete(id)
+    await p.handle.close().catch(() => {})
+    await rm(p.temp, { force: true })
+  }
+
+  async close(): Promise<void> {
+    for (const [id, p] of [...this.partials]) await this.drop(id, p)
+  }
+}

@@ -1,0 +1,224 @@
+/**
+ * `noa replicate status`: per workspace, how far the local log and the stream are apart, in
+ * entries and in seconds. The seconds are the age of the oldest entry that has not crossed yet
+ * (now minus its ts, which the origin's clock assigned): 0 when both sides hold the same last
+ * seq.
+ *
+ * With a server, the stream's side is read from it (the last message of each workspace
+ * subject). Without one, the push checkpoint stands in for it: what the publisher had
+ * acknowledged when it last saved (at most about a second old while `push --follow` runs).
+ */
+import { closeSync, openSync } from 'node:fs'
+import { nowMicros } from '../engine/clock.js'
+import { NoaError } from '../engine/errors.js'
+import { logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { inspectTail } from '../engine/recovery.js'
+import { loadCheckpoint } from './checkpoint.js'
+import { countersOf, lineAtSeq } from './lines.js'
+import {
+  asNoaError,
+  closeLink,
+  findEntryOnSubject,
+  type Link,
+  lastOnSubject,
+  type NatsTarget,
+  nextOnSubject,
+  openLink,
+  resolveStream,
+} from './stream.js'
+import {
+  checkPrefix,
+  DEFAULT_PREFIX,
+  isSubjectSafe,
+  parseSubject,
+  wildcardOf,
+  workspaceSubject,
+} from './subjects.js'
+
+export interface StatusOptions {
+  root?: string
+  prefix?: string
+  stream?: string
+  /** Server URL(s) or a connection; without it, status comes from the checkpoints. */
+  nats?: NatsTarget
+}
+
+export interface Position {
+  seq: number
+  /** ts of that entry, unix µs (0 when seq is 0). */
+  ts: number
+}
+
+export type Direction = 'in-sync' | 'push' | 'pull' | 'unknown'
+
+export interface WorkspaceReplication {
+  workspace: string
+  /** Last entry of the local log (seq 0: none). */
+  local: Position
+  /** Last entry of the workspace in the stream (or as the push checkpoint last saw it); null: unknown. */
+  stream: Position | null
+  /** push: the local log is ahead; pull: the stream is ahead. */
+  direction: Direction
+  lagEntries: number | null
+  /** Age of the oldest entry not yet on the other side, in seconds (null: unknown). */
+  lagSeconds: number | null
+  /** false for names that cannot be a subject (`a..b`, `a.`): never replicated. */
+  replicable: boolean
+}
+
+export interface ReplicationStatus {
+  prefix: string
+  stream: string | null
+  source: 'server' | 'checkpoint'
+  at: string
+  workspaces: WorkspaceReplication[]
+  push: { savedAt: string } | null
+  pull: { savedAt: string; streamSeq: number; pending: number } | null
+}
+
+function localPosition(root: string, ws: string): Position {
+  let fd: number
+  try {
+    fd = openSync(logPath(root, ws), 'r')
+  } catch {
+    return { seq: 0, ts: 0 }
+  }
+  try {
+    const tail = inspectTail(fd)
+    return tail.lastLine === null ? { seq: 0, ts: 0 } : countersOf(Buffer.from(tail.lastLine, 'utf8'))
+  } finally {
+    closeSync(fd)
+  }
+}
+
+function ageSeconds(ts: number, now: number): number {
+  return Math.max(0, (now - ts) / 1e6)
+}
+
+/** Lag of one workspace, given both sides; `nextStreamTs` finds the ts of a stream entry. */
+async function lagOf(
+  root: string,
+  ws: string,
+  local: Position,
+  stream: Position | null,
+  nextStreamTs: ((seq: number) => Promise<number | null>) | null,
+  now: number,
+): Promise<WorkspaceReplication> {
+  const replicable = isSubjectSafe(ws)
+  const base = { workspace: ws, local, stream, replicable }
+  if (stream === null) return { ...base, direction: 'unknown', lagEntries: null, lagSeconds: null }
+  if (local.seq === stream.seq) return { ...base, direction: 'in-sync', lagEntries: 0, lagSeconds: 0 }
+  if (local.seq > stream.seq) {
+    const line = await lineAtSeq(logPath(root, ws), stream.seq + 1)
+    return {
+      ...base,
+      direction: 'push',
+      lagEntries: local.seq - stream.seq,
+      lagSeconds: line === null ? null : ageSeconds(countersOf(line).ts, now),
+    }
+  }
+  const ts = nextStreamTs ? await nextStreamTs(local.seq + 1) : null
+  return {
+    ...base,
+    direction: 'pull',
+    lagEntries: stream.seq - local.seq,
+    lagSeconds: ts === null ? null : ageSeconds(ts, now),
+  }
+}
+
+async function mapLimited<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length)
+  let next = 0
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++
+      out[i] = await fn(items[i] as T)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
+  return out
+}
+
+export function replicationStatus(options: StatusOptions = {}): Promise<ReplicationStatus> {
+  return asNoaError('status', () => statusNow(options))
+}
+
+async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
+  if (typeof options !== 'object' || options === null) {
+    throw new NoaError('NOA_BAD_OPTION', 'status options must be an object')
+  }
+  const prefix = checkPrefix(options.prefix ?? DEFAULT_PREFIX)
+  const root = resolveRoot(options.root)
+  const pushCp = loadCheckpoint(root, 'push', prefix)
+  const pullCp = loadCheckpoint(root, 'pull', prefix)
+  const push = pushCp ? { savedAt: pushCp.savedAt } : null
+  const pull = pullCp
+    ? { savedAt: pullCp.savedAt, streamSeq: pullCp.streamSeq, pending: pullCp.pending }
+    : null
+  const at = new Date().toISOString()
+  const now = nowMicros()
+  const local = workspaceNames(root)
+
+  if (options.nats === undefined) {
+    const names = [...new Set([...local, ...Object.keys(pushCp?.workspaces ?? {})])].sort()
+    const workspaces = await mapLimited(names, 16, (ws) => {
+      const p = pushCp?.workspaces[ws]
+      const stream = pushCp ? (p ? { seq: p.seq, ts: p.ts } : { seq: 0, ts: 0 }) : null
+      return lagOf(root, ws, localPosition(root, ws), stream, null, now)
+    })
+    return {
+      prefix,
+      stream: pushCp?.stream ?? pullCp?.stream ?? null,
+      source: 'checkpoint',
+      at,
+      workspaces,
+      push,
+      pull,
+    }
+  }
+
+  const link: Link = await openLink(options.nats, { name: `noa status ${root}` })
+  try {
+    const ref = await resolveStream(link, prefix, options.stream)
+    const info = await link.jsm.streams.info(ref.name, { subjects_filter: wildcardOf(prefix) })
+    const inStream = new Set<string>()
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      const kind = parseSubject(prefix, subject)
+      if (kind?.kind === 'workspace') inStream.add(kind.workspace)
+    }
+    const names = [...new Set([...local, ...inStream])].sort()
+    const workspaces = await mapLimited(names, 16, async (ws) => {
+      const subject = workspaceSubject(prefix, ws)
+      let stream: Position = { seq: 0, ts: 0 }
+      let lastStreamSeq = 0
+      if (inStream.has(ws)) {
+        const last = await lastOnSubject(link, ref.name, subject)
+        if (last) {
+          stream = countersOf(last.data)
+          lastStreamSeq = last.seq
+        }
+      }
+      const nextStreamTs = async (seq: number): Promise<number | null> => {
+        // The pull checkpoint says where the mirror's last entry sits in the stream.
+        const hint = pullCp?.workspaces[ws]
+        if (hint && hint.seq === seq - 1 && hint.streamSeq > 0) {
+          const m = await nextOnSubject(link, ref.name, subject, hint.streamSeq + 1)
+          if (m && countersOf(m.data).seq === seq) return countersOf(m.data).ts
+        }
+        const m = await findEntryOnSubject(
+          link,
+          ref.name,
+          subject,
+          seq,
+          lastStreamSeq,
+          (d) => countersOf(d).seq,
+        )
+        return m ? countersOf(m.data).ts : null
+      }
+      return lagOf(root, ws, localPosition(root, ws), isSubjectSafe(ws) ? stream : null, nextStreamTs, now)
+    })
+    return { prefix, stream: ref.name, source: 'server', at, workspaces, push, pull }
+  } finally {
+    await closeLink(link)
+  }
+}
