@@ -70,6 +70,7 @@ interface Pending {
   reject(err: Error): void
   /** -1: one entry (resolve an Ack); -2: raw bytes (resolve void); n ≥ 0: appendMany of n. */
   count: number
+  owner: Owner
 }
 
 interface Outbox {
@@ -85,7 +86,6 @@ interface Owner {
   outbox: Outbox
   scheduled: boolean
   failed: Error | null
-  requests: Set<number>
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
@@ -205,7 +205,6 @@ export class AgentLog {
         outbox: { ids: [], ws: [], counts: [], bodies: [] },
         scheduled: false,
         failed: null,
-        requests: new Set(),
       })
     }
     const log = new AgentLog(o.root, pool, owners)
@@ -222,7 +221,7 @@ export class AgentLog {
   append(workspace: string, entry: EntryInput): Promise<Ack> {
     try {
       checkWorkspace(workspace)
-      return this.submit(workspace, [encodeBody(entry)], -1) as Promise<Ack>
+      return this.submit(workspace, encodeBody(entry), -1) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -425,7 +424,8 @@ export class AgentLog {
     return this.owners[ownerIndex(workspace, this.owners.length)] as Owner
   }
 
-  private submit(workspace: string, bodies: string[], count: number): Promise<unknown> {
+  /** Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn. */
+  private submit(workspace: string, bodies: string | string[], count: number): Promise<unknown> {
     if (this.closing) return Promise.reject(closedError())
     const owner = this.ownerOf(workspace)
     if (owner.failed) return Promise.reject(owner.failed)
@@ -433,14 +433,18 @@ export class AgentLog {
     const out = owner.outbox
     out.ids.push(id)
     out.ws.push(workspace)
-    out.counts.push(bodies.length)
-    for (const b of bodies) out.bodies.push(b)
-    owner.requests.add(id)
+    if (typeof bodies === 'string') {
+      out.counts.push(1)
+      out.bodies.push(bodies)
+    } else {
+      out.counts.push(bodies.length)
+      for (const b of bodies) out.bodies.push(b)
+    }
     if (!owner.scheduled) {
       owner.scheduled = true
       queueMicrotask(() => this.flush(owner))
     }
-    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count }))
+    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count, owner }))
   }
 
   private flush(owner: Owner): void {
@@ -456,8 +460,7 @@ export class AgentLog {
     if (owner.failed) return Promise.reject(owner.failed)
     this.flush(owner) // keep order: earlier appends go first
     const id = this.nextId++
-    owner.requests.add(id)
-    const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2 }))
+    const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
     owner.port.postMessage(make(id))
     return p
   }
@@ -471,7 +474,6 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
-          owner.requests.delete(id)
           const seq = d[i + 1] as number
           const ts = d[i + 2] as number
           if (p.count === -1) p.resolve({ seq, ts })
@@ -489,7 +491,6 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
-          owner.requests.delete(id)
           p.reject(deserializeError(msg.error))
         }
         break
@@ -498,7 +499,6 @@ export class AgentLog {
         const p = this.pending.get(msg.id)
         if (!p) break
         this.pending.delete(msg.id)
-        owner.requests.delete(msg.id)
         if (msg.error) p.reject(deserializeError(msg.error))
         else p.resolve(msg.value)
         break
@@ -513,13 +513,11 @@ export class AgentLog {
       {},
       { cause: err },
     )
-    for (const id of owner.requests) {
-      const p = this.pending.get(id)
-      if (!p) continue
+    for (const [id, p] of this.pending) {
+      if (p.owner !== owner) continue
       this.pending.delete(id)
       p.reject(owner.failed)
     }
-    owner.requests.clear()
   }
 }
 

@@ -236,11 +236,15 @@ export function encodeBody(input: unknown, where?: string): string {
   const obj = input as Record<string, unknown>
   let body = `"op":"${op}"`
   for (const field of FIELDS[op].order) {
-    const value = obj[field]
-    if (value !== undefined) body += `,"${field}":${JSON.stringify(value)}`
+    const value = obj[field] as string | undefined
+    if (value !== undefined)
+      body += `,"${field}":${NEEDS_ESCAPE.test(value) ? JSON.stringify(value) : `"${value}"`}`
   }
   return body
 }
+
+/** What JSON.stringify would escape in a well-formed string (every field here is one). */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f]/
 
 export function formatLine(seq: number, body: string, ts: number): string {
   return `{"seq":${seq},${body},"ts":${ts}}\n`

@@ -272,6 +272,7 @@ class Owner {
       error = err
     }
     this.finish(batch, error)
+    this.flushAcks() // the serial path: the submitter is waiting for exactly this ack
   }
 
   /**
@@ -303,6 +304,7 @@ class Owner {
       error = err
     }
     for (const batch of written) this.finish(batch, error)
+    this.flushAcks()
   }
 
   private submit(batches: Batch[], fd: number, data: Buffer, mode: SyncMode): void {
