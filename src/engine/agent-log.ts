@@ -167,7 +167,7 @@ export class AgentLog {
     this.pool = pool
     this.owners = owners
     for (const owner of owners) {
-      owner.port.on('message', (msg: FromOwner) => this.onMessage(owner, msg))
+      owner.port.on('message', (msg: FromOwner) => this.onMessage(msg))
       owner.task.catch((err: unknown) => this.ownerFailed(owner, err))
     }
   }
@@ -465,7 +465,7 @@ export class AgentLog {
     return p
   }
 
-  private onMessage(owner: Owner, msg: FromOwner): void {
+  private onMessage(msg: FromOwner): void {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data

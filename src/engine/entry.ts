@@ -244,6 +244,7 @@ export function encodeBody(input: unknown, where?: string): string {
 }
 
 /** What JSON.stringify would escape in a well-formed string (every field here is one). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: JSON escapes exactly these characters
 const NEEDS_ESCAPE = /["\\\u0000-\u001f]/
 
 export function formatLine(seq: number, body: string, ts: number): string {
