@@ -4,6 +4,7 @@
  */
 import { type ParseArgsConfig, parseArgs } from 'node:util'
 import { resolveRoot } from '../engine/logs.js'
+import { type CliIo, write } from './io.js'
 
 export class UsageError extends Error {
   override name = 'UsageError'
@@ -53,6 +54,30 @@ export function parseCommand<O extends OptionSpec>(args: string[], spec: Command
   if (n > max)
     throw new UsageError(`unexpected argument ${JSON.stringify(parsed.positionals[max])}`, spec.usage)
   return parsed
+}
+
+export type Subcommand = (args: string[], io: CliIo) => Promise<number>
+
+/** `noa <command> <sub> …`: runs the named subcommand, or prints the usage for help, or refuses. */
+export async function runSubcommand(
+  args: string[],
+  io: CliIo,
+  table: Record<string, Subcommand>,
+  usage: string,
+): Promise<number> {
+  const [sub, ...rest] = args
+  if (sub === '--help' || sub === '-h' || sub === 'help') {
+    await write(io.stdout, `${usage}\n`)
+    return 0
+  }
+  const fn = sub !== undefined && Object.hasOwn(table, sub) ? table[sub] : undefined
+  if (!fn) {
+    throw new UsageError(
+      sub === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(sub)}`,
+      usage,
+    )
+  }
+  return fn(rest, io)
 }
 
 /** `--root`, else `$NOA_ROOT`, else `./.noa`, as an absolute path. */

@@ -32,6 +32,28 @@ export function write(stream: NodeJS.WritableStream, data: string | Uint8Array):
   })
 }
 
+/**
+ * The non-blank lines of JSONL read from stdin (a trailing `\r` dropped), each parsed, with its
+ * 1-based line number. `fail(line, reason)` makes the error thrown for a line that is not JSON.
+ */
+export function* jsonLines(
+  text: string,
+  fail: (line: number, reason: string) => Error,
+): Generator<{ line: number; text: string; value: unknown }> {
+  const lines = text.split('\n')
+  for (let i = 0; i < lines.length; i++) {
+    const line = (lines[i] as string).replace(/\r$/, '')
+    if (line.trim() === '') continue
+    let value: unknown
+    try {
+      value = JSON.parse(line)
+    } catch (err) {
+      throw fail(i + 1, `not JSON: ${(err as Error).message}`)
+    }
+    yield { line: i + 1, text: line, value }
+  }
+}
+
 export function json(value: unknown): string {
   return `${JSON.stringify(value)}\n`
 }

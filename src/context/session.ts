@@ -8,6 +8,7 @@ import { closeSync, openSync, renameSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { NoaError } from '../engine/errors.js'
 import { loadNative } from '../engine/native.js'
+import { checkOptionKeys } from '../engine/options.js'
 import type { Message } from '../transcript/types.js'
 import { viewForModel } from '../transcript/view.js'
 import { FileArchiver, ReuseArchiver } from './archive.js'
@@ -126,11 +127,7 @@ export class ContextSession {
   private setAside = false
 
   private constructor(o: ContextSessionOptions) {
-    for (const key of Object.keys(o))
-      if (!OPTION_KEYS.has(key))
-        throw new NoaError('NOA_BAD_OPTION', `unknown ContextSession option ${JSON.stringify(key)}`, {
-          field: key,
-        })
+    checkOptionKeys(o, OPTION_KEYS, 'ContextSession')
     this.root = sessionRoot(o.baseDir, o.sessionId)
     this.baseDir = join(this.root, '..')
     this.sessionId = o.sessionId

@@ -20,6 +20,7 @@ import {
   verifyWorkspace,
   type WorkspaceInfo,
 } from './logs.js'
+import { checkOptionKeys } from './options.js'
 import type {
   Durability,
   FromOwner,
@@ -109,15 +110,7 @@ function positiveInt(
 }
 
 function checkOptions(options: AgentLogOptions) {
-  if (typeof options !== 'object' || options === null)
-    throw optionError('options', 'must be an object', options)
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.has(key)) {
-      throw new NoaError('NOA_BAD_OPTION', `unknown option ${key} (known: ${[...OPTION_KEYS].join(', ')})`, {
-        field: key,
-      })
-    }
-  }
+  checkOptionKeys(options, OPTION_KEYS)
   if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
     throw optionError('root', 'must be a non-empty string', options.root)
   }

@@ -29,6 +29,7 @@ import {
   sha256,
   snapshotEntry,
 } from './objects.js'
+import { checkOptionKeys } from './options.js'
 import { type ReplayProgress, replaySegment } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
 
@@ -127,20 +128,7 @@ export class SnapshotEngine {
   private readonly mutex: KeyedMutex
 
   constructor(options: SnapshotEngineOptions = {}) {
-    if (typeof options !== 'object' || options === null) {
-      throw new NoaError('NOA_BAD_OPTION', 'SnapshotEngine options must be an object')
-    }
-    for (const key of Object.keys(options)) {
-      if (!OPTION_KEYS.has(key)) {
-        throw new NoaError(
-          'NOA_BAD_OPTION',
-          `unknown option ${key} (known: ${[...OPTION_KEYS].join(', ')})`,
-          {
-            field: key,
-          },
-        )
-      }
-    }
+    checkOptionKeys(options, OPTION_KEYS)
     const root = resolveRoot(options.root ?? options.log?.root ?? options.store?.root)
     if (options.log && options.log.root !== root) {
       throw new NoaError(

@@ -28,6 +28,7 @@ import {
   type NatsConnection,
 } from '@nats-io/transport-node'
 import { NoaError } from '../engine/errors.js'
+import { checkOptionKeys } from '../engine/options.js'
 import { checkStreamName, defaultStreamName, patternCoversPrefix, wildcardOf } from './subjects.js'
 
 /** A server URL (several may be given, comma-separated) or a connection the caller owns. */
@@ -681,20 +682,7 @@ export async function asNoaError<T>(what: string, fn: () => Promise<T>): Promise
 
 /** Refuses options that are not in `known` (a misspelt option is an error, not ignored) and a missing `nats`. */
 export function checkKnownOptions(options: object, known: Set<string>, what: string): void {
-  if (typeof options !== 'object' || options === null) {
-    throw new NoaError('NOA_BAD_OPTION', `${what} options must be an object`)
-  }
-  for (const key of Object.keys(options)) {
-    if (!known.has(key)) {
-      throw new NoaError(
-        'NOA_BAD_OPTION',
-        `unknown ${what} option ${key} (known: ${[...known].join(', ')})`,
-        {
-          field: key,
-        },
-      )
-    }
-  }
+  checkOptionKeys(options, known, what)
   const nats = (options as { nats?: unknown }).nats
   if (nats === undefined || nats === '' || (typeof nats !== 'string' && typeof nats !== 'object')) {
     throw new NoaError('NOA_BAD_OPTION', `${what} needs nats: a server URL or a connection`, {

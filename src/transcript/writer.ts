@@ -23,6 +23,7 @@ import { appendFileSync, mkdirSync, truncateSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
+import { checkOptionKeys } from '../engine/options.js'
 import { encodeRecordBody, encodeRecordHead, USAGE_KEYS } from './encode.js'
 import { formatTimestamp, type NanoClock, newTranscriptId, nowNanos } from './ids.js'
 import { MAX_LINE_BYTES } from './loader.js'
@@ -124,19 +125,7 @@ export class TranscriptWriter {
   private closing: Promise<void> | undefined
 
   constructor(options: TranscriptWriterOptions) {
-    if (typeof options !== 'object' || options === null)
-      throw optionError('options', 'must be an object', options)
-    for (const key of Object.keys(options)) {
-      if (!OPTION_KEYS.has(key)) {
-        throw new NoaError(
-          'NOA_BAD_OPTION',
-          `unknown option ${key} (known: ${[...OPTION_KEYS].join(', ')})`,
-          {
-            field: key,
-          },
-        )
-      }
-    }
+    checkOptionKeys(options, OPTION_KEYS)
     if (typeof options.dir !== 'string' || options.dir === '') {
       throw optionError('dir', 'must be a non-empty string', options.dir)
     }

@@ -2,7 +2,7 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, readAll, write } from '../io.js'
+import { type CliIo, jsonLines, readAll, write } from '../io.js'
 
 const spec = {
   usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
@@ -18,31 +18,16 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const workspace = checkWorkspace(positionals[0])
   const text = (await readAll(io.stdin)).toString('utf8')
   // Validate everything before anything is written.
+  const refuse = (line: number, reason: string) =>
+    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line })
   const entries: EntryInput[] = []
-  const lines = text.split('\n')
-  for (let i = 0; i < lines.length; i++) {
-    const line = (lines[i] as string).replace(/\r$/, '')
-    if (line.trim() === '') continue
-    let obj: unknown
+  for (const { line, value } of jsonLines(text, refuse)) {
     try {
-      obj = JSON.parse(line)
+      encodeBody(value)
     } catch (err) {
-      throw new NoaError(
-        'NOA_BAD_ENTRY',
-        `stdin:${i + 1}: not JSON: ${(err as Error).message}; nothing was written`,
-        {
-          line: i + 1,
-        },
-      )
+      throw refuse(line, (err as Error).message)
     }
-    try {
-      encodeBody(obj)
-    } catch (err) {
-      throw new NoaError('NOA_BAD_ENTRY', `stdin:${i + 1}: ${(err as Error).message}; nothing was written`, {
-        line: i + 1,
-      })
-    }
-    entries.push(obj as EntryInput)
+    entries.push(value as EntryInput)
   }
   const log = await AgentLog.open({ root: rootOf(values) })
   try {

@@ -18,7 +18,7 @@ import { goTrimSpace } from '../../memory/gotext.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
 import { messages as conversation } from '../../transcript/view.js'
-import { intOption, JSON_OPTION, parseCommand, UsageError } from '../args.js'
+import { intOption, JSON_OPTION, parseCommand, runSubcommand, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
 const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
@@ -47,31 +47,20 @@ const ALL = `usage: noa context <state|compress|view|rebuild|archive|audit> …\
 /** Exit code of `state` when state.json is unusable (the initial state is printed). */
 export const EXIT_BAD_STATE = 3
 
-export async function run(args: string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = args
-  switch (sub) {
-    case 'state':
-      return stateCmd(rest, io)
-    case 'compress':
-      return compressCmd(rest, io)
-    case 'view':
-      return viewCmd(rest, io)
-    case 'rebuild':
-      return rebuildCmd(rest, io)
-    case 'archive':
-      return archiveCmd(rest, io)
-    case 'audit':
-      return auditCmd(rest, io)
-    case '--help':
-    case '-h':
-    case 'help':
-      await write(io.stdout, `${ALL}\n`)
-      return 0
-    case undefined:
-      throw new UsageError('missing subcommand', ALL)
-    default:
-      throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`, ALL)
-  }
+export function run(args: string[], io: CliIo): Promise<number> {
+  return runSubcommand(
+    args,
+    io,
+    {
+      state: stateCmd,
+      compress: compressCmd,
+      view: viewCmd,
+      rebuild: rebuildCmd,
+      archive: archiveCmd,
+      audit: auditCmd,
+    },
+    ALL,
+  )
 }
 
 function warnTo(io: CliIo): (message: string) => void {

@@ -13,6 +13,7 @@ import {
   JSON_OPTION,
   type OptionSpec,
   parseCommand,
+  runSubcommand,
   UsageError,
 } from '../args.js'
 import { type CliIo, json, readAll, write } from '../io.js'
@@ -53,33 +54,8 @@ function parse<O extends OptionSpec>(sub: Sub, args: string[], options: O, posit
   return { ...parsed, store: new MemoryStore(dir) }
 }
 
-export async function run(args: string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = args
-  if (sub === '--help' || sub === '-h' || sub === 'help') {
-    await write(io.stdout, `${USAGE_ALL}\n`)
-    return 0
-  }
-  switch (sub) {
-    case 'save':
-      return save(rest, io)
-    case 'list':
-      return list(rest, io)
-    case 'recall':
-      return recall(rest, io)
-    case 'index':
-      return index(rest, io)
-    case 'inject':
-      return inject(rest, io)
-    case 'rm':
-      return rm(rest, io)
-    case 'rename':
-      return rename(rest, io)
-    default:
-      throw new UsageError(
-        sub === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(sub)}`,
-        USAGE_ALL,
-      )
-  }
+export function run(args: string[], io: CliIo): Promise<number> {
+  return runSubcommand(args, io, { save, list, recall, index, inject, rm, rename }, USAGE_ALL)
 }
 
 async function save(args: string[], io: CliIo): Promise<number> {

@@ -11,8 +11,8 @@ import type { ContentBlock, Message, TranscriptRecord, Usage } from '../../trans
 import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
-import { JSON_OPTION, parseCommand, UsageError } from '../args.js'
-import { type CliIo, json, readAll, write } from '../io.js'
+import { JSON_OPTION, parseCommand, runSubcommand, UsageError } from '../args.js'
+import { type CliIo, json, jsonLines, readAll, write } from '../io.js'
 
 const SHOW = 'usage: noa transcript show <file> [--json]'
 const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--json]'
@@ -24,27 +24,8 @@ const ALL = `usage: noa transcript <show|resume|append|usage> …\n  ${[SHOW, RE
   .map((u) => u.replace('usage: ', ''))
   .join('\n  ')}`
 
-export async function run(args: string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = args
-  switch (sub) {
-    case 'show':
-      return show(rest, io)
-    case 'resume':
-      return resumeCmd(rest, io)
-    case 'append':
-      return append(rest, io)
-    case 'usage':
-      return usageCmd(rest, io)
-    case '--help':
-    case '-h':
-    case 'help':
-      await write(io.stdout, `${ALL}\n`)
-      return 0
-    case undefined:
-      throw new UsageError('missing subcommand', ALL)
-    default:
-      throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`, ALL)
-  }
+export function run(args: string[], io: CliIo): Promise<number> {
+  return runSubcommand(args, io, { show, resume: resumeCmd, append, usage: usageCmd }, ALL)
 }
 
 function usageJson(u: Usage): Usage {
@@ -214,23 +195,14 @@ function stdinError(line: number, reason: string): NoaError {
 
 function parseInput(text: string): Input[] {
   const out: Input[] = []
-  const lines = text.split('\n')
-  for (let i = 0; i < lines.length; i++) {
-    const line = (lines[i] as string).replace(/\r$/, '')
-    if (line.trim() === '') continue
-    let obj: unknown
-    try {
-      obj = JSON.parse(line)
-    } catch (err) {
-      throw stdinError(i + 1, `not JSON: ${(err as Error).message}`)
-    }
+  for (const { line: n, text: line, value: obj } of jsonLines(text, stdinError)) {
     if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) {
-      throw stdinError(i + 1, 'each line must be an object {"role","content","usage"?}')
+      throw stdinError(n, 'each line must be an object {"role","content","usage"?}')
     }
     const o = obj as Record<string, unknown>
     for (const key of Object.keys(o)) {
       if (!INPUT_KEYS.has(key))
-        throw stdinError(i + 1, `unknown key ${JSON.stringify(key)} (known: role, content, usage)`)
+        throw stdinError(n, `unknown key ${JSON.stringify(key)} (known: role, content, usage)`)
     }
     // A bare string is shorthand for one text block.
     const content = typeof o.content === 'string' ? [{ type: 'text', text: o.content }] : o.content
@@ -245,7 +217,7 @@ function parseInput(text: string): Input[] {
         const reason = err.message
           .replace(/; nothing was written$/, '')
           .replace(/; the writer option allowUnknown [^)]*/, '')
-        throw stdinError(i + 1, reason)
+        throw stdinError(n, reason)
       }
       throw err
     }
