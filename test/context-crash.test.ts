@@ -3,13 +3,12 @@
  * state left must always load, and every archive it points to must exist and agree with it
  * (archives are written before the state that names them; each file is temp + fsync + rename).
  */
-import { spawn } from 'node:child_process'
 import { readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { expect, it } from 'vitest'
 import { auditSession, loadState } from '../dist/src/index.js'
-import { DIST, tempDir } from './helpers.js'
+import { DIST, killAfterFirstOutput, tempDir } from './helpers.js'
 
 const CHILD = `
 import { ContextSession } from ${JSON.stringify(pathToFileURL(join(DIST, 'index.js')).href)}
@@ -35,22 +34,6 @@ for (let round = 0; ; round++) {
 }
 `
 
-function runUntilKilled(script: string, base: string, delayMs: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [script, base], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.on('data', (d) => {
-      stderr += d
-    })
-    child.stdout.once('data', () => setTimeout(() => child.kill('SIGKILL'), delayMs))
-    child.on('error', reject)
-    child.on('exit', (code, signal) => {
-      if (signal === 'SIGKILL') resolve()
-      else reject(new Error(`writer exited with ${code}: ${stderr}`))
-    })
-  })
-}
-
 it('SIGKILL during compressions and saves leaves a loadable state whose archives all agree', async () => {
   const dir = tempDir()
   const script = join(dir, 'writer.mjs')
@@ -58,7 +41,7 @@ it('SIGKILL during compressions and saves leaves a loadable state whose archives
   let maxBlocks = 0
   for (let round = 0; round < 6; round++) {
     const base = join(dir, `base${round}`)
-    await runUntilKilled(script, base, 40 + Math.floor(Math.random() * 300))
+    await killAfterFirstOutput(script, [base], 40 + Math.floor(Math.random() * 300))
     const load = loadState(base, 's')
     expect(load.error).toBeUndefined()
     expect(load.exists).toBe(true)

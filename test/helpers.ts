@@ -63,6 +63,26 @@ export function runCliAsync(args: string[], input = ''): Promise<CliResult> {
   })
 }
 
+/**
+ * Runs `node <script> <args…>`, SIGKILLs it `delayMs` after its first output, and resolves once
+ * it is dead; rejects if it ends any other way.
+ */
+export function killAfterFirstOutput(script: string, args: string[], delayMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    child.stderr.on('data', (d) => {
+      stderr += d
+    })
+    child.stdout.once('data', () => setTimeout(() => child.kill('SIGKILL'), delayMs))
+    child.on('error', reject)
+    child.on('exit', (code, signal) => {
+      if (signal === 'SIGKILL') resolve()
+      else reject(new Error(`${script} exited with ${code}: ${stderr}`))
+    })
+  })
+}
+
 export const BLOB = 'ab'.repeat(32)
 
 export function blobOf(n: number): string {

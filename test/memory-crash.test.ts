@@ -3,14 +3,13 @@
  * lock is exercised too): every note left must be whole and parse, and MEMORY.md must never
  * link a missing file.
  */
-import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { expect, it } from 'vitest'
 import { MemoryStore, parseMemory, renderIndex } from '../dist/src/index.js'
-import { DIST, tempDir } from './helpers.js'
+import { DIST, killAfterFirstOutput, tempDir } from './helpers.js'
 
 const CHILD = `
 import { createHash } from 'node:crypto'
@@ -39,22 +38,6 @@ for (let i = 0; ; i++) {
   }
 }
 `
-
-function runUntilKilled(script: string, dir: string, seed: number, delayMs: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [script, dir, String(seed)], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.on('data', (d) => {
-      stderr += d
-    })
-    child.stdout.once('data', () => setTimeout(() => child.kill('SIGKILL'), delayMs))
-    child.on('error', reject)
-    child.on('exit', (code, signal) => {
-      if (signal === 'SIGKILL') resolve()
-      else reject(new Error(`writer exited with ${code}: ${stderr}`))
-    })
-  })
-}
 
 /** Every note whole, every index link present. */
 function checkDir(dir: string): number {
@@ -95,8 +78,8 @@ it('SIGKILLed writers leave whole notes and an index without dangling links', as
   for (let round = 0; round < 8; round++) {
     const delay = () => 20 + Math.floor(Math.random() * 200)
     await Promise.all([
-      runUntilKilled(script, dir, round * 2 + 1, delay()),
-      runUntilKilled(script, dir, round * 2 + 2, delay()),
+      killAfterFirstOutput(script, [dir, String(round * 2 + 1)], delay()),
+      killAfterFirstOutput(script, [dir, String(round * 2 + 2)], delay()),
     ])
     seen += checkDir(dir)
   }
