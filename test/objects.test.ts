@@ -16,18 +16,9 @@ import {
   TreeBuilder,
 } from '../dist/src/index.js'
 import { blobOf, runCli, tempDir } from './helpers.js'
+import { refusal } from './snapshot-helpers.js'
 
 const hashOf = (data: string | Buffer) => createHash('sha256').update(data).digest('hex')
-
-async function refusal(p: Promise<unknown>): Promise<NoaError> {
-  try {
-    await p
-  } catch (err) {
-    if (isNoaError(err)) return err
-    throw err
-  }
-  throw new Error('expected a refusal')
-}
 
 /** Overwrites an object file in place (objects are read-only files). */
 function damage(file: string, edit: (b: Buffer) => Buffer): void {

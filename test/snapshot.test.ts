@@ -20,27 +20,7 @@ import {
   TREE_HEADER,
 } from '../dist/src/index.js'
 import { blobOf, runCli, tempDir } from './helpers.js'
-
-async function setup() {
-  const root = tempDir()
-  const log = await AgentLog.open({ root, workers: 1 })
-  onTestFinished(() => log.close().then(() => undefined))
-  return { root, log, engine: new SnapshotEngine({ log }) }
-}
-
-async function files(engine: SnapshotEngine, id: string): Promise<Record<string, string>> {
-  return Object.fromEntries((await engine.tree(id)).entries())
-}
-
-async function refusal(p: Promise<unknown>): Promise<NoaError> {
-  try {
-    await p
-  } catch (err) {
-    if (isNoaError(err)) return err
-    throw err
-  }
-  throw new Error('expected a refusal')
-}
+import { files, refusal, setup } from './snapshot-helpers.js'
 
 /** Object files under root (not the fan-out directories). */
 function objectFiles(root: string): string[] {
