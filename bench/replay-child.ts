@@ -4,7 +4,7 @@
  */
 import { createReadStream } from 'node:fs'
 import { join } from 'node:path'
-import { SnapshotEngine } from '../src/engine/snapshot.js'
+import { SnapshotEngine } from '../src/store/snapshot.js'
 
 /** The baseline: a bare line reader and a JSON.parse per line, nothing kept. */
 export async function lineReaderParse(file: string): Promise<number> {

@@ -30,7 +30,6 @@ export {
   type WriteEntry,
 } from './engine/entry.js'
 export { isNoaError, NoaError, type NoaErrorCode, type NoaErrorDetails } from './engine/errors.js'
-export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './engine/heads.js'
 export {
   DEFAULT_ROOT,
   listWorkspaces,
@@ -45,59 +44,11 @@ export {
   workspaceInfo,
   workspaceNames,
 } from './engine/logs.js'
-export {
-  type ConflictPolicy,
-  type ConflictSide,
-  type MergeConflict,
-  type MergeOptions,
-  type MergeResult,
-  mergeBase,
-} from './engine/merge.js'
 export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
-export {
-  type BlobSource,
-  checkObjectId,
-  encodeSnapshotRecord,
-  MAX_DELTA_DEPTH,
-  ObjectStore,
-  type SnapshotRecord,
-  type SnapshotRecordInput,
-  type StoredObject,
-  sha256,
-  snapshotEntry,
-} from './engine/objects.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
-export {
-  applyEntries,
-  type ChangeMark,
-  type ChangeOp,
-  type ReplayProgress,
-  replaySegment,
-} from './engine/replay.js'
-export {
-  type ForkResult,
-  type Head,
-  type ReplayOptions,
-  SnapshotEngine,
-  type SnapshotEngineOptions,
-  type SnapshotInfo,
-  type SnapshotKind,
-  type SnapshotOptions,
-  type SnapshotResult,
-  type WorkspaceState,
-} from './engine/snapshot.js'
-export {
-  comparePaths,
-  diffTrees,
-  EMPTY_TREE,
-  TREE_HEADER,
-  Tree,
-  TreeBuilder,
-  type TreeChange,
-} from './engine/tree.js'
-export { goToLower, goTrimSpace, slug } from './memory/gotext.js'
+export { goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -130,6 +81,7 @@ export {
   type SkippedFile,
   scanDir,
 } from './memory/scan.js'
+export { slug } from './memory/slug.js'
 export { candidates, DEFAULT_INJECT_LIMIT, type InjectOptions, MemoryStore } from './memory/store.js'
 export {
   type Checkpoint,
@@ -169,6 +121,55 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './store/heads.js'
+export {
+  type ConflictPolicy,
+  type ConflictSide,
+  type MergeConflict,
+  type MergeOptions,
+  type MergeResult,
+  mergeBase,
+} from './store/merge.js'
+export {
+  type BlobSource,
+  checkObjectId,
+  encodeSnapshotRecord,
+  MAX_DELTA_DEPTH,
+  ObjectStore,
+  type SnapshotRecord,
+  type SnapshotRecordInput,
+  type StoredObject,
+  sha256,
+  snapshotEntry,
+} from './store/objects.js'
+export {
+  applyEntries,
+  type ChangeMark,
+  type ChangeOp,
+  type ReplayProgress,
+  replaySegment,
+} from './store/replay.js'
+export {
+  type ForkResult,
+  type Head,
+  type ReplayOptions,
+  SnapshotEngine,
+  type SnapshotEngineOptions,
+  type SnapshotInfo,
+  type SnapshotKind,
+  type SnapshotOptions,
+  type SnapshotResult,
+  type WorkspaceState,
+} from './store/snapshot.js'
+export {
+  comparePaths,
+  diffTrees,
+  EMPTY_TREE,
+  TREE_HEADER,
+  Tree,
+  TreeBuilder,
+  type TreeChange,
+} from './store/tree.js'
 export { formatRecord } from './transcript/format.js'
 export {
   formatTimestamp,

@@ -3,7 +3,7 @@
  * the line is redrawn at most 10 times a second and erased at the end; otherwise a plain line is
  * printed every 5 s, and nothing at all for a replay that ends within the first 2 s.
  */
-import type { ReplayProgress } from '../engine/replay.js'
+import type { ReplayProgress } from '../store/replay.js'
 import type { CliIo } from './io.js'
 
 export interface Progress {

@@ -13,7 +13,7 @@ import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { goTrimSpace } from '../memory/gotext.js'
+import { goTrimSpace } from '../gocompat/index.js'
 import { mkdirDurable } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 

@@ -5,7 +5,7 @@
  * given as a JSON string, wrapped in a Markdown fence, with trailing commas, raw newlines in
  * strings, or cut off (the complete entries before the cut are kept).
  */
-import { goTrimSpace } from '../memory/gotext.js'
+import { goTrimSpace } from '../gocompat/index.js'
 import type { CompressRange } from './types.js'
 
 export type CompressParseKind =

@@ -9,7 +9,7 @@
  *   top-tier blocks with no new message, empty summaries;
  * - the archive is written before the state changes; if it cannot be, nothing changes.
  */
-import { goTrimSpace } from '../memory/gotext.js'
+import { goTrimSpace } from '../gocompat/index.js'
 import { type Archiver, type ArchiveSource, archiveDocument, renderArchive } from './archive.js'
 import type { ContextConfig } from './config.js'
 import { type BoundaryKind, indexToRef, parseBoundary, refToIndex } from './refs.js'

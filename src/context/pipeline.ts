@@ -6,9 +6,8 @@
  * the nudge) depend on the live token count and are left out: a replay runs them with a count
  * of 0, where they do nothing.
  */
-import { goTrimSpace } from '../memory/gotext.js'
+import { goTrimSpace, marshalAny } from '../gocompat/index.js'
 import type { ContextConfig } from './config.js'
-import { marshalAny } from './gojson.js'
 import { assignRefs as assignRefsTo, blockNumber } from './refs.js'
 import { isMessageProtected, isRenderedSummary, turnGroups } from './rules.js'
 import { activeBlocks, cloneState, coveredMessageIds, summaryMessageId } from './state.js'

@@ -3,7 +3,7 @@
  * A ref is given once to each message id the first time it is seen, and never reassigned; a
  * message that must never be compressed gets `BLOCKED` instead.
  */
-import { goToLower, goTrimSpace } from '../memory/gotext.js'
+import { goToLower, goTrimSpace } from '../gocompat/index.js'
 import {
   BLOCKED_REF,
   type CoreMessage,

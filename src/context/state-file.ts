@@ -18,7 +18,6 @@ import { mkdirSync, readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { checkTranscriptId } from '../transcript/paths.js'
 import {
   bool,
   type GoNode,
@@ -31,7 +30,8 @@ import {
   parseJsonKeepingNumbers,
   sortedObject,
   str,
-} from './gojson.js'
+} from '../gocompat/index.js'
+import { checkTranscriptId } from '../transcript/paths.js'
 import { createInitialState, emptyBlock } from './state.js'
 import type { CompressionBlock, CompressionState } from './types.js'
 

@@ -4,7 +4,7 @@
  * nothing is quoted or escaped, so a value cannot hold a line break.
  */
 import { NoaError } from '../engine/errors.js'
-import { goTrimSpace, trimLeftSet, trimRightSet } from './gotext.js'
+import { goTrimSpace, trimLeftSet, trimRightSet } from '../gocompat/index.js'
 
 /** The type values Norma's tool prompt names; only these are accepted on save. */
 export const MEMORY_TYPES = ['user', 'feedback', 'project', 'reference'] as const

@@ -2,7 +2,7 @@
  * Norma's recall (`Relevant`) and auto-inject rendering. Scores are plain substring counts over
  * ASCII query tokens; lowercasing is Go's, so `İstanbul` matches `istanbul` as in Norma.
  */
-import { goToLower, goTrimSpace } from './gotext.js'
+import { goToLower, goTrimSpace } from '../gocompat/index.js'
 import type { MemoryFields, MemoryNote } from './note.js'
 import { mtimeNs, newerFirst } from './scan.js'
 

@@ -26,12 +26,13 @@ import {
 import { dirname, join, relative, sep } from 'node:path'
 import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { goTrimSpace, slug } from './gotext.js'
+import { goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
 import { withDirLock } from './lock.js'
 import { checkMemory, type MemoryInput, type MemoryNote, renderMemory } from './note.js'
 import { type RecallHit, relevant, renderForInjection } from './recall.js'
 import { INDEX_FILE, mtimeNs, readNote, type ScanResult, scanDir } from './scan.js'
+import { slug } from './slug.js'
 
 /** Auto-inject's default number of notes (Norma's MaxInject when unset). */
 export const DEFAULT_INJECT_LIMIT = 3

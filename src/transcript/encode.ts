@@ -3,7 +3,7 @@
  * omitempty exactly where Norma's tags have it, Go string escaping. Keys the typed model does
  * not know (kept from a read) follow the known ones in their own order; Norma ignores them.
  */
-import { compactRawJson, goInt, goString, goValue } from './gojson.js'
+import { compactRawJson, goInt, goString, goValue } from '../gocompat/index.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
 
 export const RECORD_KEYS: ReadonlySet<string> = new Set([

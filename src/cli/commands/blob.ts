@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs'
-import { ObjectStore } from '../../engine/objects.js'
+import { ObjectStore } from '../../store/objects.js'
 import { parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, write } from '../io.js'
 

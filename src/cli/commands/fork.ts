@@ -1,6 +1,6 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
-import { SnapshotEngine } from '../../engine/snapshot.js'
+import { SnapshotEngine } from '../../store/snapshot.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 

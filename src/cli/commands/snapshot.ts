@@ -1,5 +1,5 @@
 import { AgentLog } from '../../engine/agent-log.js'
-import { SnapshotEngine } from '../../engine/snapshot.js'
+import { SnapshotEngine } from '../../store/snapshot.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress } from '../progress.js'

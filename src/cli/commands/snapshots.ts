@@ -1,4 +1,4 @@
-import { SnapshotEngine } from '../../engine/snapshot.js'
+import { SnapshotEngine } from '../../store/snapshot.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'

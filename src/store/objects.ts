@@ -1,0 +1,501 @@
+/**
+ * The object store (design.md §4): `<root>/objects/<2 hex>/<62 hex>`, each object named by the
+ * SHA-256 of its bytes. It holds blobs (file contents, as given), trees (tree.ts) and snapshot
+ * records. Writes go to a temp file that is fsynced and renamed into place, then the directory
+ * is fsynced; an object that exists is never rewritten (unless its size is wrong, i.e. it is
+ * damaged). Every read is checked against the hash: a damaged object is an error naming it.
+ *
+ * Snapshot ids are `noa_` + the hash of the record, so resolving one is a single object read.
+ *
+ * A tree is named by the hash of its canonical encoding (tree.ts) but may be stored as a delta:
+ * the paths changed since a base tree. An incremental snapshot then writes what changed, not
+ * the whole tree again. Reading one rebuilds the tree from the chain (at most MAX_DELTA_DEPTH
+ * deltas over a full tree) and checks the result against the name, so the guarantee is the
+ * same: a damaged object, or a damaged link of its chain, is an error naming the tree.
+ */
+import { createHash } from 'node:crypto'
+import { mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import { fsyncDir, fsyncDirs, TempFile, writeTempFile } from '../engine/atomic.js'
+import { checkSnapshotId, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
+import { NoaError } from '../engine/errors.js'
+import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
+
+const HASH_RE = /^[0-9a-f]{64}$/
+const NOA_ID_RE = /^noa_[0-9a-f]{64}$/
+const SNAPSHOT_HEADER = 'noa-snapshot 1\n'
+/** Objects are immutable: read-only files discourage editing them in place. */
+const OBJECT_MODE = 0o444
+/** Temp files written at once by a batch (their fsyncs run in libuv's pool). */
+const PARALLEL_WRITES = 16
+const TREE_CACHE = 4
+/** Objects up to this size are read in one synchronous call (fewer thread-pool round trips). */
+const SYNC_READ = 4 << 20
+const TREE_DELTA_HEADER = 'noa-tree-delta 1\n'
+/** Longest chain of deltas before a tree is stored whole again (bounds the cost of a cold read). */
+export const MAX_DELTA_DEPTH = 4
+/** Blob field of a delta record that removes the path. */
+const REMOVED = '-'.repeat(64)
+
+/** An object to store under `id`; `exact` when `data` itself hashes to `id` (not a delta). */
+export interface StoredObject {
+  id: string
+  data: Uint8Array
+  exact: boolean
+}
+
+/** How a tree is stored: 0 = whole; n = a delta whose chain has n links and `records` changes. */
+interface TreeStorage {
+  depth: number
+  records: number
+}
+
+/** A snapshot record as stored (design.md §4; field order is the encoding's). */
+export interface SnapshotRecord {
+  /** `noa_` + the SHA-256 of the stored record (not itself stored). */
+  id: string
+  /** Workspace whose log the snapshot covers. */
+  workspace: string
+  /** Tree id. */
+  tree: string
+  /** The workspace's previous snapshot (or the snapshot it was forked from); absent for the first. */
+  parent?: string
+  /** Merge snapshots only: the source snapshots merged in, in the order given. */
+  merged?: string[]
+  /** Merge snapshots only: the common base (absent when the sources share no snapshot). */
+  base?: string
+  /** The replay started after this seq of the workspace's log (the parent's position in it). */
+  since: number
+  /** Last seq of the workspace's log the snapshot covers. */
+  seq: number
+  message: string
+  /** Creation time, unix µs. */
+  ts: number
+}
+
+export type SnapshotRecordInput = Omit<SnapshotRecord, 'id'>
+
+export type BlobSource = Uint8Array | string | AsyncIterable<Uint8Array | string>
+
+export function sha256(data: Uint8Array | string): string {
+  return createHash('sha256').update(data).digest('hex')
+}
+
+/** A well-formed object id (64 lowercase hex) or a NOA_BAD_ARGUMENT naming `what`. */
+export function checkObjectId(id: unknown, what = 'object id'): string {
+  if (typeof id !== 'string' || !HASH_RE.test(id)) {
+    throw new NoaError(
+      'NOA_BAD_ARGUMENT',
+      `${what} must be 64 lowercase hex characters (a SHA-256), got ${JSON.stringify(id)}`,
+      { field: what },
+    )
+  }
+  return id
+}
+
+/** Canonical bytes of a snapshot record: fixed key order, optional keys left out. */
+export function encodeSnapshotRecord(r: SnapshotRecordInput): Buffer {
+  const o: Record<string, unknown> = { workspace: r.workspace, tree: r.tree }
+  if (r.parent !== undefined) o.parent = r.parent
+  if (r.merged !== undefined) o.merged = r.merged
+  if (r.base !== undefined) o.base = r.base
+  o.since = r.since
+  o.seq = r.seq
+  o.message = r.message
+  o.ts = r.ts
+  return Buffer.from(`${SNAPSHOT_HEADER}${JSON.stringify(o)}\n`, 'utf8')
+}
+
+function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
+  const text = bytes.toString('utf8')
+  const bad = (why: string) =>
+    new NoaError('NOA_CORRUPT_OBJECT', `snapshot record ${id} is malformed: ${why}`, { object: id })
+  if (!text.startsWith(SNAPSHOT_HEADER) || !text.endsWith('\n')) throw bad('no "noa-snapshot 1" header')
+  let o: Record<string, unknown>
+  try {
+    o = JSON.parse(text.slice(SNAPSHOT_HEADER.length)) as Record<string, unknown>
+  } catch (err) {
+    throw bad((err as Error).message)
+  }
+  const isCount = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0
+  if (!isWorkspaceName(o.workspace)) throw bad('workspace')
+  if (typeof o.tree !== 'string' || !HASH_RE.test(o.tree)) throw bad('tree')
+  if (o.parent !== undefined && (typeof o.parent !== 'string' || !NOA_ID_RE.test(o.parent)))
+    throw bad('parent')
+  if (
+    o.merged !== undefined &&
+    (!Array.isArray(o.merged) || o.merged.some((m) => typeof m !== 'string' || !NOA_ID_RE.test(m)))
+  )
+    throw bad('merged')
+  if (o.base !== undefined && (typeof o.base !== 'string' || !NOA_ID_RE.test(o.base))) throw bad('base')
+  if (!isCount(o.since) || !isCount(o.seq) || !isCount(o.ts)) throw bad('since, seq or ts')
+  if (typeof o.message !== 'string') throw bad('message')
+  return { id, ...(o as Omit<SnapshotRecord, 'id'>) }
+}
+
+function isSystemError(err: unknown, code: string): boolean {
+  return err instanceof Error && (err as NodeJS.ErrnoException).code === code
+}
+
+export class ObjectStore {
+  readonly root: string
+  readonly dir: string
+  private readonly knownDirs = new Set<string>()
+  private readonly trees = new Map<string, Tree>()
+  private readonly records = new Map<string, SnapshotRecord>()
+  /** How the trees this store has read or written are stored (deltas are made against them). */
+  private readonly storage = new Map<string, TreeStorage>()
+  private readonly pending = new Map<string, TreeStorage>()
+
+  /** `root` is the noa root (the folder holding `agent-logs/`). */
+  constructor(root: string) {
+    this.root = root
+    this.dir = join(root, 'objects')
+  }
+
+  pathOf(id: string): string {
+    return join(this.dir, id.slice(0, 2), id.slice(2))
+  }
+
+  /** Whether an object is stored (by name only; reads check the content). */
+  has(id: string): boolean {
+    return statSync(this.pathOf(checkObjectId(id)), { throwIfNoEntry: false }) !== undefined
+  }
+
+  /** Stores file content; returns its SHA-256. A stream is hashed as it is written to disk. */
+  async putBlob(data: BlobSource): Promise<string> {
+    if (typeof data === 'string' || data instanceof Uint8Array) {
+      const [id] = await this.putObjects([typeof data === 'string' ? Buffer.from(data, 'utf8') : data])
+      return id as string
+    }
+    if (data === null || typeof data !== 'object' || !(Symbol.asyncIterator in data)) {
+      throw new NoaError('NOA_BAD_ARGUMENT', 'putBlob takes bytes, a string or an async iterable of chunks')
+    }
+    this.ensureDir(this.dir)
+    const temp = await TempFile.create(this.dir, { mode: OBJECT_MODE, tempPrefix: '.blob-' })
+    let id: string
+    let size = 0
+    try {
+      const hash = createHash('sha256')
+      for await (const chunk of data) {
+        const buf = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk
+        hash.update(buf)
+        size += buf.length
+        await temp.write(buf)
+      }
+      await temp.finish()
+      id = hash.digest('hex')
+    } catch (err) {
+      await temp.abort()
+      throw err
+    }
+    if (this.sizeOf(id) === size) {
+      rmSync(temp.path, { force: true })
+      return id
+    }
+    const target = this.pathOf(id)
+    this.ensureDir(dirname(target))
+    try {
+      renameSync(temp.path, target)
+    } catch (err) {
+      rmSync(temp.path, { force: true })
+      throw err
+    }
+    fsyncDir(dirname(target))
+    return id
+  }
+
+  /** A blob's bytes, checked against its hash. */
+  async getBlob(id: string): Promise<Buffer> {
+    return this.read(checkObjectId(id, 'blob hash'), `blob ${id}`)
+  }
+
+  /**
+   * Stores objects durably; returns their ids. Every new object is written and fsynced (up to
+   * PARALLEL_WRITES at once) before any is renamed into place, then each directory is fsynced
+   * once: when this resolves, all of them survive a crash.
+   */
+  async putObjects(items: readonly Uint8Array[]): Promise<string[]> {
+    const objects = items.map((data) => ({ id: sha256(data), data, exact: true }))
+    await this.write(objects)
+    return objects.map((o) => o.id)
+  }
+
+  /** Writes objects that are not there yet (an exact object of the wrong size is rewritten). */
+  async write(objects: readonly StoredObject[]): Promise<void> {
+    const todo = new Map<string, StoredObject>()
+    for (const o of objects) {
+      if (todo.has(o.id)) continue
+      const size = this.sizeOf(o.id)
+      if (size < 0 || (o.exact && size !== o.data.length)) todo.set(o.id, o)
+    }
+    if (todo.size === 0) return
+    const entries = [...todo.values()]
+    const temps: string[] = new Array(entries.length)
+    try {
+      for (let i = 0; i < entries.length; i += PARALLEL_WRITES) {
+        await Promise.all(
+          entries.slice(i, i + PARALLEL_WRITES).map(async ({ id, data }, k) => {
+            const dir = dirname(this.pathOf(id))
+            this.ensureDir(dir)
+            temps[i + k] = await writeTempFile(dir, data, { mode: OBJECT_MODE, tempPrefix: '.obj-' })
+          }),
+        )
+      }
+      const dirs = new Set<string>()
+      entries.forEach(({ id }, i) => {
+        renameSync(temps[i] as string, this.pathOf(id))
+        temps[i] = ''
+        dirs.add(dirname(this.pathOf(id)))
+      })
+      await fsyncDirs(dirs)
+    } finally {
+      for (const t of temps) if (t) rmSync(t, { force: true })
+    }
+  }
+
+  /** An object's bytes, checked against its id. `what` names it in errors (e.g. `tree <id>`). */
+  async read(id: string, what = `object ${id}`): Promise<Buffer> {
+    const bytes = await this.readRaw(id, what)
+    this.check(id, bytes, what)
+    return bytes
+  }
+
+  private check(id: string, bytes: Buffer, what: string): void {
+    const actual = sha256(bytes)
+    if (actual !== id) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `${what} is corrupt: ${this.pathOf(id)} hashes to ${actual} (${bytes.length} bytes)`,
+        { object: id, file: this.pathOf(id) },
+      )
+    }
+  }
+
+  /** An object file's bytes, unchecked. */
+  private async readRaw(id: string, what: string): Promise<Buffer> {
+    const file = this.pathOf(id)
+    try {
+      const size = statSync(file).size
+      return size <= SYNC_READ ? readFileSync(file) : await readFile(file)
+    } catch (err) {
+      if (isSystemError(err, 'ENOENT')) {
+        throw new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: id, file })
+      }
+      throw err
+    }
+  }
+
+  /**
+   * How to store a tree just built: `bytes` is its canonical encoding and `built` the builder
+   * that made it. A delta against the builder's base when the base is a stored tree, the chain
+   * stays short and the changes are few; else the whole tree.
+   */
+  treeObject(bytes: Buffer, built?: TreeBuilder): StoredObject {
+    const id = sha256(bytes)
+    const base = built?.base
+    const info = base ? this.storage.get(base.id) : undefined
+    if (built && base && info && base.size > 0 && info.depth < MAX_DELTA_DEPTH) {
+      const changes = [...built.touched()]
+      const records = info.records + changes.length
+      if (records * 2 <= Math.max(base.size, built.touchedCount)) {
+        changes.sort((a, b) => comparePaths(a[0], b[0]))
+        let text = `${TREE_DELTA_HEADER}${base.id} ${info.depth + 1} ${records}\n`
+        for (const [path, blob] of changes) text += `${path}\0${blob ?? REMOVED}\n`
+        this.pending.set(id, { depth: info.depth + 1, records })
+        return { id, data: Buffer.from(text, 'utf8'), exact: false }
+      }
+    }
+    this.pending.set(id, { depth: 0, records: 0 })
+    return { id, data: bytes, exact: true }
+  }
+
+  /** Stores a tree (see treeObject); returns its id. */
+  async putTree(bytes: Buffer, built?: TreeBuilder): Promise<string> {
+    const object = this.treeObject(bytes, built)
+    await this.write([object])
+    this.stored(object.id, bytes)
+    return object.id
+  }
+
+  /** Records that a tree from treeObject is now stored, and keeps it for the next reads. */
+  stored(id: string, bytes: Buffer): void {
+    const info = this.pending.get(id)
+    this.pending.delete(id)
+    if (info && !this.storage.has(id)) this.storage.set(id, info)
+    this.remember(Tree.decode(id, bytes))
+  }
+
+  async getTree(id: string): Promise<Tree> {
+    checkObjectId(id, 'tree id')
+    const cached = this.trees.get(id)
+    if (cached) {
+      this.trees.delete(id)
+      this.trees.set(id, cached)
+      return cached
+    }
+    // Follow the chain of deltas down to a whole tree (or one in the cache).
+    const deltas: Array<{ id: string; bytes: Buffer; body: number; base: string }> = []
+    let at = id
+    let base: Tree | undefined
+    for (;;) {
+      base = this.trees.get(at)
+      if (base) break
+      const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
+      const bytes = await this.readRaw(at, what)
+      if (bytes.subarray(0, TREE_HEADER.length).toString('latin1') === TREE_HEADER) {
+        this.check(at, bytes, what)
+        base = Tree.decode(at, bytes, what)
+        if (!this.storage.has(at)) this.storage.set(at, { depth: 0, records: 0 })
+        break
+      }
+      const delta = parseDeltaHeader(bytes)
+      if (!delta || deltas.length > MAX_DELTA_DEPTH * 4) {
+        throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is not a tree (${this.pathOf(at)})`, {
+          object: at,
+          file: this.pathOf(at),
+        })
+      }
+      deltas.push({ id: at, bytes, body: delta.body, base: delta.base })
+      if (deltas.length === 1) this.pending.set(id, { depth: delta.depth, records: delta.records })
+      at = delta.base
+    }
+    if (deltas.length === 0) {
+      this.remember(base)
+      return base
+    }
+    const builder = new TreeBuilder(base)
+    for (let i = deltas.length - 1; i >= 0; i--) {
+      const d = deltas[i] as (typeof deltas)[number]
+      applyDelta(builder, d.bytes, d.body, d.id)
+    }
+    const bytes = builder.encode()
+    const actual = sha256(bytes)
+    if (actual !== id) {
+      throw new NoaError(
+        'NOA_CORRUPT_OBJECT',
+        `tree ${id} is corrupt: rebuilt from its delta chain (${deltas.map((d) => d.id).join(' <- ')}) it hashes to ${actual}`,
+        { object: id, file: this.pathOf(id) },
+      )
+    }
+    this.stored(id, bytes)
+    return this.trees.get(id) as Tree
+  }
+
+  /** Keeps a tree just built (whose bytes are known to hash to its id) for the next reads. */
+  remember(tree: Tree): void {
+    this.trees.set(tree.id, tree)
+    while (this.trees.size > TREE_CACHE) this.trees.delete(this.trees.keys().next().value as string)
+  }
+
+  /** Resolves a snapshot id to its record: one object read, never a log scan. */
+  async getSnapshot(id: string): Promise<SnapshotRecord> {
+    const cached = this.records.get(id)
+    if (cached) return cached
+    checkSnapshotIdArgument(id)
+    if (!NOA_ID_RE.test(id)) {
+      throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id} (not a snapshot id noa made)`, {
+        snapshot: id,
+      })
+    }
+    const hash = id.slice(4)
+    let bytes: Buffer
+    try {
+      bytes = await this.read(hash, `snapshot ${id}`)
+    } catch (err) {
+      if (err instanceof NoaError && err.code === 'NOA_NOT_FOUND') {
+        throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id} (no record ${this.pathOf(hash)})`, {
+          snapshot: id,
+        })
+      }
+      throw err
+    }
+    if (!bytes.subarray(0, SNAPSHOT_HEADER.length).equals(Buffer.from(SNAPSHOT_HEADER))) {
+      throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id}: object ${hash} is not a snapshot record`, {
+        snapshot: id,
+      })
+    }
+    const record = parseSnapshotRecord(id, bytes)
+    if (this.records.size >= 100_000) this.records.clear()
+    this.records.set(id, record)
+    return record
+  }
+
+  /**
+   * Stores a record, together with objects it needs (its tree, from treeObject) in the same
+   * batch: one round of fsyncs for all of them.
+   */
+  async putSnapshot(
+    input: SnapshotRecordInput,
+    with_: readonly StoredObject[] = [],
+  ): Promise<SnapshotRecord> {
+    const bytes = encodeSnapshotRecord(input)
+    const id = sha256(bytes)
+    await this.write([...with_, { id, data: bytes, exact: true }])
+    const record: SnapshotRecord = { id: `noa_${id}`, ...input }
+    this.records.set(record.id, record)
+    return record
+  }
+
+  private sizeOf(id: string): number {
+    return statSync(this.pathOf(id), { throwIfNoEntry: false })?.size ?? -1
+  }
+
+  /** mkdir -p, with each new directory's entry fsynced in its parent. */
+  private ensureDir(d: string): void {
+    if (this.knownDirs.has(d)) return
+    const created = mkdirSync(d, { recursive: true })
+    if (created !== undefined) {
+      for (let p = d; ; p = dirname(p)) {
+        fsyncDir(dirname(p))
+        if (p === created || dirname(p) === p) break
+      }
+    }
+    this.knownDirs.add(d)
+  }
+}
+
+function checkSnapshotIdArgument(id: unknown): void {
+  try {
+    checkSnapshotId(id, 'snapshot id')
+  } catch (err) {
+    throw new NoaError('NOA_BAD_ARGUMENT', (err as Error).message, { field: 'snapshot id' })
+  }
+}
+
+/** The `snapshot` log entry for a record: `parent` is the workspace's previous head. */
+export function snapshotEntry(record: SnapshotRecord, message: string): SnapshotEntry {
+  const e: SnapshotEntry = { op: 'snapshot', snapshot_id: record.id, message }
+  if (record.parent !== undefined) e.parent = record.parent
+  return e
+}
+
+function parseDeltaHeader(
+  bytes: Buffer,
+): { base: string; depth: number; records: number; body: number } | null {
+  if (bytes.subarray(0, TREE_DELTA_HEADER.length).toString('latin1') !== TREE_DELTA_HEADER) return null
+  const nl = bytes.indexOf(0x0a, TREE_DELTA_HEADER.length)
+  if (nl < 0) return null
+  const m = /^([0-9a-f]{64}) (\d+) (\d+)$/.exec(bytes.toString('latin1', TREE_DELTA_HEADER.length, nl))
+  if (!m) return null
+  return { base: m[1] as string, depth: Number(m[2]), records: Number(m[3]), body: nl + 1 }
+}
+
+/** Applies a delta's records (`path NUL blob-or-dashes LF`, the tree framing) to a builder. */
+function applyDelta(builder: TreeBuilder, bytes: Buffer, from: number, id: string): void {
+  let pos = from
+  while (pos < bytes.length) {
+    const z = bytes.indexOf(0, pos)
+    if (z <= pos || z + 66 > bytes.length || bytes[z + 65] !== 0x0a) {
+      throw new NoaError('NOA_CORRUPT_OBJECT', `tree delta ${id}: malformed record at byte ${pos}`, {
+        object: id,
+      })
+    }
+    const path = bytes.toString('utf8', pos, z)
+    const blob = bytes.toString('latin1', z + 1, z + 65)
+    if (blob === REMOVED) builder.remove(path)
+    else builder.set(path, blob)
+    pos = z + 66
+  }
+}
