@@ -5,6 +5,7 @@
  * owner sends only after the fdatasync that covers the entry.
  */
 
+import { randomBytes } from 'node:crypto'
 import { realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
@@ -13,6 +14,7 @@ import { Piscina } from 'piscina'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import { checkRoot, isInside } from './files.js'
+import { recoverJournals } from './journal-recovery.js'
 import {
   existingLog,
   listWorkspaces,
@@ -49,11 +51,14 @@ export interface AgentLogOptions {
   /** Run a lone commit on the worker thread when nothing else is in flight. Default true. */
   inlineCommit?: boolean
   /**
-   * `fdatasync` (default): each commit flushes its own file. `syncfs`: each commit flushes the
-   * whole filesystem holding the log folder, every dirty page of every process on it, which is
-   * cheaper per entry only when many workspaces are busy and nothing else writes to that disk.
+   * `journal` (default): each worker commits everything queued for all its files with one write
+   * and one fdatasync of its preallocated journal, and makes the files themselves durable at
+   * checkpoints. `fdatasync`: each commit flushes its own file (the seed's literal behaviour).
+   * `syncfs`: each commit flushes the whole filesystem holding the log folder.
    */
   durability?: Durability
+  /** Size of each worker's commit journal in bytes (a multiple of 4096). Default 16 MiB. */
+  journalSize?: number
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
@@ -66,6 +71,7 @@ const OPTION_KEYS = new Set([
   'syncThreads',
   'inlineCommit',
   'durability',
+  'journalSize',
   'ioModule',
   'ioOptions',
 ])
@@ -118,9 +124,22 @@ function checkOptions(options: AgentLogOptions) {
   if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
     throw optionError('root', 'must be a non-empty string', options.root)
   }
-  const durability = options.durability ?? 'fdatasync'
-  if (durability !== 'fdatasync' && durability !== 'syncfs') {
-    throw optionError('durability', "must be 'fdatasync' or 'syncfs'", durability)
+  const durability = options.durability ?? 'journal'
+  if (durability !== 'journal' && durability !== 'fdatasync' && durability !== 'syncfs') {
+    throw optionError('durability', "must be 'journal', 'fdatasync' or 'syncfs'", durability)
+  }
+  const journalSize = options.journalSize ?? DEFAULT_JOURNAL_SIZE
+  if (
+    typeof journalSize !== 'number' ||
+    !Number.isSafeInteger(journalSize) ||
+    journalSize < MIN_JOURNAL_SIZE ||
+    journalSize % 4096 !== 0
+  ) {
+    throw optionError(
+      'journalSize',
+      `must be a multiple of 4096 of at least ${MIN_JOURNAL_SIZE}`,
+      journalSize,
+    )
   }
   if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
     throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
@@ -136,8 +155,12 @@ function checkOptions(options: AgentLogOptions) {
     syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,
+    journalSize,
   }
 }
+
+export const DEFAULT_JOURNAL_SIZE = 16 << 20
+const MIN_JOURNAL_SIZE = 256 << 10
 
 /** FNV-1a: a stable owner for a name, the same in every run. */
 function ownerIndex(name: string, n: number): number {
@@ -173,6 +196,7 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    recoverJournals(o.root) // journals left by a process that died are replayed before anything
     const pool = new Piscina({
       filename: new URL('../workers/owner.js', import.meta.url).href,
       minThreads: o.workers,
@@ -181,6 +205,7 @@ export class AgentLog {
       idleTimeout: Number.POSITIVE_INFINITY,
     })
     const owners: Owner[] = []
+    const journalName = `${process.pid}-${randomBytes(4).toString('hex')}`
     const perWorker = Math.max(1, Math.floor(o.maxOpenFiles / o.workers))
     for (let index = 0; index < o.workers; index++) {
       const { port1, port2 } = new MessageChannel()
@@ -193,6 +218,8 @@ export class AgentLog {
         syncThreads: o.syncThreads,
         inlineCommit: o.inlineCommit,
         durability: o.durability,
+        journalSize: o.journalSize,
+        journalName,
         ioModule: options.ioModule,
         ioOptions: options.ioOptions,
       }

@@ -5,7 +5,7 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { SerializedError } from './errors.js'
 
-export type Durability = 'fdatasync' | 'syncfs'
+export type Durability = 'journal' | 'fdatasync' | 'syncfs'
 
 /** The piscina task that turns a pool thread into an owner for the pool's life. */
 export interface OwnerInit {
@@ -21,6 +21,9 @@ export interface OwnerInit {
   /** Run a lone commit on the worker thread itself when nothing else is in flight. */
   inlineCommit: boolean
   durability: Durability
+  /** Journal durability: the journal's size in bytes, and a name unique to this AgentLog. */
+  journalSize: number
+  journalName: string
   /** Test seam: a module whose default export wraps the I/O layer (see src/workers/io.ts). */
   ioModule?: string
   ioOptions?: unknown
@@ -134,5 +137,21 @@ export interface OwnerStatus {
   commits: number
   entries: number
   inlineCommits: number
+  /** Journal rounds, checkpoints, and commits made straight to a file (before the journal was allocated, or too large for it). */
+  rounds: number
+  checkpoints: number
+  directCommits: number
+  /** Times a round went back to the start of the journal. */
+  wraps: number
+  journal: {
+    state: 'none' | 'creating' | 'ready' | 'failed'
+    path: string
+    size: number
+    /** Live bytes (between the tail and the head). */
+    used: number
+    frames: number
+    /** Why allocating it failed, if it did (commits then go file by file). */
+    error: string | null
+  } | null
   pool: { threads: number; idle: number; maxThreads: number; queued: number; pending: number }
 }
