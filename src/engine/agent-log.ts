@@ -28,6 +28,7 @@ import {
 } from './logs.js'
 import { checkOptionKeys } from './options.js'
 import type {
+  AtomicPart,
   Durability,
   FromOwner,
   OpenReport,
@@ -179,6 +180,9 @@ export class AgentLog {
   private readonly owners: Owner[]
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
+  private nextBatch = 1
+  /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
+  private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
 
   private constructor(root: string, pool: Piscina, owners: Owner[]) {
@@ -268,6 +272,78 @@ export class AgentLog {
     } catch (err) {
       return Promise.reject(err)
     }
+  }
+
+  /**
+   * Appends entries to several workspaces as one: after any crash, all of them are in their logs
+   * or none is. Each workspace's entries get consecutive seqs. The parts of every owner worker
+   * involved are prepared (each workspace waits until it is idle, then gets its seqs and is held),
+   * then committed in one journal frame of the first owner (one fdatasync), then written to their
+   * logs; the promise resolves once every part is in its log. Needs `durability: 'journal'`.
+   */
+  async appendAtomic(batch: Readonly<Record<string, readonly EntryInput[]>>): Promise<Record<string, Ack[]>> {
+    if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
+      throw new NoaError('NOA_BAD_ARGUMENT', 'appendAtomic takes an object: { workspace: [entries] }')
+    }
+    const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
+    for (const [workspace, entries] of Object.entries(batch)) {
+      checkWorkspace(workspace)
+      if (!Array.isArray(entries)) {
+        throw new NoaError('NOA_BAD_ARGUMENT', `appendAtomic: ${workspace} must map to an array of entries`)
+      }
+      if (entries.length === 0) continue
+      const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
+      const owner = this.ownerOf(workspace)
+      let g = groups.get(owner)
+      if (!g) {
+        g = { ws: [], counts: [], bodies: [] }
+        groups.set(owner, g)
+      }
+      g.ws.push(workspace)
+      g.counts.push(bodies.length)
+      for (const b of bodies) g.bodies.push(b)
+    }
+    const owners = [...groups.keys()]
+    const coordinator = owners[0]
+    if (coordinator === undefined) return {}
+    const id = this.nextBatch++
+    const abortAll = () =>
+      Promise.allSettled(owners.map((o) => this.request(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
+    const prepared = await Promise.allSettled(
+      owners.map((o) => {
+        const g = groups.get(o) as { ws: string[]; counts: number[]; bodies: string[] }
+        return this.request(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
+      }),
+    )
+    const refused = prepared.find((r) => r.status === 'rejected')
+    if (refused) {
+      await abortAll()
+      throw (refused as PromiseRejectedResult).reason
+    }
+    const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
+    const others = owners.slice(1)
+    if (others.length > 0) this.coordinators.set(id, { owner: coordinator, left: others.length })
+    try {
+      await this.request(coordinator, (rid) => ({
+        t: 'atomicCommit',
+        id: rid,
+        batch: id,
+        foreign: parts.slice(1).flat(),
+      }))
+    } catch (err) {
+      this.coordinators.delete(id)
+      await abortAll()
+      throw err
+    }
+    await Promise.all(others.map((o) => this.request(o, (rid) => ({ t: 'apply', id: rid, batch: id }))))
+    const out: Record<string, Ack[]> = {}
+    for (const part of parts.flat()) {
+      out[part.ws] = Array.from({ length: part.count }, (_, k) => ({
+        seq: part.firstSeq + k,
+        ts: part.firstTs + k,
+      }))
+    }
+    return out
   }
 
   /**
@@ -549,6 +625,14 @@ export class AgentLog {
           if (!p) continue
           this.pending.delete(id)
           p.reject(deserializeError(msg.error))
+        }
+        break
+      }
+      case 'applied': {
+        const c = this.coordinators.get(msg.batch)
+        if (c && --c.left === 0) {
+          this.coordinators.delete(msg.batch)
+          c.owner.port.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
         }
         break
       }

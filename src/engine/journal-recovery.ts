@@ -250,52 +250,76 @@ function openTarget(
  * Replays and removes every journal under the root whose owner is gone, and removes the
  * leftovers of allocations that died half-way. The caller holds the root lock (withRootLock).
  * Journals named in `own` (this process's) are left alone.
+ *
+ * The records of all dead journals are applied together, file by file in offset order: one
+ * file's records can be in several journals (an atomic batch's part is committed by another
+ * worker's journal), and within a file the bytes only ever grow at the end.
  */
 export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = new Set()): ReplayReport[] {
   const dir = journalDir(root)
   if (checkDirsBelow(root, dir) !== null) return []
   const native = loadNative()
-  const reports: ReplayReport[] = []
-  let removed = false
-  for (const name of readdirSync(dir).sort()) {
-    const path = join(dir, name)
-    const temp = name.endsWith(JOURNAL_TEMP_SUFFIX)
-    if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || own.has(path)) continue
-    if (!lstatSync(path).isFile()) continue
-    let fd: number
-    try {
-      fd = openFileSync(path, constants.O_RDWR, { what: 'commit journal' })
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw err
-    }
-    try {
+  const dead: Array<{ path: string; fd: number; temp: boolean }> = []
+  try {
+    for (const name of readdirSync(dir).sort()) {
+      const path = join(dir, name)
+      const temp = name.endsWith(JOURNAL_TEMP_SUFFIX)
+      if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || own.has(path)) continue
+      if (!lstatSync(path).isFile()) continue
+      let fd: number
+      try {
+        fd = openFileSync(path, constants.O_RDWR, { what: 'commit journal' })
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+        throw err
+      }
       try {
         native.flock(fd, true, true)
       } catch (err) {
+        closeSync(fd)
         const code = (err as NodeJS.ErrnoException).code
         if (code === 'EAGAIN' || code === 'EWOULDBLOCK') continue // its owner is alive
         throw err
       }
-      if (!temp) {
-        const scanned = scanJournal(fd)
-        if (!scanned) {
-          throw new NoaError(
-            'NOA_JOURNAL',
-            `${path} has no valid header: it cannot be replayed, and is kept for inspection`,
-            { journal: path },
-          )
-        }
-        reports.push(applyRecords(root, path, scanned))
-      }
-      rmSync(path)
-      removed = true
-    } finally {
-      closeSync(fd)
+      dead.push({ path, fd, temp })
     }
+    if (dead.length === 0) return []
+    const records: Array<JournalRecord & { order: number }> = []
+    const reports: ReplayReport[] = []
+    let order = 0
+    for (const j of dead) {
+      if (j.temp) continue
+      const scanned = scanJournal(j.fd)
+      if (!scanned) {
+        throw new NoaError(
+          'NOA_JOURNAL',
+          `${j.path} has no valid header: it cannot be replayed, and is kept for inspection`,
+          {
+            journal: j.path,
+          },
+        )
+      }
+      for (const r of scanned.records) records.push({ ...r, order: order++ })
+      reports.push({ journal: j.path, rounds: scanned.rounds, records: 0, bytes: 0, files: [], skipped: [] })
+    }
+    records.sort((x, y) =>
+      x.target < y.target ? -1 : x.target > y.target ? 1 : x.offset - y.offset || x.order - y.order,
+    )
+    const applied = applyRecords(root, reports.map((r) => r.journal).join(', '), { records, rounds: 0 })
+    const total = reports[0]
+    if (total) {
+      // One replay covered them all; the first report carries what it did.
+      total.records = applied.records
+      total.bytes = applied.bytes
+      total.files = applied.files
+      total.skipped = applied.skipped
+    }
+    for (const j of dead) rmSync(j.path)
+    fsyncDir(dir)
+    return reports
+  } finally {
+    for (const j of dead) closeSync(j.fd)
   }
-  if (removed) fsyncDir(dir)
-  return reports
 }
 
 /** recoverJournalsLocked under the root lock. */

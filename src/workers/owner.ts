@@ -37,16 +37,21 @@ import { journalDir, recoverJournalsLocked, scanJournal, withRootLock } from '..
 import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
 import type {
+  AbortMsg,
+  ApplyMsg,
+  AtomicCommitMsg,
+  AtomicPart,
   FromOwner,
   OpenReport,
   OwnerInit,
   OwnerStatus,
+  PrepareMsg,
   RawAppendOptions,
   ToOwner,
 } from '../engine/protocol.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
 import { type LogIo, loadIo } from './io.js'
-import { Journal } from './journal.js'
+import { type FrameFile, Journal } from './journal.js'
 
 const EMPTY = Buffer.alloc(0)
 /** A checkpoint starts when this share of the journal is live, or its oldest frame is this old. */
@@ -60,10 +65,35 @@ interface Req {
   count: number
   /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
   replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
+  /** Part of an appendAtomic batch: built alone and held until the batch commits or aborts. */
+  atomic?: number
+}
+
+/** This owner's share of an appendAtomic batch. */
+interface Atomic {
+  replyId: number
+  /** Workspaces still to prepare. */
+  expected: number
+  prepared: Batch[]
+  state: 'preparing' | 'prepared' | 'committing' | 'done' | 'failed'
+  /** Parts applied here after another owner committed them, not yet durable in their logs. */
+  syncing: number
+}
+
+/** An appendAtomic batch committed here: own prepared parts and other owners' parts, one frame. */
+interface AtomicGroup {
+  batch: number
+  replyId: number
+  own: Batch[]
+  foreign: FramePart[]
+  /** Holds the frame in the journal until the other owners' logs are durable. */
+  pin: FrameFile | null
 }
 
 interface Batch {
   file: OwnedFile
+  /** appendAtomic: the batch id it prepares. */
+  atomic?: number
   reqs: Req[]
   /** (id, firstSeq, firstTs) per request. */
   acks: number[]
@@ -75,6 +105,7 @@ interface Batch {
 interface Round {
   id: number
   batches: Batch[]
+  groups: AtomicGroup[]
   frame: EncodedFrame
   offset: number
   /** A wrap marker was written at the old head (it used the lsn before the frame's). */
@@ -85,6 +116,7 @@ type Job =
   | { kind: 'files'; batches: Batch[] }
   | { kind: 'round'; round: Round }
   | { kind: 'sync'; file: OwnedFile; lsn: number }
+  | { kind: 'foreign'; file: OwnedFile; batch: number }
   | { kind: 'header'; tail: { lsn: number; offset: number; drop: number }; generation: number }
 
 class OwnedFile {
@@ -93,6 +125,9 @@ class OwnedFile {
   size = 0
   /** Its journal record header (target name and inode), made when it is opened. */
   record: Buffer | null = null
+  ino = 0n
+  /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
+  foreign: Array<{ offset: number; data: Buffer }> = []
   /** The newest journal frame with its bytes, and the newest one whose bytes are durable in the file. */
   lastLsn = 0
   syncedLsn = 0
@@ -136,7 +171,9 @@ class Owner {
   private readonly jobs = new Map<number, Job>()
   private readonly journal: Journal | null
   /** Batches built (seq assigned) for the journal and not yet in a round. */
-  private pending: Batch[] = []
+  private pending: Array<Batch | AtomicGroup> = []
+  private readonly atomics = new Map<number, Atomic>()
+  private readonly pins = new Map<number, FrameFile>()
   private round: Round | null = null
   private checkpoint: { left: number } | null = null
   /** A round waits for a checkpoint to free journal space. */
@@ -225,6 +262,25 @@ class Owner {
       case 'status':
         this.post({ t: 'reply', id: msg.id, value: this.status() })
         break
+      case 'prepare':
+        this.prepare(msg)
+        break
+      case 'atomicCommit':
+        this.atomicCommit(msg)
+        break
+      case 'apply':
+        this.apply(msg)
+        break
+      case 'abort':
+        this.abort(msg)
+        break
+      case 'unpin': {
+        const pin = this.pins.get(msg.batch)
+        if (pin) pin.syncedLsn = Number.POSITIVE_INFINITY
+        this.pins.delete(msg.batch)
+        if (this.needSpace && this.checkpoint === null) this.startCheckpoint()
+        break
+      }
       case 'close':
         this.closing = true
         this.whenAllIdle(() => {
@@ -338,7 +394,8 @@ class Owner {
         continue
       }
       const batch = this.build(file)
-      if (batch) batches.push(batch)
+      if (batch?.atomic !== undefined) this.prepared(batch)
+      else if (batch) batches.push(batch)
     }
     this.ready.clear()
     const j = this.journal
@@ -367,10 +424,20 @@ class Owner {
         this.checkAllIdle()
         return
       }
-      if (j.state !== 'ready') return
+      if (j.state !== 'ready') {
+        // Atomic groups waiting for it cannot be committed file by file.
+        for (const item of this.pending) {
+          if (!('own' in item)) continue
+          for (const b of item.own) this.finish(b, j.error, true)
+          this.post({ t: 'reply', id: item.replyId, error: serializeError(j.error) })
+        }
+        this.pending = this.pending.filter((item) => !('own' in item))
+        return
+      }
       this.timer = setInterval(() => this.maybeCheckpoint(), CHECKPOINT_AGE_MS / 4)
       this.timer.unref()
       this.pump()
+      this.startRound()
     })
   }
 
@@ -441,19 +508,43 @@ class Owner {
    */
   private startRound(): void {
     const j = this.journal as Journal
-    if (this.round !== null || this.pending.length === 0 || this.needSpace) return
+    if (this.round !== null || this.pending.length === 0 || this.needSpace || j.state !== 'ready') return
     const parts: FramePart[] = []
     const taken: Batch[] = []
+    const groups: AtomicGroup[] = []
+    let items = 0
     let length = FRAME_HEADER
-    for (const batch of this.pending) {
-      const record = batch.file.record as Buffer
-      const size = record.length + batch.data.length
-      if (taken.length > 0 && length + size > j.maxFrame) break
-      parts.push({ header: setRecord(record, batch.file.size, batch.data.length), data: batch.data })
-      taken.push(batch)
+    for (const item of this.pending) {
+      const own = 'own' in item ? item.own : [item]
+      let size = 0
+      for (const b of own) size += (b.file.record as Buffer).length + b.data.length
+      if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
+      if (items > 0 && length + size > j.maxFrame) break
+      items++
       length += size
+      for (const b of own) {
+        parts.push({ header: setRecord(b.file.record as Buffer, b.file.size, b.data.length), data: b.data })
+        taken.push(b)
+      }
+      if ('own' in item) {
+        for (const f of item.foreign) parts.push(f)
+        groups.push(item)
+      }
     }
     const padded = Math.ceil(length / SECTOR) * SECTOR
+    if (padded > j.maxFrame && groups.length > 0 && items === 1) {
+      // An atomic batch is one frame, or nothing.
+      this.pending = this.pending.slice(1)
+      const err = new NoaError(
+        'NOA_BAD_ARGUMENT',
+        `an atomic batch of ${length} bytes does not fit in one journal frame (${j.maxFrame} bytes): split it, or give the log a larger journalSize`,
+      )
+      const g = groups[0] as AtomicGroup
+      for (const b of g.own) this.finish(b, err, true)
+      this.post({ t: 'reply', id: g.replyId, error: serializeError(err) })
+      this.startRound()
+      return
+    }
     const place = j.place(padded)
     if (place === null) {
       // The live part of the journal reaches the head: a checkpoint must free space first.
@@ -461,11 +552,11 @@ class Owner {
       this.startCheckpoint()
       return
     }
-    this.pending = this.pending.slice(taken.length)
+    this.pending = this.pending.slice(items)
     const wrapped = place.wrapAt !== null
     if (wrapped || place.offset < j.head) this.stats.wraps++
     const frame = encodeFrame(j.id, j.nextLsn + (wrapped ? 1 : 0), FLAG_END, parts)
-    const round: Round = { id: this.nextJob++, batches: taken, frame, offset: place.offset, wrapped }
+    const round: Round = { id: this.nextJob++, batches: taken, groups, frame, offset: place.offset, wrapped }
     this.round = round
     this.stats.rounds++
     this.stats.commits++
@@ -476,7 +567,7 @@ class Owner {
       this.roundDone(round, err, null)
       return
     }
-    if (this.init.inlineCommit && this.inFlight === 0 && taken.length === 1) {
+    if (this.init.inlineCommit && this.inFlight === 0 && taken.length === 1 && groups.length === 0) {
       this.stats.inlineCommits++
       this.inlineRound(j, round)
       return
@@ -526,8 +617,13 @@ class Owner {
       // so no invalid frame is ever left between valid ones.
       withPath(err, j.path)
       for (const batch of round.batches) this.finish(batch, err)
+      for (const g of round.groups) {
+        this.atomics.delete(g.batch)
+        this.post({ t: 'reply', id: g.replyId, error: serializeError(err) })
+      }
     } else {
-      const files = round.batches.map((b) => b.file)
+      const files: FrameFile[] = round.batches.map((b) => b.file)
+      for (const g of round.groups) if (g.pin) files.push(g.pin)
       j.written(round.frame, round.offset, files, round.wrapped)
       const failed = new Map<number, Error>()
       if (logErrors)
@@ -539,6 +635,11 @@ class Owner {
         if (logErr) this.committedUnwritten(batch, logErr)
         else this.finish(batch, null)
       })
+      for (const g of round.groups) {
+        this.atomics.delete(g.batch)
+        if (g.pin) this.pins.set(g.batch, g.pin)
+        this.post({ t: 'reply', id: g.replyId, value: true })
+      }
       this.maybeCheckpoint()
     }
     this.startRound()
@@ -598,8 +699,8 @@ class Owner {
     this.stats.checkpoints++
     const targets = new Set<OwnedFile>()
     for (const frame of j.frames) {
-      for (const f of frame.files as OwnedFile[]) {
-        if (f.dirty && f.fd >= 0 && !f.unapplied && !f.syncing) targets.add(f)
+      for (const f of frame.files) {
+        if (f instanceof OwnedFile && f.dirty && f.fd >= 0 && !f.unapplied && !f.syncing) targets.add(f)
       }
     }
     this.checkpoint = { left: targets.size }
@@ -671,17 +772,35 @@ class Owner {
   private checkpointDone(): void {
     this.checkpoint = null
     if (this.needSpace) {
-      this.needSpace = false
       const j = this.journal as Journal
-      if (j.frames.length > 0 && j.reclaimable() === null && this.pending.length > 0 && this.round === null) {
-        const first = this.pending[0] as Batch
-        const need =
-          Math.ceil((FRAME_HEADER + (first.file.record?.length ?? 0) + first.data.length) / SECTOR) * SECTOR
-        if (j.place(need) === null) this.journalFull(j)
+      const first = this.pending[0]
+      if (first === undefined || j.place(this.frameSize(first)) !== null) {
+        this.needSpace = false
+      } else {
+        // Still no room. An atomic batch's other owner will unpin its frame soon (it is making
+        // its parts durable): wait for that. Files whose writes failed pin it until recovered.
+        const blocking = j.frames[0]?.files ?? []
+        const lsn = j.frames[0]?.lsn ?? 0
+        const waitingForPin = blocking.some((f) => !(f instanceof OwnedFile) && f.syncedLsn < lsn)
+        const dirty = blocking.some((f) => f instanceof OwnedFile && f.dirty && !f.unapplied)
+        if (dirty) this.startCheckpoint()
+        else if (!waitingForPin) {
+          this.needSpace = false
+          this.journalFull(j)
+        }
       }
     }
     this.startRound()
     if (this.closing) this.checkAllIdle()
+  }
+
+  /** Bytes a pending batch or atomic group takes in a frame, padded. */
+  private frameSize(item: Batch | AtomicGroup): number {
+    let size = FRAME_HEADER
+    const own = 'own' in item ? item.own : [item]
+    for (const b of own) size += (b.file.record?.length ?? 0) + b.data.length
+    if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
+    return Math.ceil(size / SECTOR) * SECTOR
   }
 
   /**
@@ -690,20 +809,41 @@ class Owner {
    */
   private journalFull(j: Journal): void {
     const pinned = new Set<string>()
-    for (const f of (j.frames[0]?.files ?? []) as OwnedFile[]) if (f.dirty) pinned.add(f.path)
+    for (const f of j.frames[0]?.files ?? []) {
+      if (f instanceof OwnedFile && f.dirty) pinned.add(f.path)
+      else if (!(f instanceof OwnedFile) && f.syncedLsn < (j.frames[0]?.lsn ?? 0))
+        pinned.add('an atomic batch another worker is still writing')
+    }
     const err = new NoaError(
       'NOA_JOURNAL',
       `the commit journal ${j.path} is full: its oldest entries are for ${[...pinned].join(', ')}, whose writes failed; reopen (recover) them to free it`,
       { journal: j.path },
     )
-    const batches = this.pending
+    const items = this.pending
     this.pending = []
-    for (const batch of batches) this.finish(batch, err, true)
+    for (const item of items) {
+      if ('own' in item) {
+        for (const b of item.own) this.finish(b, err, true)
+        this.atomics.delete(item.batch)
+        this.post({ t: 'reply', id: item.replyId, error: serializeError(err) })
+      } else {
+        this.finish(item, err, true)
+      }
+    }
   }
 
   private build(file: OwnedFile): Batch | null {
-    let reqs = file.queue
-    file.queue = []
+    // An atomic part is built alone (it waits for its batch); what is queued before it goes first.
+    const cut = file.queue.findIndex((r) => r.atomic !== undefined)
+    let reqs = cut === 0 ? file.queue.slice(0, 1) : cut > 0 ? file.queue.slice(0, cut) : file.queue
+    file.queue = cut >= 0 ? file.queue.slice(reqs.length) : []
+    const atomic = reqs[0]?.atomic
+    if (atomic !== undefined && this.atomics.get(atomic)?.state !== 'preparing') {
+      // Its batch failed or was aborted meanwhile: nothing to build.
+      if (file.queue.length > 0) queueMicrotask(() => this.markReady(file))
+      else this.settled(file)
+      return null
+    }
     const acks: number[] = []
     let text = ''
     let seq = file.lastSeq
@@ -752,6 +892,7 @@ class Owner {
       }
     }
     const batch: Batch = { file, reqs, acks, data: Buffer.from(text, 'utf8'), lastSeq: seq, lastTs: ts }
+    if (atomic !== undefined) batch.atomic = atomic
     file.inFlight = batch
     return batch
   }
@@ -770,6 +911,9 @@ class Owner {
         break
       case 'sync':
         this.syncDone(job.file, job.lsn, err)
+        break
+      case 'foreign':
+        this.foreignSynced(job.file, job.batch, err)
         break
       case 'header':
         this.headerDone(job.tail, job.generation, err)
@@ -833,8 +977,171 @@ class Owner {
   }
 
   private fail(reqs: Req[], err: unknown): void {
-    if (reqs.length === 0) return
-    this.post({ t: 'fail', ids: reqs.map((r) => r.id), error: serializeError(err) })
+    const ids: number[] = []
+    for (const r of reqs) {
+      if (r.atomic !== undefined) this.atomicFailed(r.atomic, err)
+      else ids.push(r.id)
+    }
+    if (ids.length > 0) this.post({ t: 'fail', ids, error: serializeError(err) })
+  }
+
+  // appendAtomic. The caller's thread drives the steps (prepare everywhere, commit on one
+  // owner, apply on the others); see AgentLog.appendAtomic.
+
+  private prepare(msg: PrepareMsg): void {
+    const a: Atomic = {
+      replyId: msg.id,
+      expected: msg.ws.length,
+      prepared: [],
+      state: 'preparing',
+      syncing: 0,
+    }
+    this.atomics.set(msg.batch, a)
+    let b = 0
+    for (let i = 0; i < msg.ws.length; i++) {
+      const count = msg.counts[i] as number
+      const bodies = msg.bodies.slice(b, b + count)
+      b += count
+      this.enqueue(this.wsFile(msg.ws[i] as string), { id: 0, bodies, count, atomic: msg.batch })
+    }
+  }
+
+  /** A workspace's part is built and held: once all of this owner's are, the caller hears of them. */
+  private prepared(batch: Batch): void {
+    const a = this.atomics.get(batch.atomic as number)
+    if (!a || a.state !== 'preparing') {
+      this.release(batch)
+      return
+    }
+    a.prepared.push(batch)
+    if (a.prepared.length < a.expected) return
+    a.state = 'prepared'
+    const parts: AtomicPart[] = a.prepared.map((p) => ({
+      ws: p.file.key,
+      ino: p.file.ino,
+      offset: p.file.size,
+      data: p.data,
+      firstSeq: p.acks[1] as number,
+      firstTs: p.acks[2] as number,
+      count: p.reqs[0]?.count ?? 0,
+    }))
+    this.post({ t: 'reply', id: a.replyId, value: parts })
+  }
+
+  /** Gives a held part up: nothing was written, its seqs are free again. */
+  private release(batch: Batch): void {
+    const file = batch.file
+    if (file.inFlight === batch) file.inFlight = null
+    if (file.queue.length > 0) this.markReady(file)
+    else this.settled(file)
+  }
+
+  private atomicFailed(batch: number, err: unknown): void {
+    const a = this.atomics.get(batch)
+    if (!a || a.state === 'done' || a.state === 'failed') return
+    const replying = a.state === 'preparing'
+    // Dropped: parts of it still queued are skipped when built (their batch is unknown).
+    this.atomics.delete(batch)
+    a.state = 'failed'
+    for (const p of a.prepared) this.release(p)
+    a.prepared = []
+    if (replying) this.post({ t: 'reply', id: a.replyId, error: serializeError(err) })
+  }
+
+  private atomicCommit(msg: AtomicCommitMsg): void {
+    const a = this.atomics.get(msg.batch)
+    const j = this.journal
+    if (!a || a.state !== 'prepared' || j === null || j.state === 'failed') {
+      const err =
+        !a || a.state !== 'prepared'
+          ? new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)
+          : j === null
+            ? new NoaError(
+                'NOA_BAD_OPTION',
+                "appendAtomic needs the commit journal (durability: 'journal')",
+                {
+                  field: 'durability',
+                },
+              )
+            : (j.error as Error)
+      if (a) this.atomicFailed(msg.batch, err)
+      this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
+      return
+    }
+    if (j.state === 'none') this.createJournal(j) // the group waits in pending until it is ready
+    a.state = 'committing'
+    const foreign: FramePart[] = msg.foreign.map((p) => ({
+      header: setRecord(recordHeader(p.ws, p.ino), p.offset, p.data.length),
+      data: Buffer.from(p.data.buffer, p.data.byteOffset, p.data.length),
+    }))
+    const group: AtomicGroup = {
+      batch: msg.batch,
+      replyId: msg.id,
+      own: a.prepared,
+      foreign,
+      pin: foreign.length > 0 ? { syncedLsn: 0 } : null,
+    }
+    this.pending.push(group)
+    this.startRound()
+  }
+
+  /** Another owner committed the batch: write the held parts, and make them durable after. */
+  private apply(msg: ApplyMsg): void {
+    const a = this.atomics.get(msg.batch)
+    if (!a || a.state !== 'prepared') {
+      this.post({
+        t: 'reply',
+        id: msg.id,
+        error: serializeError(new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)),
+      })
+      return
+    }
+    a.state = 'done'
+    for (const batch of a.prepared) {
+      const file = batch.file
+      try {
+        this.io.write(file.fd, batch.data)
+      } catch (err) {
+        // Committed in the other owner's journal: acknowledged, written again when reopened.
+        file.foreign.push({ offset: file.size, data: batch.data })
+        this.committedUnwritten(batch, err as Error)
+        continue
+      }
+      this.finish(batch, null)
+      a.syncing++
+      this.submit({ kind: 'foreign', file, batch: msg.batch }, file.fd, EMPTY, SYNC_FDATASYNC)
+    }
+    this.post({ t: 'reply', id: msg.id, value: true })
+    if (a.syncing === 0) this.atomics.delete(msg.batch)
+  }
+
+  private foreignSynced(file: OwnedFile, batch: number, err: Error | null): void {
+    const a = this.atomics.get(batch)
+    if (err !== null) {
+      withPath(err, file.path)
+      file.unapplied = true
+      file.poisoned = new NoaError(
+        'NOA_WORKSPACE_POISONED',
+        `${this.describe(file)} refuses appends after a failed fdatasync (${err.message}); reopen it (recover) to continue`,
+        { workspace: file.key, file: file.path },
+      )
+    }
+    this.settled(file)
+    if (!a) return
+    if (--a.syncing > 0) return
+    this.atomics.delete(batch)
+    // Only when every part is durable in its log may the committing owner reuse the frame.
+    if (!file.unapplied) this.post({ t: 'applied', batch })
+  }
+
+  private abort(msg: AbortMsg): void {
+    const a = this.atomics.get(msg.batch)
+    if (a && (a.state === 'preparing' || a.state === 'prepared')) {
+      a.state = 'failed'
+      for (const p of a.prepared) this.release(p)
+      this.atomics.delete(msg.batch)
+    }
+    this.post({ t: 'reply', id: msg.id, value: true })
   }
 
   private ensureOpen(file: OwnedFile): void {
@@ -857,7 +1164,8 @@ class Owner {
     }
     if (this.journal !== null) {
       const target = file.kind === 'ws' ? file.key : file.path
-      file.record = recordHeader(target, fstatSync(file.fd, { bigint: true }).ino)
+      file.ino = fstatSync(file.fd, { bigint: true }).ino
+      file.record = recordHeader(target, file.ino)
     }
     this.lru.set(file, true)
   }
@@ -1008,10 +1316,12 @@ class Owner {
     const fd = this.io.openPositional(file.path)
     try {
       for (const r of scanned.records) if (r.target === target) this.io.pwrite(fd, r.data, r.offset)
+      for (const part of file.foreign) this.io.pwrite(fd, part.data, part.offset)
       this.io.fdatasync(fd)
     } finally {
       this.io.close(fd)
     }
+    file.foreign = []
   }
 
   /** Drops all state: the next use reopens the file and recovers its tail again. */
@@ -1052,6 +1362,7 @@ class Owner {
       this.journal.abort() // not needed any more: closing does not wait for its zero-fill
       return
     }
+    if (this.atomics.size > 0) return
     for (const file of [...this.ws.values(), ...this.raw.values()]) if (!file.idle) return
     const fn = this.allIdleWaiter
     this.allIdleWaiter = null

@@ -202,3 +202,86 @@ describe('commit journal faults', () => {
     expect(readFileSync(file, 'utf8').endsWith('\n')).toBe(true)
   })
 })
+
+describe('appendAtomic', () => {
+  /** Workspace names owned by different workers (the owner is a stable hash of the name). */
+  function acrossWorkers(log: AgentLog, n: number): string[] {
+    const byOwner = new Map<number, string>()
+    const index = log as unknown as { ownerOf(ws: string): unknown; owners: unknown[] }
+    for (let i = 0; byOwner.size < n && i < 1000; i++) {
+      const ws = `atom${i}`
+      byOwner.set(index.owners.indexOf(index.ownerOf(ws)), ws)
+    }
+    return [...byOwner.values()]
+  }
+
+  it('commits entries to workspaces on different workers as one, in order with plain appends', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 2 })
+    try {
+      const [a, b] = acrossWorkers(log, 2) as [string, string]
+      await warm(log, [a, b])
+      const before = await log.append(a, write(1))
+      const acks = await log.appendAtomic({ [a]: [write(2), write(3)], [b]: [write(4)] })
+      const after = await log.append(b, write(5))
+      expect(acks[a]?.map((x) => x.seq)).toEqual([before.seq + 1, before.seq + 2])
+      expect(acks[b]?.map((x) => x.seq)).toEqual([3])
+      expect(after.seq).toBe(4)
+      // Many at once, interleaved with plain appends to the same workspaces.
+      const results = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          i % 2 === 0
+            ? log.appendAtomic({ [a]: [write(i)], [b]: [write(i), write(i + 1)] })
+            : log.append(a, write(i)),
+        ),
+      )
+      expect(results.length).toBe(20)
+    } finally {
+      await log.close()
+    }
+    for (const ws of readdirSync(join(root, 'agent-logs'))) {
+      const got = await seqs(join(root, 'agent-logs', ws))
+      expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1))
+    }
+    expect(readdirSync(root)).toEqual(['agent-logs'])
+  })
+
+  it('refuses the whole batch when one entry is invalid or one workspace cannot be held', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 2 })
+    try {
+      const [a, b] = acrossWorkers(log, 2) as [string, string]
+      await warm(log, [a, b])
+      const bad = await log
+        .appendAtomic({ [a]: [write(1)], [b]: [{ op: 'write', path: '../x', blob: blobOf(1) }] })
+        .catch((e) => e)
+      expect(bad.code).toBe('NOA_BAD_ENTRY')
+      expect(bad.message).toContain(`${b} entry 1`)
+      // A workspace another process holds: the other part is given up, nothing is written.
+      const other = await AgentLog.open({ root: join(root), workers: 1, durability: 'fdatasync' })
+      try {
+        await other.append('held', write(1))
+        const err = await log.appendAtomic({ [a]: [write(2)], held: [write(2)] }).catch((e) => e)
+        expect(err.code).toBe('NOA_WORKSPACE_LOCKED')
+      } finally {
+        await other.close()
+      }
+      expect((await log.append(a, write(3))).seq).toBe(3) // a's seqs were given back
+    } finally {
+      await log.close()
+    }
+  })
+
+  it('needs the commit journal', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1, durability: 'fdatasync' })
+    try {
+      const err = await log.appendAtomic({ a: [write(1)] }).catch((e) => e)
+      expect(err.code).toBe('NOA_BAD_OPTION')
+      expect(existsSync(join(root, 'agent-logs', 'a.log'))).toBe(true) // opened, nothing written
+      expect(await seqs(join(root, 'agent-logs', 'a.log'))).toEqual([])
+    } finally {
+      await log.close()
+    }
+  })
+})
