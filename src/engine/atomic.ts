@@ -22,6 +22,7 @@ import {
   fstatSync,
   fsync,
   fsyncSync,
+  lstatSync,
   mkdirSync,
   openSync,
   renameSync,
@@ -38,6 +39,7 @@ import {
   checkDirsBelow,
   DIR_MODE,
   FILE_MODE,
+  type FileKind,
   kindOf,
   mkdirBelow,
   nameTooLong,
@@ -262,27 +264,45 @@ function errnoOf(err: unknown): string | undefined {
  */
 export function mkdirDurable(base: string, dir: string = base): void {
   const b = resolve(base)
-  let first: string | undefined
-  try {
-    first = mkdirSync(b, { recursive: true, mode: DIR_MODE })
-  } catch (err) {
-    const code = errnoOf(err)
-    if (code === 'ENAMETOOLONG') throw nameTooLong(b)
-    if (code !== 'EEXIST' && code !== 'ENOTDIR') throw err
-  }
-  let st: Stats | undefined
-  try {
-    st = statSync(b)
-  } catch (err) {
-    if (errnoOf(err) !== 'ENOTDIR') throw err
-  }
-  if (st === undefined || !st.isDirectory()) throw notDirectory(b, st ? kindOf(st) : 'file')
-  if (first !== undefined) {
-    // Each new folder is durable once its parent's entry for it is synced.
-    for (let d = b; ; d = dirname(d)) {
-      fsyncDir(dirname(d))
-      if (d === first || dirname(d) === d) break
+  let st = statOrUndefined(b)
+  if (st === undefined) {
+    let first: string | undefined
+    try {
+      first = mkdirSync(b, { recursive: true, mode: DIR_MODE })
+    } catch (err) {
+      const code = errnoOf(err)
+      if (code === 'ENAMETOOLONG') throw nameTooLong(b)
+      if (code !== 'EEXIST' && code !== 'ENOTDIR') throw err
     }
+    if (first !== undefined) {
+      // Each new folder is durable once its parent's entry for it is synced.
+      for (let d = b; ; d = dirname(d)) {
+        fsyncDir(dirname(d))
+        if (d === first || dirname(d) === d) break
+      }
+    }
+    st = statOrUndefined(b)
+  }
+  if (st === undefined || !st.isDirectory()) {
+    let kind: FileKind = 'file'
+    try {
+      kind = kindOf(st ?? lstatSync(b))
+    } catch {
+      // below a file: 'file' names it well enough
+    }
+    throw notDirectory(b, kind)
   }
   for (const made of mkdirBelow(b, dir)) fsyncDir(dirname(made))
+}
+
+/** stat (following symlinks: `base` is the user's); undefined when missing or below a file. */
+function statOrUndefined(path: string): Stats | undefined {
+  try {
+    return statSync(path)
+  } catch (err) {
+    const code = errnoOf(err)
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined
+    if (code === 'ENAMETOOLONG') throw nameTooLong(path)
+    throw err
+  }
 }
