@@ -116,7 +116,9 @@ function checkFolder(dir: string, options: AtomicWriteOptions): void {
   if (options.base === undefined) return
   const missing = checkDirsBelow(options.base, dir)
   if (missing !== null) {
-    throw new NoaError('NOA_NOT_FOUND', `folder ${missing} does not exist (to write ${dir})`, { file: missing })
+    throw new NoaError('NOA_NOT_FOUND', `folder ${missing} does not exist (to write ${dir})`, {
+      file: missing,
+    })
   }
 }
 

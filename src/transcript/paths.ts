@@ -56,8 +56,7 @@ export async function listSidechains(dir: string, sessionId: string): Promise<Si
   const out: SidechainFile[] = []
   for (const e of entries) {
     const m = SIDECHAIN_NAME.exec(e.name)
-    if (m)
-      out.push({ agentId: m[1] as string, file: join(folder, e.name) })
+    if (m) out.push({ agentId: m[1] as string, file: join(folder, e.name) })
   }
   return out.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
 }
