@@ -10,10 +10,11 @@
  * checkpoint (the stream sequence up to which everything is durable here) is saved after the
  * appends it covers have returned, so a crash replays a little and loses nothing.
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync } from 'node:fs'
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
+import { openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint, type PullCheckpoint, type PullPosition, saveCheckpoint } from './checkpoint.js'
@@ -499,7 +500,7 @@ class Mirror {
   private readTail(st: WorkspaceState): void {
     let fd: number
     try {
-      fd = openSync(st.file, 'r')
+      fd = openFileSync(st.file, READ, { what: 'workspace log' })
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return
       throw err

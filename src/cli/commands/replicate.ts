@@ -93,6 +93,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
                 .join('')}${r.skipped.map((s) => `  ${s.workspace}: skipped, ${s.reason}\n`).join('')}`,
             )
           }
+          // The healthy workspaces were pushed whole; what could not be is listed last, exit 1.
+          return reportFailures(io, `replicate push`, r.failed, 'not published')
         } else {
           const r = await replicatePull(options)
           if (v.json) await write(io.stdout, json(r))
@@ -111,7 +113,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       const r = await replicationStatus({ root: rootOf(v), prefix, stream: v.stream, nats })
       if (v.json) {
         await write(io.stdout, json(r))
-        return 0
+        return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
       }
       const rows = r.workspaces.map((w) => [
         w.workspace,
@@ -130,7 +132,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
           ? `stream ${r.stream} (${prefix}.>), read from the server`
           : `the push checkpoint${r.push ? ` saved ${r.push.savedAt}` : ' (none: nothing pushed yet)'}; give --nats for the server's view`
       await write(io.stdout, `${source}\n${fmt(head)}${rows.map(fmt).join('')}`)
-      return 0
+      return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
     }
     case 'init': {
       const replicas = intOption(v.replicas, 'replicas', USAGE, 1)
@@ -143,6 +145,23 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       return 0
     }
   }
+}
+
+/** Lists on stderr the files a whole-root command could not handle; 1 when there are any. */
+async function reportFailures(
+  io: CliIo,
+  what: string,
+  failed: ReadonlyArray<{ file: string; message: string }>,
+  consequence: string,
+): Promise<number> {
+  if (failed.length === 0) return 0
+  await write(
+    io.stderr,
+    `noa ${what}: ${failed.length} file${failed.length === 1 ? '' : 's'} could not be used (${consequence}):\n${failed
+      .map((f) => `  ${f.file}: ${f.message}\n`)
+      .join('')}`,
+  )
+  return 1
 }
 
 /**
