@@ -2,7 +2,7 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
 
 const spec = {
   usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
@@ -16,10 +16,21 @@ const CHUNK = 10_000
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
-  const text = (await readAll(io.stdin)).toString('utf8')
+  const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
-  const refuse = (line: number, reason: string) =>
-    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line })
+  const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
+    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line, ...details })
+  // Decoding would turn each bad sequence into U+FFFD, so two different byte paths could be
+  // stored as one: refused instead.
+  const bad = invalidUtf8(bytes)
+  if (bad) {
+    throw refuse(
+      bad.line,
+      `invalid UTF-8 at byte offset ${bad.offset} of stdin (byte ${bad.column} of the line)`,
+      { offset: bad.offset },
+    )
+  }
+  const text = bytes.toString('utf8')
   const entries: EntryInput[] = []
   for (const { line, value } of jsonLines(text, refuse)) {
     try {
