@@ -87,6 +87,7 @@ export function openError(err: unknown, path: string, what = 'file'): unknown {
       return notRegularFile(path, 'symlink', what)
     case 'ENXIO': // O_WRONLY|O_NONBLOCK on a FIFO with no reader, or a socket
     case 'EOPNOTSUPP':
+    case 'ENOTREG': // the addon's refusal of a descriptor that is not a regular file
       return notRegularFile(path, kindAt(path) ?? 'unknown', what)
     case 'EISDIR':
       return notRegularFile(path, 'directory', what)

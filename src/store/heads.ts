@@ -14,8 +14,6 @@ import { openFileSync, READ } from '../engine/files.js'
 import { endOfCompleteLines, findLastNewline } from '../engine/reader.js'
 import type { SnapshotRecord } from './objects.js'
 
-const LOG = { what: 'workspace log' }
-
 export type StoredSnapshotEntry = SnapshotEntry & { seq: number; ts: number }
 
 /** A workspace's newest snapshot entry and what it stands for. */
@@ -84,7 +82,7 @@ function parseSnapshotLine(file: string, line: string, offset: number): StoredSn
 export function* snapshotEntriesBackward(
   file: string,
 ): Generator<{ entry: StoredSnapshotEntry; offset: number }> {
-  const fd = openFileSync(file, READ, LOG)
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const size = endOfCompleteLines(fd)
     const buf = Buffer.allocUnsafe(CHUNK)
@@ -119,7 +117,7 @@ export function lastSnapshotEntry(file: string): { entry: StoredSnapshotEntry; o
 
 /** Bytes of a log up to its last complete line: where a replay that starts now stops. */
 export function lengthOfLog(file: string): number {
-  const fd = openFileSync(file, READ, LOG)
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     return endOfCompleteLines(fd)
   } finally {

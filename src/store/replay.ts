@@ -15,8 +15,6 @@ import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.
 import { inspectTail } from '../engine/recovery.js'
 import type { TreeBuilder } from './tree.js'
 
-const LOG = { what: 'workspace log' }
-
 /**
  * A range up to this size is read in one synchronous call: an incremental snapshot's few
  * hundred KB would otherwise pay several thread-pool round trips, which dominate on a busy host.
@@ -227,7 +225,7 @@ export async function replaySegment(
 
 /** Seq of the last complete line before `end` (for progress), or undefined. */
 function lastSeqBefore(root: string, workspace: string, end: number | undefined): number | undefined {
-  const fd = openFileSync(existingLog(root, workspace), READ, LOG)
+  const fd = openFileSync(existingLog(root, workspace), READ, { what: 'log' })
   try {
     const line = end === undefined ? inspectTail(fd).lastLine : inspectTail(fd, end).lastLine
     return line === null ? undefined : parseCounters(line).seq
@@ -239,7 +237,7 @@ function lastSeqBefore(root: string, workspace: string, end: number | undefined)
 }
 
 function logEnd(file: string): number {
-  const fd = openFileSync(file, READ, LOG)
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     return endOfCompleteLines(fd)
   } finally {
@@ -251,7 +249,7 @@ function logEnd(file: string): number {
 async function* oneBatch(file: string, start: number, end: number): AsyncGenerator<Entry[]> {
   if (end <= start) return
   const buf = Buffer.allocUnsafe(end - start)
-  const fd = openFileSync(file, READ, LOG)
+  const fd = openFileSync(file, READ, { what: 'log' })
   let got = 0
   try {
     while (got < buf.length) {
