@@ -27,7 +27,7 @@ import { type FileHandle, lstat } from 'node:fs/promises'
 import { parseEntry } from '../engine/entry.js'
 import { isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
 import { openFile, openFileSync, READ } from '../engine/files.js'
-import { logDirOf, logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { logDirOf, logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint } from './checkpoint.js'
@@ -363,7 +363,7 @@ class Publisher {
           }
         }
         startWatch()
-        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        for (const ws of this.listLogs()) this.wake(ws)
         this.s.onEvent?.({
           type: 'following',
           message: `following ${logDir} into stream ${this.ref.name} (${this.s.prefix}.>)`,
@@ -386,7 +386,7 @@ class Publisher {
           else this.signal.addEventListener('abort', () => resolve(), { once: true })
         })
       } else {
-        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        for (const ws of this.listLogs()) this.wake(ws)
       }
       await this.settle()
     } finally {
@@ -419,6 +419,20 @@ class Publisher {
   private fail(err: unknown): void {
     if (this.fatal === null) this.fatal = err
     this.stop.abort()
+  }
+
+  /**
+   * The workspaces with a regular log; every other entry of `agent-logs/` that is meant to be a
+   * log (a symlink, a FIFO, a folder named `<workspace>.log`) is a failure of the run, reported.
+   */
+  private listLogs(): string[] {
+    const { workspaces, problems } = scanLogDir(this.s.root)
+    for (const p of problems) {
+      if (p.code === 'NOA_BAD_WORKSPACE' || this.failed.has(p.file)) continue
+      this.failed.set(p.file, p)
+      this.s.onEvent?.({ type: 'warning', message: `${p.message}; not published` })
+    }
+    return workspaces
   }
 
   /** Stops one workspace whose log cannot be published; the run goes on with the others. */
@@ -519,7 +533,7 @@ class Publisher {
 
   private async poll(): Promise<void> {
     try {
-      for (const ws of workspaceNames(this.s.root)) {
+      for (const ws of this.listLogs()) {
         const st = this.state(ws)
         if (!st || st.failed) continue
         const info = await lstat(st.file).catch(() => null)

@@ -12,7 +12,7 @@ import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
 import { NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
-import { logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint } from './checkpoint.js'
 import { countersOf, lineAtSeq } from './lines.js'
@@ -220,7 +220,9 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
     : null
   const at = new Date().toISOString()
   const now = nowMicros()
-  const local = workspaceNames(root)
+  const scan = scanLogDir(root)
+  const local = scan.workspaces
+  const unusable = scan.problems.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
 
   if (options.nats === undefined) {
     const names = [...new Set([...local, ...Object.keys(pushCp?.workspaces ?? {})])].sort()
@@ -237,7 +239,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       workspaces,
       push,
       pull,
-      failed: failuresOf(workspaces),
+      failed: [...unusable, ...failuresOf(workspaces)],
     }
   }
 
@@ -289,7 +291,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       workspaces,
       push,
       pull,
-      failed: failuresOf(workspaces),
+      failed: [...unusable, ...failuresOf(workspaces)],
     }
   } finally {
     await closeLink(link)
