@@ -13,6 +13,7 @@
  */
 import { closeSync, existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
+import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import type { Message } from '../transcript/types.js'
 import {
@@ -387,6 +388,15 @@ export function auditSession(options: AuditOptions): AuditReport {
     problems: a.problems,
     repaired: [],
     ok: true,
+  }
+  try {
+    // A session folder that is a symlink or a file is never read through.
+    checkDirsBelow(base, root)
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    a.add('state-unreadable', err.message)
+    report.ok = false
+    return report
   }
   const load = loadStateFile(stateFile, options.sessionId, root)
   report.exists = load.exists

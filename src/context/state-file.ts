@@ -18,7 +18,7 @@ import { closeSync, readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { openFileSync, READ } from '../engine/files.js'
+import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import {
   bool,
   type GoNode,
@@ -521,5 +521,14 @@ export function loadStateFile(file: string, sessionId: string, archiveRoot: stri
 /** The state of session `sessionId` under `baseDir` (see loadStateFile). */
 export function loadState(baseDir: string, sessionId: string): StateLoad {
   const root = sessionRoot(baseDir, sessionId)
-  return loadStateFile(stateFileOf(root), sessionId, root)
+  const file = stateFileOf(root)
+  try {
+    // A session folder that is a symlink or a file is never read through.
+    checkDirsBelow(resolve(baseDir), root)
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    const error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
+    return { state: createInitialState(sessionId, root), file, exists: true, error, unknownKeys: [] }
+  }
+  return loadStateFile(file, sessionId, root)
 }
