@@ -8,9 +8,9 @@
  * logs already have. A stale checkpoint therefore costs a little re-reading, not a duplicate.
  */
 import { closeSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
-import { openFileSync, READ } from '../engine/files.js'
+import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 
 export const REPLICATION_DIR = 'replication'
 
@@ -77,7 +77,8 @@ export function ensureReplicationDir(root: string): string {
  * A file of the replication folder (a checkpoint, the published-objects list): its text, or
  * null when it does not exist. Never through a symlink, never from a FIFO (NOA_NOT_REGULAR_FILE).
  */
-export function readReplicationFile(file: string, what: string): Buffer | null {
+export function readReplicationFile(root: string, file: string, what: string): Buffer | null {
+  if (checkDirsBelow(root, dirname(file)) !== null) return null
   let fd: number
   try {
     fd = openFileSync(file, READ, { what })
@@ -108,7 +109,7 @@ export function loadCheckpoint<K extends Checkpoint['kind']>(
 ): Extract<Checkpoint, { kind: K }> | null {
   const file = checkpointPath(root, kind, prefix)
   // What cannot be opened safely is refused (named); what opens but does not parse is a hint lost.
-  const bytes = readReplicationFile(file, 'checkpoint')
+  const bytes = readReplicationFile(root, file, 'checkpoint')
   if (bytes === null) return null
   let data: unknown
   try {

@@ -14,10 +14,16 @@ import { closeSync } from 'node:fs'
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
-import { openFileSync, READ } from '../engine/files.js'
+import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
-import { loadCheckpoint, type PullCheckpoint, type PullPosition, saveCheckpoint } from './checkpoint.js'
+import {
+  ensureReplicationDir,
+  loadCheckpoint,
+  type PullCheckpoint,
+  type PullPosition,
+  saveCheckpoint,
+} from './checkpoint.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { ObjectSink } from './objects.js'
 import {
@@ -113,6 +119,8 @@ async function pullNow(options: PullOptions): Promise<PullReport> {
     })
   }
   const follow = options.follow ?? false
+  // A mirror may start from nothing, but not from a root that is a file.
+  checkRoot(root, false)
   const link = await openLink(options.nats, {
     name: `noa pull ${root}`,
     waitForServer: follow,
@@ -199,6 +207,8 @@ class Mirror {
       workspaces: same ? saved.workspaces : {},
     }
     this.done = this.checkpoint.streamSeq
+    // Where the checkpoint and the parts of large objects go is checked before anything is written.
+    ensureReplicationDir(this.s.root)
     await this.sink.start()
     try {
       await this.consume()

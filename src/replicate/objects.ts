@@ -118,7 +118,7 @@ export class ObjectScanner {
       }
       return
     }
-    const bytes = readReplicationFile(this.listFile, 'published-objects list')
+    const bytes = readReplicationFile(this.root, this.listFile, 'published-objects list')
     if (bytes === null) return
     for (const line of bytes.toString('latin1').split('\n')) {
       if (/^[0-9a-f]{64}$/.test(line)) this.published.add(line)

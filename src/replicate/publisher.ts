@@ -26,11 +26,17 @@ import { closeSync, existsSync, type FSWatcher, watch } from 'node:fs'
 import { type FileHandle, lstat } from 'node:fs/promises'
 import { parseEntry } from '../engine/entry.js'
 import { isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
-import { openFile, openFileSync, READ } from '../engine/files.js'
+import { checkRoot, openFile, openFileSync, READ } from '../engine/files.js'
 import { logDirOf, logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
-import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint } from './checkpoint.js'
+import {
+  ensureReplicationDir,
+  loadCheckpoint,
+  type PushCheckpoint,
+  type PushPosition,
+  saveCheckpoint,
+} from './checkpoint.js'
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { ObjectScanner, objectFile, publishObject } from './objects.js'
 import {
@@ -158,6 +164,8 @@ async function pushNow(options: PushOptions): Promise<PushReport> {
   const concurrency = positive(options.concurrency, 'concurrency', 64)
   const pollMs = positive(options.pollMs, 'pollMs', 1000)
   const roundMs = options.roundMs === 0 ? 0 : positive(options.roundMs, 'roundMs', 10)
+  // A missing root (or one that is a file) is a named error, and nothing is created for it.
+  checkRoot(root, true)
   const link = await openLink(options.nats, {
     name: `noa push ${root}`,
     waitForServer: follow,
@@ -342,6 +350,8 @@ class Publisher {
       workspaces: sameStream ? saved.workspaces : {},
     }
     this.scanner?.load(!sameStream && saved !== null)
+    // Where the checkpoint goes is checked before anything is published, not after.
+    ensureReplicationDir(this.s.root)
 
     let watcher: FSWatcher | null = null
     let timer: NodeJS.Timeout | null = null

@@ -121,6 +121,10 @@ function failureOf(err: unknown, file: string, workspace: string): StatusFailure
   }
 }
 
+function byFile<T extends { file: string }>(list: T[]): T[] {
+  return list.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
+}
+
 function failuresOf(workspaces: readonly WorkspaceReplication[]): StatusFailure[] {
   const out: StatusFailure[] = []
   for (const w of workspaces) if (w.error) out.push({ workspace: w.workspace, ...w.error })
@@ -239,7 +243,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       workspaces,
       push,
       pull,
-      failed: [...unusable, ...failuresOf(workspaces)],
+      failed: byFile([...unusable, ...failuresOf(workspaces)]),
     }
   }
 
@@ -291,7 +295,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       workspaces,
       push,
       pull,
-      failed: [...unusable, ...failuresOf(workspaces)],
+      failed: byFile([...unusable, ...failuresOf(workspaces)]),
     }
   } finally {
     await closeLink(link)
