@@ -24,7 +24,7 @@ import {
 import { join } from 'node:path'
 import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { openFileSync, READ, statFile } from '../engine/files.js'
+import { nameTooLong, openFileSync, READ, statFile } from '../engine/files.js'
 import { goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
 import { withDirLock } from './lock.js'
@@ -265,7 +265,12 @@ function holderOf(name: string, notes: MemoryNote[]): MemoryNote | undefined {
 
 function entryExists(path: string): boolean {
   // lstat: a dangling symlink or a folder named like the file is taken too; never write over it.
-  return lstatSync(path, { throwIfNoEntry: false }) !== undefined
+  try {
+    return lstatSync(path, { throwIfNoEntry: false }) !== undefined
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw nameTooLong(path)
+    throw err
+  }
 }
 
 function keepMtime(path: string, old: MemoryNote): void {

@@ -11,7 +11,7 @@
 import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
 import { NoaError } from '../engine/errors.js'
-import { openFileSync, READ } from '../engine/files.js'
+import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint } from './checkpoint.js'
@@ -216,6 +216,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
   }
   const prefix = checkPrefix(options.prefix ?? DEFAULT_PREFIX)
   const root = resolveRoot(options.root)
+  checkRoot(root, true)
   const pushCp = loadCheckpoint(root, 'push', prefix)
   const pullCp = loadCheckpoint(root, 'pull', prefix)
   const push = pushCp ? { savedAt: pushCp.savedAt } : null
