@@ -1,14 +1,23 @@
 import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
-}
+  positionals: [0, Number.POSITIVE_INFINITY],
+  details:
+    'Reads every line of each log (all workspaces when none is named) without changing it. One\n' +
+    'that fails does not stop the others; every failure, and every entry of agent-logs/ that is\n' +
+    'not a regular log, is named again at the end.',
+  examples: ['noa verify agent-1 agent-2'],
+  exitCodes: {
+    0: 'every log is consistent',
+    1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
+  },
+})
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`

@@ -1,13 +1,18 @@
 import { scanWorkspaces } from '../../engine/logs.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa workspaces [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [0, 0] as [number, number],
-}
+  positionals: [0, 0],
+  details:
+    'One line per workspace: name, entries, last seq, bytes, and any torn tail. A log that\n' +
+    'cannot be listed (not a regular file, unreadable, a corrupt last line) is named at the end.',
+  exitCodes: { 0: 'every log was listed', 1: 'a log could not be listed (named on stderr)' },
+  examples: ['noa workspaces --root /var/lib/noa --json'],
+})
 
 /** Lists every healthy workspace; a log that cannot be listed is named at the end (exit 1). */
 export async function run(args: string[], io: CliIo): Promise<number> {
