@@ -256,7 +256,7 @@ export interface Archiver {
 
 /**
  * Norma's file archiver, made durable: the archive is written to `.noa-*.tmp` in its tier
- * folder, fsynced, given mode 0644 and renamed into place, and the folder is fsynced.
+ * folder, fsynced (0666 before the umask) and renamed into place, and the folder is fsynced.
  */
 export class FileArchiver implements Archiver {
   constructor(readonly root: string) {}
