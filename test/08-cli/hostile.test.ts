@@ -129,6 +129,8 @@ describe('roots and names', () => {
       ['workspaces'],
       ['verify'],
       ['log', 'w'],
+      ['snapshots', 'w'],
+      ['tree', `noa_${BLOB}`],
       ['blob', 'get', BLOB],
       ['replicate', 'status'],
     ]) {
