@@ -182,7 +182,7 @@ export class ObjectStore {
       throw new NoaError('NOA_BAD_ARGUMENT', 'putBlob takes bytes, a string or an async iterable of chunks')
     }
     this.ensureDir(this.dir)
-    const temp = await TempFile.create(this.dir, { ...OBJECT_WRITE, base: this.root, tempPrefix: '.blob-' })
+    const temp = await TempFile.create(this.dir, { ...OBJECT_WRITE, tempPrefix: '.blob-' })
     let id: string
     let size = 0
     try {
@@ -299,11 +299,8 @@ export class ObjectStore {
           entries.slice(i, i + PARALLEL_WRITES).map(async ({ id, data }, k) => {
             const dir = dirname(this.pathOf(id))
             this.ensureDir(dir)
-            temps[i + k] = await writeTempFile(dir, data, {
-              ...OBJECT_WRITE,
-              base: this.root,
-              tempPrefix: '.obj-',
-            })
+            // ensureDir checked the folders (once per store): no second lstat walk per object.
+            temps[i + k] = await writeTempFile(dir, data, { ...OBJECT_WRITE, tempPrefix: '.obj-' })
           }),
         )
       }

@@ -126,6 +126,8 @@ export class TranscriptWriter {
   private pumping = false
   private idleWaiters: Array<() => void> = []
   private prepared = false
+  /** The transcript's folders were made or checked (again after the file went missing). */
+  private foldersReady = false
   private closing: Promise<void> | undefined
 
   constructor(options: TranscriptWriterOptions) {
@@ -321,7 +323,7 @@ export class TranscriptWriter {
     // `subagents/` is refused before anything is read or written through it. The tail is read
     // without following a symlink, so a planted `.jsonl` link (dangling or not) fails here, in
     // both modes, before any cut.
-    mkdirDurable(this.dir, dirname(this.path))
+    this.prepareFolders()
     const tail = this.prepared ? undefined : await inspectTranscriptTail(this.path)
     const prefix = tail?.state === 'unterminated' ? '\n' : ''
     const cut = tail?.state === 'torn' ? tail.size - tail.validLength : 0
@@ -333,7 +335,17 @@ export class TranscriptWriter {
       // Synchronous, as Norma's Store.Append is: a page-cache write takes microseconds, where
       // each asynchronous call would cost a thread-pool round trip. The cut and the append go
       // through one descriptor opened without following a symlink (0666 before the umask).
-      const fd = openFileSync(this.path, APPEND_CREATE, { what: 'transcript' })
+      let fd: number
+      try {
+        fd = openFileSync(this.path, APPEND_CREATE, { what: 'transcript' })
+      } catch (err) {
+        // Its folder was removed since it was checked: made (and checked) again, as Norma's
+        // MkdirAll before each append would.
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        this.foldersReady = false
+        this.prepareFolders()
+        fd = openFileSync(this.path, APPEND_CREATE, { what: 'transcript' })
+      }
       try {
         if (tail && cut > 0) ftruncateSync(fd, tail.validLength)
         const buf = Buffer.from(prefix + data, 'utf8')
@@ -347,6 +359,12 @@ export class TranscriptWriter {
       this.prepared = true
       this.repairedTailBytes = cut
     }
+  }
+
+  private prepareFolders(): void {
+    if (this.foldersReady) return
+    mkdirDurable(this.dir, dirname(this.path))
+    this.foldersReady = true
   }
 
   private agentLog(): Promise<AgentLog> {
