@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { appendFileSync, existsSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { outsideState, TORN } from '../helpers/hostile.js'
+import { FILE_PLANTS, outsideState, TORN } from '../helpers/hostile.js'
 import { BLOB, ROOT_DIR, runCli, tempDir } from '../helpers/index.js'
 
 const line = (path: string) => `${JSON.stringify({ op: 'write', path, blob: BLOB })}\n`
@@ -98,6 +98,34 @@ describe('whole-root commands beside a bad log', () => {
     expect(typo.status).toBe(1)
     expect(existsSync(join(root, 'agent-logs', 'typo.log'))).toBe(false)
   })
+})
+
+describe('a workspace log planted by someone else, through the CLI', () => {
+  for (const { name, plant } of FILE_PLANTS) {
+    it(`${name} is refused by append and log, and named by workspaces, verify and recover`, async () => {
+      const root = tempDir()
+      const outside = tempDir()
+      expect(runCli(['append', 'ok', '--root', root], { input: line('a') }).status).toBe(0)
+      const file = join(root, 'agent-logs', 'v.log')
+      await plant(file, outside)
+      const before = outsideState(outside)
+      for (const args of [
+        ['append', 'v'],
+        ['log', 'v'],
+        ['workspaces'],
+        ['verify'],
+        ['recover'],
+        ['verify', 'v'],
+      ]) {
+        const r = runCli([...args, '--root', root], { input: line('b') })
+        expect(r.status, args.join(' ')).toBe(1)
+        expect(r.stderr, args.join(' ')).toContain(file)
+        expect(r.stderr, args.join(' ')).toContain('not a regular file')
+      }
+      expect(runCli(['verify', 'ok', '--root', root]).status).toBe(0)
+      expect(outsideState(outside)).toEqual(before)
+    })
+  }
 })
 
 describe('roots and names', () => {
