@@ -31,6 +31,7 @@ import {
   type Link,
   type NatsTarget,
   openLink,
+  type ProgressSink,
   replicationError,
   resolveStream,
   type StreamRef,
@@ -58,6 +59,8 @@ export interface PullOptions {
   follow?: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  /** Called after each batch of messages is applied. */
+  onProgress?: ProgressSink
   /** Messages fetched per request (default 1000). */
   batch?: number
   /** Owner workers of the mirror's AgentLog (default: AgentLog's). */
@@ -92,6 +95,7 @@ const OPTION_KEYS = new Set([
   'follow',
   'signal',
   'onEvent',
+  'onProgress',
   'batch',
   'workers',
 ])
@@ -132,6 +136,7 @@ interface Settings {
   follow: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  onProgress?: ProgressSink
   batch: number
   workers?: number
 }
@@ -392,6 +397,12 @@ class Mirror {
       const lastSeq = (batch[applied - 1] as JsMsg).seq
       this.done = Math.max(this.done, Math.min(lastSeq, this.sink.oldestPending() - 1))
     }
+    this.s.onProgress?.({
+      entries: this.applied,
+      objects: this.sink.written,
+      streamSeq: this.done,
+      ...(this.s.follow ? {} : { lastStreamSeq: this.ref.lastSeq }),
+    })
     if (failure !== null) throw failure
   }
 

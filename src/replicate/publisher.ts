@@ -47,6 +47,7 @@ import {
   messageAt,
   type NatsTarget,
   openLink,
+  type ProgressSink,
   replicationError,
   resolveStream,
   type StreamRef,
@@ -67,6 +68,8 @@ export interface PushOptions {
   follow?: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  /** Called after each entry and object published. */
+  onProgress?: ProgressSink
   /** Replicate the object store too (default true): merges on other machines need it. */
   objects?: boolean
   /** Workspaces publishing at once (default 64). */
@@ -110,6 +113,7 @@ const OPTION_KEYS = new Set([
   'follow',
   'signal',
   'onEvent',
+  'onProgress',
   'objects',
   'concurrency',
   'pollMs',
@@ -154,6 +158,7 @@ async function pushNow(options: PushOptions): Promise<PushReport> {
       follow,
       signal: options.signal,
       onEvent: options.onEvent,
+      onProgress: options.onProgress,
       objects: options.objects ?? true,
       concurrency,
       pollMs,
@@ -173,6 +178,7 @@ interface Settings {
   follow: boolean
   signal: AbortSignal | undefined
   onEvent: EventSink | undefined
+  onProgress: ProgressSink | undefined
   objects: boolean
   concurrency: number
   pollMs: number
@@ -631,6 +637,7 @@ class Publisher {
           st.published.entries++
         } else st.published = { from: seq, to: seq, entries: 1 }
         this.entries++
+        this.s.onProgress?.({ entries: this.entries, objects: this.objectsSent })
         this.checkpointDirty = true
         return 'ok'
       } catch (err) {
@@ -836,7 +843,10 @@ class Publisher {
       while (next < ids.length) {
         const id = ids[next++] as string
         const sent = await publishObject(ctx, this.s.root, id)
-        if (sent > 0) this.objectsSent++
+        if (sent > 0) {
+          this.objectsSent++
+          this.s.onProgress?.({ entries: this.entries, objects: this.objectsSent })
+        }
         scanner.markPublished(id)
       }
     }

@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs'
 import { ObjectStore } from '../../store/objects.js'
-import { command, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, existingRootOf, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, write } from '../io.js'
 
 export const spec = command({
@@ -18,14 +18,15 @@ export const spec = command({
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const [action, arg] = positionals as [string, string]
-  const store = new ObjectStore(rootOf(values))
   if (action === 'put') {
+    const store = new ObjectStore(rootOf(values))
     // Streamed: a large file is hashed while it is written, never held whole in memory.
     const hash = await store.putBlob(arg === '-' ? io.stdin : createReadStream(arg))
     await write(io.stdout, `${hash}\n`)
     return 0
   }
   if (action === 'get') {
+    const store = new ObjectStore(existingRootOf(values))
     await write(io.stdout, await store.getBlob(arg))
     return 0
   }

@@ -3,6 +3,7 @@ import { checkWorkspace } from '../../engine/entry.js'
 import { workspaceNames } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
+import { meter, percent } from '../progress.js'
 import { describe } from './verify.js'
 
 export const spec = command({
@@ -24,11 +25,18 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const names = positionals.length > 0 ? positionals : workspaceNames(root)
   const log = await AgentLog.open({ root })
   let ok = true
+  const shown = meter(io)
   try {
-    for (const ws of names) {
+    for (const [i, ws] of names.entries()) {
+      const at = `${ws} (${i + 1}/${names.length})`
+      shown.update(() => `recovering ${at}`)
       try {
         const opened = await log.recover(ws)
-        const verified = await log.verify(ws)
+        const verified = await log.verify(ws, {
+          onProgress: (bytes, size) =>
+            shown.update(() => `recovering ${at}: verified ${percent(bytes, size)}`),
+        })
+        shown.done()
         ok &&= verified.ok
         if (values.json) {
           io.stdout.write(json({ workspace: ws, ok: verified.ok, recovered: opened, verified }))
@@ -42,6 +50,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
         const line = `${ws}: ${did}; ${verified.ok ? 'consistent, ' : 'NOT consistent: '}${describe(verified)}\n`
         ;(verified.ok ? io.stdout : io.stderr).write(line)
       } catch (err) {
+        shown.done()
         ok = false
         if (values.json) io.stdout.write(json({ workspace: ws, ok: false, error: (err as Error).message }))
         else io.stderr.write(`${ws}: ${(err as Error).message}\n`)

@@ -1,5 +1,5 @@
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
@@ -15,7 +15,7 @@ export const spec = command({
 /** One `path<TAB>blob` line per file, sorted by path (the tree's own order); --json: JSON lines. */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const engine = new SnapshotEngine({ root: existingRootOf(values) })
   const tree = await engine.tree(positionals[0] as string)
   let out = ''
   for (const [path, blob] of tree.entries()) {

@@ -2,6 +2,7 @@ import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
+import { meter, percent } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
@@ -11,6 +12,11 @@ export const spec = command({
   examples: ['noa verify agent-1 agent-2'],
   exitCodes: { 0: 'every log is consistent', 1: 'a log has a problem (file:line: reason on stderr)' },
 })
+
+/** Bytes as MB with one decimal (progress lines). */
+export function mb(bytes: number): string {
+  return `${(bytes / 1e6).toFixed(1)} MB`
+}
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
@@ -22,8 +28,15 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const root = rootOf(values)
   const names = positionals.length > 0 ? positionals : workspaceNames(root)
   let ok = true
-  for (const ws of names) {
-    const report = await verifyWorkspace(root, ws)
+  const shown = meter(io)
+  for (const [i, ws] of names.entries()) {
+    const report = await verifyWorkspace(root, ws, {
+      onProgress: (bytes, size) =>
+        shown.update(
+          () => `verifying ${ws} (${i + 1}/${names.length}): ${percent(bytes, size)} of ${mb(size)}`,
+        ),
+    })
+    shown.done()
     ok &&= report.ok
     if (values.json) io.stdout.write(json({ workspace: ws, ...report }))
     else (report.ok ? io.stdout : io.stderr).write(`${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)

@@ -1,6 +1,7 @@
 import { listWorkspaces } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, json } from '../io.js'
+import { type CliIo, json, write } from '../io.js'
+import { meter, percent } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa workspaces [--root DIR] [--json]',
@@ -12,20 +13,26 @@ export const spec = command({
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values } = parseCommand(args, spec)
-  const list = await listWorkspaces(rootOf(values))
+  const shown = meter(io)
+  let list: Awaited<ReturnType<typeof listWorkspaces>>
+  try {
+    list = await listWorkspaces(rootOf(values), {
+      onProgress: (done, total, ws) =>
+        shown.update(() => `counting entries: ${ws} (${done + 1}/${total}) ${percent(done, total)}`),
+    })
+  } finally {
+    shown.done()
+  }
   if (values.json) {
-    io.stdout.write(json(list))
+    await write(io.stdout, json(list))
     return 0
   }
   const width = Math.max(9, ...list.map((w) => w.workspace.length))
-  io.stdout.write(
-    `${'workspace'.padEnd(width)}  ${'entries'.padStart(10)}  ${'last seq'.padStart(10)}  ${'bytes'.padStart(12)}\n`,
-  )
+  let out = `${'workspace'.padEnd(width)}  ${'entries'.padStart(10)}  ${'last seq'.padStart(10)}  ${'bytes'.padStart(12)}\n`
   for (const w of list) {
     const torn = w.tornTailBytes > 0 ? `  (torn tail: ${w.tornTailBytes} bytes)` : ''
-    io.stdout.write(
-      `${w.workspace.padEnd(width)}  ${String(w.entries).padStart(10)}  ${String(w.lastSeq).padStart(10)}  ${String(w.bytes).padStart(12)}${torn}\n`,
-    )
+    out += `${w.workspace.padEnd(width)}  ${String(w.entries).padStart(10)}  ${String(w.lastSeq).padStart(10)}  ${String(w.bytes).padStart(12)}${torn}\n`
   }
+  await write(io.stdout, out)
   return 0
 }
