@@ -45,7 +45,7 @@ export {
   workspaceInfo,
   workspaceNames,
 } from './engine/logs.js'
-export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
+export { loadNative, type NativeIo, nativeCandidates, nativePath } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export {
