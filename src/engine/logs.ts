@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
+import { recoverJournalsForRead } from './journal-recovery.js'
 
 function kindAt(file: string): string {
   try {
@@ -148,6 +149,7 @@ export interface ListOptions {
 
 export async function scanWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceScan> {
   const { workspaces: names, problems } = scanLogDir(root)
+  recoverJournalsForRead(root)
   const workspaces: WorkspaceInfo[] = []
   for (const [i, ws] of names.entries()) {
     options.onProgress?.(i, names.length, ws)
@@ -196,7 +198,9 @@ export async function* readWorkspace(
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry> {
-  yield* readEntries(existingLog(root, workspace), options)
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  yield* readEntries(file, options)
 }
 
 export async function* readWorkspaceBatches(
@@ -204,7 +208,9 @@ export async function* readWorkspaceBatches(
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry[]> {
-  yield* readEntryBatches(existingLog(root, workspace), options)
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  yield* readEntryBatches(file, options)
 }
 
 /** The stored bytes from the line holding `fromSeq` on, exactly as on disk (complete lines only). */
@@ -214,6 +220,7 @@ export async function* readWorkspaceBytes(
   fromSeq = 1,
 ): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
@@ -222,5 +229,7 @@ export async function verifyWorkspace(
   workspace: string,
   options: VerifyOptions = {},
 ): Promise<VerifyReport> {
-  return verifyLog(existingLog(root, workspace), options)
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  return verifyLog(file, options)
 }
