@@ -84,8 +84,8 @@ function packageRoot(): string {
  * packages share):
  * 1. `NOA_NATIVE_PATH`, when set: the only place tried.
  * 2. `build/Release/noa_io.node`, then `build/Debug/noa_io.node`: a build from the sources in
- *    the package (a checkout's `npm install`, or `npx node-gyp rebuild` where no prebuild fits),
- *    so a build made on purpose always wins.
+ *    the package (`npx node-gyp rebuild`, where no prebuild fits or while native/ is being
+ *    changed; `npm run build:prebuild` leaves one too), so a build made on purpose always wins.
  * 3. `prebuilds/<platform>-<arch>/noa_io.node`: the build that ships in the package.
  */
 export function nativeCandidates(): string[] {
