@@ -59,7 +59,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     }
     entries.push(value as EntryInput)
   }
-  const log = await AgentLog.open({ root: rootOf(values) })
+  const log = await AgentLog.open({ root: rootOf(values), workers: 0 })
   const shown = meter(io)
   const started = performance.now()
   // Once the reader of the acks has gone (`| head -1`), the rest is still appended: stopping
