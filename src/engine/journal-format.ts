@@ -18,19 +18,7 @@
  * zero-filled block all end the valid prefix. The frames of one commit round are applied only
  * when the round's last frame (flag END) is valid: a round is atomic.
  */
-import { createRequire } from 'node:module'
-
-type Crc32c = (data: Uint8Array, initial?: number) => number
-let crc: Crc32c | null = null
-
-/**
- * CRC32C (hardware instructions through @node-rs/crc32), loaded on first use: a process that
- * never touches a journal (a one-shot CLI command) does not pay for the native module.
- */
-function crc32c(data: Uint8Array, initial?: number): number {
-  crc ??= (createRequire(import.meta.url)('@node-rs/crc32') as { crc32c: Crc32c }).crc32c
-  return crc(data, initial)
-}
+import { crc32c } from './crc.js'
 
 export const SECTOR = 512
 export const DATA_START = 4096
