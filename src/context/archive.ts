@@ -13,7 +13,7 @@ import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { goTrimSpace } from '../gocompat/index.js'
+import { type GoInt, goTrimSpace } from '../gocompat/index.js'
 import { mkdirDurable } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 
@@ -21,7 +21,7 @@ import type { CompressionBlock, CoreMessage } from './types.js'
 export interface ArchiveBlockEntry {
   kind: 'block'
   blockId: string
-  tier: number
+  tier: GoInt
   startRef: string
   endRef: string
   /** '' when the block has none. */
@@ -59,14 +59,14 @@ export type ArchiveEntry = ArchiveBlockEntry | ArchiveMessageEntry
 
 export interface ArchiveDocument {
   blockId: string
-  tier: number
+  tier: GoInt
   /** '' = no `session:` line. */
   session: string
   /** '' = no `created:` line. */
   created: string
   startRef: string
   endRef: string
-  originalTokens: number
+  originalTokens: GoInt
   /** '' = no `topic:` line. */
   topic: string
   /** The active summary, trimmed; '' = no summary section. */
@@ -164,7 +164,7 @@ export type ArchiveSource = { message: CoreMessage; ref: string } | { block: Com
 
 export interface ArchiveInput {
   blockId: string
-  tier: number
+  tier: GoInt
   sessionId: string
   /** The `created:` value ('' for none). */
   created: string
@@ -173,7 +173,7 @@ export interface ArchiveInput {
   topic: string
   summary: string
   entries: ArchiveSource[]
-  originalTokens: number
+  originalTokens: GoInt
 }
 
 export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
@@ -228,7 +228,7 @@ export function archiveDocument(input: ArchiveInput): ArchiveDocument {
 }
 
 /** `tier<N>/<blockId>_<startRef>-<endRef>.md` (always with `/`). */
-export function archiveRel(tier: number, blockId: string, startRef: string, endRef: string): string {
+export function archiveRel(tier: GoInt, blockId: string, startRef: string, endRef: string): string {
   const name = `${blockId}_${startRef}-${endRef}.md`
   // Refs can come from the model's own words when a range has none; never let them leave the folder.
   if (/[/\\\0]/.test(name) || name.startsWith('..')) {
@@ -243,7 +243,7 @@ export function archiveRel(tier: number, blockId: string, startRef: string, endR
 export interface Archiver {
   /** Writes (or adopts) the archive and returns its absolute and relative paths. */
   write(
-    tier: number,
+    tier: GoInt,
     blockId: string,
     startRef: string,
     endRef: string,
@@ -260,12 +260,12 @@ export interface Archiver {
 export class FileArchiver implements Archiver {
   constructor(readonly root: string) {}
 
-  pathsOf(tier: number, blockId: string, startRef: string, endRef: string): { abs: string; rel: string } {
+  pathsOf(tier: GoInt, blockId: string, startRef: string, endRef: string): { abs: string; rel: string } {
     const rel = archiveRel(tier, blockId, startRef, endRef)
     return { abs: join(this.root, rel), rel }
   }
 
-  write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
+  write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
     mkdirDurable(join(this.root, `tier${tier}`))
     writeFileAtomic(p.abs, content, { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp' })
@@ -289,7 +289,7 @@ export class ReuseArchiver extends FileArchiver {
   /** Paths adopted rather than written. */
   readonly reused: string[] = []
 
-  override write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
+  override write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
     if (existsSync(p.abs)) {
       this.reused.push(p.abs)

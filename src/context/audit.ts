@@ -13,6 +13,7 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
+import { type GoInt, goIntAdd, goIntText } from '../gocompat/index.js'
 import type { Message } from '../transcript/types.js'
 import {
   type ArchiveDocument,
@@ -34,7 +35,7 @@ import { project } from './project.js'
 import { blockNumber, indexToRef, refToIndex } from './refs.js'
 import { findBlock } from './state.js'
 import { loadStateFile, STATE_FILE, sessionRoot, stateFileOf } from './state-file.js'
-import { checkZone, formatRfc3339, type TimeZoneOption } from './time.js'
+import { checkZone, formatUnixSeconds, type TimeZoneOption } from './time.js'
 import { BLOCKED_REF, type CompressionBlock, type CompressionState, type CoreMessage } from './types.js'
 
 export type AuditCode =
@@ -184,7 +185,7 @@ function checkBlocks(a: Audit, state: CompressionState, cfg: ContextConfig): voi
       owner.set(childId, id)
       if (child.active)
         a.add('absorbed', `block ${childId} was absorbed by ${id} but is still active`, undefined, childId)
-      if (!(child.tier === b.tier - 1 || (child.tier === b.tier && b.tier === cfg.maxTier)))
+      if (!(goIntAdd(child.tier, 1) === b.tier || (child.tier === b.tier && b.tier === cfg.maxTier)))
         a.add(
           'absorbed',
           `block ${id} (tier ${b.tier}) absorbed ${childId} of tier ${child.tier}`,
@@ -242,10 +243,11 @@ interface ArchiveCheck {
 
 function compareDoc(a: Audit, c: ArchiveCheck, doc: ArchiveDocument, state: CompressionState): void {
   const b = c.block
-  const differ = (what: string, inFile: string | number, inState: string | number) =>
+  const shown = (v: string | GoInt) => (typeof v === 'string' ? JSON.stringify(v) : goIntText(v))
+  const differ = (what: string, inFile: string | GoInt, inState: string | GoInt) =>
     a.add(
       'archive-disagrees',
-      `${what} is ${JSON.stringify(inFile)} in the archive but ${JSON.stringify(inState)} in state.json`,
+      `${what} is ${shown(inFile)} in the archive but ${shown(inState)} in state.json`,
       c.file,
       b.blockId,
     )
@@ -359,7 +361,7 @@ function rerender(
       blockId: b.blockId,
       tier: b.tier,
       sessionId: state.sessionId,
-      created: b.createdAt !== 0 ? formatRfc3339(new Date(b.createdAt * 1000), zone) : '',
+      created: b.createdAt !== 0 ? formatUnixSeconds(b.createdAt, zone) : '',
       startRef: b.startRef,
       endRef: b.endRef,
       topic: b.topic,

@@ -212,7 +212,7 @@ export class ContextSession {
       created,
       now,
     })
-    const after = Math.max(before - result.tokensCompressed, 0)
+    const after = Math.max(before - Number(result.tokensCompressed), 0)
     let saved = false
     if (result.blocksCreated.length > 0) {
       this.state = result.state

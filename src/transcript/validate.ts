@@ -9,6 +9,7 @@
  * back.
  */
 import { NoaError } from '../engine/errors.js'
+import { isGoInt } from '../gocompat/index.js'
 import { BLOCK_KEYS, MESSAGE_KEYS, META_KEYS, USAGE_KEYS } from './encode.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
 import { BLOCK_TYPES, ROLES } from './types.js'
@@ -52,7 +53,8 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
 }
 
 function checkInt(v: unknown, field: string, strict: boolean): void {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || (strict && v < 0)) {
+  // An int is Go's int64: a bigint beyond 2^53 (as the loader gives one) is one too.
+  if (!isGoInt(v) || (strict && v < 0)) {
     throw recordError(field, `must be ${strict ? 'a non-negative' : 'an'} integer, got ${describe(v)}`)
   }
 }

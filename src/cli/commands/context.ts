@@ -14,7 +14,7 @@ import { ContextSession, withSessionLock } from '../../context/session.js'
 import { encodeState, loadState, sessionRoot } from '../../context/state-file.js'
 import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
 import { NoaError } from '../../engine/errors.js'
-import { goTrimSpace } from '../../gocompat/index.js'
+import { type GoInt, goIntCompare, goTrimSpace } from '../../gocompat/index.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
 import { messages as conversation } from '../../transcript/view.js'
@@ -86,7 +86,7 @@ async function transcriptMessages(file: string | undefined, usage: string, io: C
   return conversation(t.records).messages
 }
 
-function plural(n: number, noun: string): string {
+function plural(n: GoInt, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`
 }
 
@@ -99,7 +99,7 @@ function describeState(s: CompressionState, file: string, exists: boolean): stri
     else highest = Math.max(highest, refToIndex(ref) ?? 0)
   }
   let out = `session ${s.sessionId} (${file}${exists ? '' : ', not written yet'})\n`
-  out += `${plural(s.blocks.length, 'block')} (${active} active), next b${Math.max(s.nextBlockId, 1)}; `
+  out += `${plural(s.blocks.length, 'block')} (${active} active), next b${goIntCompare(s.nextBlockId, 1) < 0 ? 1 : s.nextBlockId}; `
   out += `${plural(s.messageRefs.byRef.size, 'ref')}${highest > 0 ? ` up to m${String(highest).padStart(5, '0')}` : ''}, ${blocked} blocked; `
   out += `${plural(s.stats.compressionCount, 'compression')}, ${s.stats.tokensCompressed} tokens compressed`
   if (s.derivedFrom !== '') out += `; inherited from ${s.derivedFrom}`

@@ -3,7 +3,15 @@
  * A malformed transcript is refused with `<file>:<line>: <reason>` (exit 1).
  */
 import { NoaError } from '../../engine/errors.js'
-import { rawContentInputs } from '../../transcript/decode.js'
+import {
+  defineValue,
+  GoSyntaxError,
+  invalidUtf8Offset,
+  type JsonNode,
+  parseGoInt,
+  parseGoJson,
+  plainValue,
+} from '../../gocompat/index.js'
 import { loadTranscript, type TornTail } from '../../transcript/loader.js'
 import { checkTranscriptId, transcriptPath } from '../../transcript/paths.js'
 import { resume, sessionUsage } from '../../transcript/session.js'
@@ -11,8 +19,8 @@ import type { ContentBlock, Message, TranscriptRecord, Usage } from '../../trans
 import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
-import { JSON_OPTION, parseCommand, runSubcommand, UsageError } from '../args.js'
-import { type CliIo, json, jsonLines, readAll, write } from '../io.js'
+import { JSON_OPTION, parseCommand, runSubcommand } from '../args.js'
+import { type CliIo, json, readAll, write } from '../io.js'
 
 const SHOW = 'usage: noa transcript show <file> [--json]'
 const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--json]'
@@ -170,16 +178,28 @@ async function resumeCmd(args: string[], io: CliIo): Promise<number> {
   return 0
 }
 
-/** Replaces each `input` value of the blocks by its exact text on the line (JSON text is what the writer takes). */
-function withRawInputs(blocks: unknown, raws: ReturnType<typeof rawContentInputs>): void {
-  if (!Array.isArray(blocks)) return
-  for (let i = 0; i < blocks.length; i++) {
-    const b = blocks[i] as Record<string, unknown> | null
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) continue
-    const raw = raws?.[i]
-    if (b.input !== undefined) b.input = raw?.input ?? JSON.stringify(b.input)
-    withRawInputs(b.content, raw?.content)
+/** The exact text of each block's `input` (the last one when a key repeats), at any depth. */
+function blocksFromTree(node: JsonNode, text: string): unknown {
+  if (node.k !== 'arr') return plainValue(node)
+  return node.items.map((item) => {
+    if (item.k !== 'obj') return plainValue(item)
+    const b = plainValue(item) as Record<string, unknown>
+    for (const [key, v] of item.members) {
+      if (key === 'input') b.input = text.slice(v.s, v.e)
+      else if (key === 'content') b.content = blocksFromTree(v, text)
+    }
+    return b
+  })
+}
+
+/** Usage counters exactly (an int past 2^53 stays exact, as Go's int64). */
+function usageFromTree(node: JsonNode): unknown {
+  if (node.k !== 'obj') return plainValue(node)
+  const u: Record<string, unknown> = {}
+  for (const [key, v] of node.members) {
+    defineValue(u, key, v.k === 'num' ? (parseGoInt(v.text) ?? Number(v.text)) : plainValue(v))
   }
+  return u
 }
 
 const INPUT_KEYS = new Set(['role', 'content', 'usage'])
@@ -193,20 +213,55 @@ function stdinError(line: number, reason: string): NoaError {
   return new NoaError('NOA_BAD_RECORD', `stdin:${line}: ${reason}; nothing was written`, { line })
 }
 
-function parseInput(text: string): Input[] {
+/**
+ * Refuses input that is not UTF-8, naming the line and the byte (rather than let each bad byte
+ * become U+FFFD, which would store other bytes than the ones given).
+ */
+export function checkUtf8Input(buf: Buffer, fail: (line: number, reason: string) => Error): void {
+  const at = invalidUtf8Offset(buf)
+  if (at < 0) return
+  const lineStart = buf.lastIndexOf(0x0a, at - 1) + 1
+  let line = 1
+  for (let i = buf.indexOf(0x0a); i >= 0 && i < at; i = buf.indexOf(0x0a, i + 1)) line++
+  throw fail(
+    line,
+    `byte ${at - lineStart + 1} of the line (offset ${at} of the input, 0x${(buf[at] as number).toString(16).padStart(2, '0')}) is not UTF-8`,
+  )
+}
+
+function parseInput(buf: Buffer): Input[] {
+  checkUtf8Input(buf, stdinError)
   const out: Input[] = []
-  for (const { line: n, text: line, value: obj } of jsonLines(text, stdinError)) {
-    if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) {
-      throw stdinError(n, 'each line must be an object {"role","content","usage"?}')
+  const lines = buf.toString('utf8').split('\n')
+  for (let i = 0; i < lines.length; i++) {
+    const n = i + 1
+    const line = (lines[i] as string).replace(/\r$/, '')
+    if (line.trim() === '') continue
+    let node: JsonNode
+    const notes = { loneSurrogate: -1, invalidByte: -1 }
+    try {
+      node = parseGoJson(line, notes)
+    } catch (err) {
+      if (err instanceof GoSyntaxError) throw stdinError(n, `not JSON: ${err.message}`)
+      throw err
     }
-    const o = obj as Record<string, unknown>
-    for (const key of Object.keys(o)) {
+    if (notes.loneSurrogate >= 0) {
+      const at = notes.loneSurrogate
+      throw stdinError(
+        n,
+        `${line.slice(at, at + 6)} at byte ${Buffer.byteLength(line.slice(0, at)) + 1} of the line is half a surrogate pair, not text`,
+      )
+    }
+    if (node.k !== 'obj') throw stdinError(n, 'each line must be an object {"role","content","usage"?}')
+    const o: Record<string, unknown> = {}
+    for (const [key, v] of node.members) {
       if (!INPUT_KEYS.has(key))
         throw stdinError(n, `unknown key ${JSON.stringify(key)} (known: role, content, usage)`)
+      o[key] =
+        key === 'content' ? blocksFromTree(v, line) : key === 'usage' ? usageFromTree(v) : plainValue(v)
     }
     // A bare string is shorthand for one text block.
     const content = typeof o.content === 'string' ? [{ type: 'text', text: o.content }] : o.content
-    if (Array.isArray(content)) withRawInputs(content, rawContentInputs(line, ['content']))
     const message = { role: o.role, content }
     try {
       checkMessage(message)
@@ -239,7 +294,7 @@ async function append(args: string[], io: CliIo): Promise<number> {
   const agentId = values.agent
   if (agentId !== undefined) checkTranscriptId(agentId, 'agent id')
   // Everything is checked before anything is written.
-  const inputs = parseInput((await readAll(io.stdin)).toString('utf8'))
+  const inputs = parseInput(await readAll(io.stdin))
   const file = transcriptPath(dir, sessionId, agentId)
   // Continue the file's chain; a corrupt file is refused here rather than appended to.
   const existing = await loadTranscript(file)
