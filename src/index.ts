@@ -48,7 +48,7 @@ export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
 export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
-export { goToLower, goTrimSpace } from './gocompat/index.js'
+export { type GoInt, goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -170,7 +170,7 @@ export {
   TreeBuilder,
   type TreeChange,
 } from './store/tree.js'
-export { formatRecord } from './transcript/format.js'
+export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,
   type IdOptions,
@@ -231,6 +231,7 @@ export {
   isBoundaryMarker,
   lastBoundaryIndex,
   lastUuid,
+  type MessagesOptions,
   messages,
   pairToolBlocks,
   parseBoundaryMeta,

@@ -13,7 +13,7 @@ import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { type GoInt, goTrimSpace } from '../gocompat/index.js'
+import { encodeBytes, type GoInt, goTrimSpace } from '../gocompat/index.js'
 import { mkdirDurable } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 
@@ -268,7 +268,8 @@ export class FileArchiver implements Archiver {
   write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
     mkdirDurable(join(this.root, `tier${tier}`))
-    writeFileAtomic(p.abs, content, { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp' })
+    // A tool input that held bytes that are not UTF-8 holds them as lone surrogates (utf8.ts).
+    writeFileAtomic(p.abs, encodeBytes(content), { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp' })
     return p
   }
 

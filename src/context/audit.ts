@@ -13,7 +13,7 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
-import { type GoInt, goIntAdd, goIntText } from '../gocompat/index.js'
+import { decodeBytes, type GoInt, goIntAdd, goIntText } from '../gocompat/index.js'
 import type { Message } from '../transcript/types.js'
 import {
   type ArchiveDocument,
@@ -452,7 +452,7 @@ export function auditSession(options: AuditOptions): AuditReport {
     let text: string
     try {
       if (!statSync(file).isFile()) throw Object.assign(new Error('not a file'), { code: 'EISDIR' })
-      text = readFileSync(file, 'utf8')
+      text = decodeBytes(readFileSync(file))
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code !== 'ENOENT') {

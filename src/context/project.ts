@@ -5,6 +5,7 @@
  * every session that holds it (re-recorded compaction tails included), and its ref with it.
  */
 import { createHash } from 'node:crypto'
+import { encodeBytes } from '../gocompat/index.js'
 import type { ContentBlock, Message } from '../transcript/types.js'
 import { lastBoundaryIndex, pairToolBlocks } from '../transcript/view.js'
 import {
@@ -24,7 +25,8 @@ export function deriveMessageId(
   toolName: string,
 ): string {
   const seed = `${role}|${contentType}|${toolCallId}|${toolName}|${text}`
-  return `h_${createHash('sha256').update(seed, 'utf8').digest('hex').slice(0, 16)}`
+  // Go hashes the bytes: a raw tool input keeps bytes that are not UTF-8 (utf8.ts).
+  return `h_${createHash('sha256').update(encodeBytes(seed)).digest('hex').slice(0, 16)}`
 }
 
 /** Repeats of an id get `_1`, `_2`, … (Norma's ClusterCounter). */

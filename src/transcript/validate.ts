@@ -9,7 +9,7 @@
  * back.
  */
 import { NoaError } from '../engine/errors.js'
-import { isGoInt } from '../gocompat/index.js'
+import { hasLoneSurrogate, isGoInt } from '../gocompat/index.js'
 import { BLOCK_KEYS, MESSAGE_KEYS, META_KEYS, USAGE_KEYS } from './encode.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
 import { BLOCK_TYPES, ROLES } from './types.js'
@@ -215,4 +215,27 @@ export function checkRecord(r: unknown): asserts r is TranscriptRecord {
   if (r.message !== undefined) checkMessage(r.message, lenient)
   if (r.usage !== undefined) checkUsage(r.usage, lenient)
   if (r.boundary !== undefined) checkBoundaryMeta(r.boundary, lenient)
+}
+
+/**
+ * Refuses text that is not well-formed (a lone surrogate: what a byte that is not UTF-8 becomes
+ * on the way into JavaScript). Written out it would become U+FFFD, other bytes than the ones
+ * given; the writer stores only what it was given.
+ */
+export function checkWellFormed(value: unknown, field: string): void {
+  if (typeof value === 'string') {
+    if (hasLoneSurrogate(value))
+      throw recordError(field, 'is not well-formed text (half a surrogate pair, or a byte that was not UTF-8)')
+    return
+  }
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => checkWellFormed(v, `${field}[${i}]`))
+    return
+  }
+  if (typeof value === 'object' && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      checkWellFormed(k, `${field} key`)
+      checkWellFormed(v, `${field}.${k}`)
+    }
+  }
 }

@@ -14,7 +14,7 @@ import { ContextSession, withSessionLock } from '../../context/session.js'
 import { encodeState, loadState, sessionRoot } from '../../context/state-file.js'
 import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
 import { NoaError } from '../../engine/errors.js'
-import { type GoInt, goIntCompare, goTrimSpace } from '../../gocompat/index.js'
+import { decodeBytes, type GoInt, goIntCompare, goTrimSpace } from '../../gocompat/index.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
 import { messages as conversation } from '../../transcript/view.js'
@@ -83,7 +83,8 @@ async function transcriptMessages(file: string | undefined, usage: string, io: C
   if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
   if (t.tornTail)
     io.stderr.write(`noa context: ${file}: torn last line ${t.tornTail.line} ignored: ${t.tornTail.reason}\n`)
-  return conversation(t.records).messages
+  // Norma's view: blocks of every type, as the runtime's Project sees them.
+  return conversation(t.records, { strict: true }).messages
 }
 
 function plural(n: GoInt, noun: string): string {
@@ -325,7 +326,7 @@ async function archiveCmd(args: string[], io: CliIo): Promise<number> {
   const file = positionals[0] as string
   let text: string
   try {
-    text = readFileSync(file, 'utf8')
+    text = decodeBytes(readFileSync(file))
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
       throw new NoaError('NOA_NOT_FOUND', `${file}: no such archive`, { file })
