@@ -5,9 +5,10 @@
  * grow by one backtick until the body does not contain them; nothing is truncated.
  *
  * The text is built in two steps: `archiveDocument` turns a compression (the block, its
- * messages and absorbed blocks) into an `ArchiveDocument`, and `renderArchive` writes a document.
- * `parseArchive` (archive-reader.ts) reads a file back into the same document, so that
- * `renderArchive(parseArchive(text)) === text` for every file Norma or noa writes.
+ * messages and absorbed blocks) into an `ArchiveDocument`, and `renderArchiveUnchecked` writes a
+ * document. `parseArchive` (archive-reader.ts) reads a file back into a document that renders to
+ * the same text, for every file Norma or noa writes; `renderArchive` refuses the documents it
+ * would not read back whole.
  */
 import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
@@ -151,8 +152,12 @@ export function renderArchiveHead(doc: ArchiveDocument): string {
   return `${out}---\n\n`
 }
 
-/** The archive's text. */
-export function renderArchive(doc: ArchiveDocument): string {
+/**
+ * The archive's text, byte for byte Norma's `RenderArchive`, for any document (what a
+ * compression writes). `renderArchive` (archive-reader.ts) is the same text for the documents
+ * the reader gives back whole, and refuses the others.
+ */
+export function renderArchiveUnchecked(doc: ArchiveDocument): string {
   const level = doc.entries.some((e) => e.kind === 'block') ? '###' : '##'
   let out = renderArchiveHead(doc)
   for (const e of doc.entries) out += e.kind === 'block' ? renderBlockEntry(e) : renderMessageEntry(e, level)
@@ -176,12 +181,24 @@ export interface ArchiveInput {
   originalTokens: GoInt
 }
 
+/** A fenced body as the document holds it: with the final `\n` the fence adds when it lacks one. */
+function fencedText(text: string): string {
+  return text.endsWith('\n') ? text : `${text}\n`
+}
+
 export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
   switch (m.contentType) {
     case 'reasoning':
       return { kind: 'message', ref, role: m.role, type: 'thinking', toolName: '', text: m.text }
     case 'tool-call':
-      return { kind: 'message', ref, role: m.role, type: 'tool_use', toolName: m.toolName, text: m.text }
+      return {
+        kind: 'message',
+        ref,
+        role: m.role,
+        type: 'tool_use',
+        toolName: m.toolName,
+        text: fencedText(m.text),
+      }
     case 'tool-result':
       return {
         kind: 'message',
@@ -189,7 +206,7 @@ export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
         role: m.role,
         type: 'tool_result',
         toolName: m.toolName || 'tool',
-        text: m.text,
+        text: fencedText(m.text),
       }
     default:
       return { kind: 'message', ref, role: m.role, type: 'text', toolName: '', text: m.text }

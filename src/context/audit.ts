@@ -25,7 +25,7 @@ import {
   FileArchiver,
   messageEntry,
   relLink,
-  renderArchive,
+  renderArchiveUnchecked,
   renderBlockEntry,
   renderMessageEntry,
 } from './archive.js'
@@ -356,7 +356,7 @@ function rerender(
     items.push({ at, order: 0, num: blockNumber(childId) || 0, source: { block: child } })
   }
   items.sort((x, y) => x.at - y.at || x.order - y.order || x.num - y.num)
-  return renderArchive(
+  return renderArchiveUnchecked(
     archiveDocument({
       blockId: b.blockId,
       tier: b.tier,

@@ -10,7 +10,7 @@
  * - the archive is written before the state changes; if it cannot be, nothing changes.
  */
 import { type GoInt, goIntAdd, goIntCompare, goTrimSpace } from '../gocompat/index.js'
-import { type Archiver, type ArchiveSource, archiveDocument, renderArchive } from './archive.js'
+import { type Archiver, type ArchiveSource, archiveDocument, renderArchiveUnchecked } from './archive.js'
 import type { ContextConfig } from './config.js'
 import { type BoundaryKind, indexToRef, parseBoundary, refToIndex } from './refs.js'
 import {
@@ -518,7 +518,7 @@ function buildBlock(
     }
     if (direct.has(m.id)) entries.push({ message: m, ref: state.messageRefs.byRaw.get(m.id) ?? '' })
   }
-  const content = renderArchive(
+  const content = renderArchiveUnchecked(
     archiveDocument({
       blockId: block.blockId,
       tier: block.tier,
