@@ -11,7 +11,7 @@
  * With `repair`, what can be derived is restored: a missing archive of the session's own root is
  * rendered again from the transcript and the state. Nothing else is ever rewritten.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs'
+import { type Dirent, existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
 import { decodeBytes, type GoInt, goIntAdd, goIntText } from '../gocompat/index.js'
 import type { Message } from '../transcript/types.js'
@@ -53,6 +53,7 @@ export type AuditCode =
   | 'archive-disagrees'
   | 'child-link'
   | 'transcript'
+  | 'archive-orphan'
 
 export interface AuditProblem {
   /** The file the problem is in (state.json or an archive). */
@@ -87,10 +88,51 @@ export interface AuditReport {
   /** Problems still there (repaired ones are in `repaired`). */
   problems: AuditProblem[]
   repaired: AuditProblem[]
+  /**
+   * Archives in the session's `tier<N>/` folders that no block points at (code `archive-orphan`).
+   * Not counted against `ok`: a compression killed between its archive and its state leaves one.
+   */
+  orphans: AuditProblem[]
   ok: boolean
 }
 
 const MAX_ANCESTORS = 8
+
+/** The `tier<N>/*.md` files in the session's root (folders and symlinks are not followed). */
+function archiveFiles(root: string): string[] {
+  const out: string[] = []
+  let dirs: Dirent[]
+  try {
+    dirs = readdirSync(root, { withFileTypes: true })
+  } catch {
+    return out
+  }
+  for (const d of dirs) {
+    if (!d.isDirectory() || !/^tier\d+$/.test(d.name)) continue
+    let files: Dirent[]
+    try {
+      files = readdirSync(join(root, d.name), { withFileTypes: true })
+    } catch {
+      continue
+    }
+    for (const f of files) if (f.isFile() && f.name.endsWith('.md')) out.push(join(root, d.name, f.name))
+  }
+  return out.sort()
+}
+
+/** Archives in the session's root that no block of the state points at. */
+function findOrphans(root: string, state: CompressionState | undefined): AuditProblem[] {
+  const referenced = new Set(state?.blocks.map((b) => b.archivePath) ?? [])
+  return archiveFiles(root)
+    .filter((file) => !referenced.has(file))
+    .map((file) => ({
+      file,
+      code: 'archive-orphan' as const,
+      reason: state
+        ? 'archive of no block in state.json (a block a rebuild or an edit dropped, or a compression killed before its state was saved)'
+        : 'archive of no block: there is no state.json',
+    }))
+}
 
 function isInside(root: string, file: string): boolean {
   const rel = relative(root, file)
@@ -387,6 +429,7 @@ export function auditSession(options: AuditOptions): AuditReport {
     archives: 0,
     problems: a.problems,
     repaired: [],
+    orphans: [],
     ok: true,
   }
   const load = loadStateFile(stateFile, options.sessionId, root)
@@ -396,7 +439,10 @@ export function auditSession(options: AuditOptions): AuditReport {
     report.ok = false
     return report
   }
-  if (!load.exists) return report
+  if (!load.exists) {
+    report.orphans = findOrphans(root, undefined)
+    return report
+  }
   const state = load.state
   report.blocks = state.blocks.length
   if (state.sessionId !== options.sessionId)
@@ -497,6 +543,7 @@ export function auditSession(options: AuditOptions): AuditReport {
     compareDoc(a, check, doc, state)
     if (projection) compareWithTranscript(a, check, doc, state, byId)
   }
+  report.orphans = findOrphans(root, state)
   report.repaired = a.problems.filter((p) => p.repaired)
   report.problems = a.problems.filter((p) => !p.repaired)
   report.ok = report.problems.length === 0

@@ -59,3 +59,12 @@ export function goIntCompare(a: GoInt, b: GoInt): number {
   const y = BigInt(b)
   return x < y ? -1 : x > y ? 1 : 0
 }
+
+const BIG = '\u0000goint:'
+const BIG_TEXT = /"\\u0000goint:(-?\d+)"/g
+
+/** JSON.stringify that writes a bigint (an int past 2^53) as its exact digits, as a JSON number. */
+export function stringifyWithInts(value: unknown, space?: number): string {
+  const text = JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `${BIG}${v}` : v), space)
+  return text.includes('\\u0000goint:') ? text.replace(BIG_TEXT, '$1') : text
+}

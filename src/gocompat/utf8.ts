@@ -130,3 +130,28 @@ export function byteOffsetOf(s: string, i: number): number {
   }
   return n
 }
+
+/** Where input stops being UTF-8: 1-based line, 1-based byte within it, offset in the input, the byte. */
+export interface Utf8Problem {
+  line: number
+  column: number
+  offset: number
+  byte: number
+}
+
+export function findInvalidUtf8(buf: Uint8Array): Utf8Problem | undefined {
+  const at = invalidUtf8Offset(buf)
+  if (at < 0) return undefined
+  let line = 1
+  let lineStart = 0
+  for (let i = buf.indexOf(0x0a); i >= 0 && i < at; i = buf.indexOf(0x0a, i + 1)) {
+    line++
+    lineStart = i + 1
+  }
+  return { line, column: at - lineStart + 1, offset: at, byte: buf[at] as number }
+}
+
+/** `byte 7 of the line (offset 40 of the input, 0xe2) is not UTF-8` */
+export function describeInvalidUtf8(p: Utf8Problem, what = 'the input'): string {
+  return `byte ${p.column} of the line (offset ${p.offset} of ${what}, 0x${p.byte.toString(16).padStart(2, '0')}) is not UTF-8`
+}

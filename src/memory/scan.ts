@@ -5,6 +5,7 @@
  */
 import { closeSync, constants, type Dirent, fstatSync, openSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { decodeBytes } from '../gocompat/index.js'
 import { type MemoryNote, parseMemory } from './note.js'
 
 export const INDEX_FILE = 'MEMORY.md'
@@ -64,7 +65,9 @@ export function readNote(dir: string, file: string): MemoryNote {
   try {
     const st = fstatSync(fd, { bigint: true })
     if (!st.isFile()) throw new Error(`${path} is not a regular file`)
-    const text = readFileSync(fd).toString('utf8')
+    // A byte that is not UTF-8 stays itself (utf8.ts), as in Norma's Go strings, so the index and
+    // a rename write it back unchanged.
+    const text = decodeBytes(readFileSync(fd))
     const note: MemoryNote = {
       ...parseMemory(text, file),
       file,

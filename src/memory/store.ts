@@ -26,7 +26,7 @@ import {
 import { dirname, join, relative, sep } from 'node:path'
 import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { goTrimSpace } from '../gocompat/index.js'
+import { decodeBytes, encodeBytes, goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
 import { withDirLock } from './lock.js'
 import { checkMemory, type MemoryInput, type MemoryNote, renderMemory } from './note.js'
@@ -133,7 +133,7 @@ export class MemoryStore {
       }
       const file = this.freeFile(name, old.file)
       const path = join(this.dir, file)
-      writeFileAtomic(path, renderMemory({ ...old, name }))
+      writeFileAtomic(path, encodeBytes(renderMemory({ ...old, name })))
       keepMtime(path, old)
       if (file !== old.file) {
         this.writeIndex(this.scan().filter((n) => n.file !== old.file))
@@ -152,7 +152,7 @@ export class MemoryStore {
    */
   index(): string {
     try {
-      return readFileSync(join(this.dir, INDEX_FILE), 'utf8')
+      return decodeBytes(readFileSync(join(this.dir, INDEX_FILE)))
     } catch {
       return renderIndex(this.scan())
     }
@@ -184,7 +184,7 @@ export class MemoryStore {
 
   /** Writes MEMORY.md for `notes` (default: a fresh scan); returns the notes it lists. */
   private writeIndex(notes: MemoryNote[] = this.scan()): MemoryNote[] {
-    writeFileAtomic(join(this.dir, INDEX_FILE), renderIndex(notes))
+    writeFileAtomic(join(this.dir, INDEX_FILE), encodeBytes(renderIndex(notes)))
     return notes
   }
 

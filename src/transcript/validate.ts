@@ -225,11 +225,14 @@ export function checkRecord(r: unknown): asserts r is TranscriptRecord {
 export function checkWellFormed(value: unknown, field: string): void {
   if (typeof value === 'string') {
     if (hasLoneSurrogate(value))
-      throw recordError(field, 'is not well-formed text (half a surrogate pair, or a byte that was not UTF-8)')
+      throw recordError(
+        field,
+        'is not well-formed text (half a surrogate pair, or a byte that was not UTF-8)',
+      )
     return
   }
   if (Array.isArray(value)) {
-    value.forEach((v, i) => checkWellFormed(v, `${field}[${i}]`))
+    for (let i = 0; i < value.length; i++) checkWellFormed(value[i], `${field}[${i}]`)
     return
   }
   if (typeof value === 'object' && value !== null) {

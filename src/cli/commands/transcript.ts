@@ -5,12 +5,14 @@
 import { NoaError } from '../../engine/errors.js'
 import {
   defineValue,
+  describeInvalidUtf8,
+  findInvalidUtf8,
   GoSyntaxError,
-  invalidUtf8Offset,
   type JsonNode,
   parseGoInt,
   parseGoJson,
   plainValue,
+  stringifyWithInts,
 } from '../../gocompat/index.js'
 import { loadTranscript, type TornTail } from '../../transcript/loader.js'
 import { checkTranscriptId, transcriptPath } from '../../transcript/paths.js'
@@ -20,17 +22,26 @@ import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
 import { JSON_OPTION, parseCommand, runSubcommand } from '../args.js'
-import { type CliIo, json, readAll, write } from '../io.js'
+import { type CliIo, readAll, write } from '../io.js'
 
-const SHOW = 'usage: noa transcript show <file> [--json]'
-const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--json]'
+const SHOW = 'usage: noa transcript show <file> [--norma] [--json]'
+const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--norma] [--json]'
 const APPEND =
   'usage: noa transcript append <dir> <sessionId> [--agent <agentId>] [--durable] < messages.jsonl\n' +
   '  each stdin line: {"role":"user"|"assistant","content":[blocks] or "text","usage":{…}?}'
-const USAGE_CMD = 'usage: noa transcript usage <dir> <sessionId> [--json]'
+const USAGE_CMD = 'usage: noa transcript usage <dir> <sessionId> [--norma] [--json]'
 const ALL = `usage: noa transcript <show|resume|append|usage> …\n  ${[SHOW, RESUME, APPEND, USAGE_CMD]
   .map((u) => u.replace('usage: ', ''))
-  .join('\n  ')}`
+  .join(
+    '\n  ',
+  )}\n  --norma: Norma's Load exactly (any bad line, a torn one too, fails; blocks of every type are messages)`
+
+const READ_OPTIONS = { ...JSON_OPTION, norma: { type: 'boolean' } } as const
+
+/** Output with ints past 2^53 exact. */
+function json(value: unknown): string {
+  return `${stringifyWithInts(value)}\n`
+}
 
 export function run(args: string[], io: CliIo): Promise<number> {
   return runSubcommand(args, io, { show, resume: resumeCmd, append, usage: usageCmd }, ALL)
@@ -106,13 +117,14 @@ function describeRecord(r: TranscriptRecord): { kind: string; what: string } {
 async function show(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, {
     usage: SHOW,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     positionals: [1, 1],
   })
   const file = positionals[0] as string
-  const t = await loadTranscript(file)
+  const strict = values.norma ?? false
+  const t = await loadTranscript(file, { strict })
   if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
-  const conv = messages(t.records)
+  const conv = messages(t.records, { strict })
   const boundaries = t.records.filter((r) => r.type === 'boundary').length
   const last = lastUuid(t.records)
   if (values.json) {
@@ -147,11 +159,11 @@ async function show(args: string[], io: CliIo): Promise<number> {
 async function resumeCmd(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, {
     usage: RESUME,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     positionals: [2, 2],
   })
   const [dir, sessionId] = positionals as [string, string]
-  const r = await resume(dir, sessionId)
+  const r = await resume(dir, sessionId, { strict: values.norma ?? false })
   if (!r.exists) {
     throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript (${r.file})`, {
       file: r.file,
@@ -213,24 +225,10 @@ function stdinError(line: number, reason: string): NoaError {
   return new NoaError('NOA_BAD_RECORD', `stdin:${line}: ${reason}; nothing was written`, { line })
 }
 
-/**
- * Refuses input that is not UTF-8, naming the line and the byte (rather than let each bad byte
- * become U+FFFD, which would store other bytes than the ones given).
- */
-export function checkUtf8Input(buf: Buffer, fail: (line: number, reason: string) => Error): void {
-  const at = invalidUtf8Offset(buf)
-  if (at < 0) return
-  const lineStart = buf.lastIndexOf(0x0a, at - 1) + 1
-  let line = 1
-  for (let i = buf.indexOf(0x0a); i >= 0 && i < at; i = buf.indexOf(0x0a, i + 1)) line++
-  throw fail(
-    line,
-    `byte ${at - lineStart + 1} of the line (offset ${at} of the input, 0x${(buf[at] as number).toString(16).padStart(2, '0')}) is not UTF-8`,
-  )
-}
-
 function parseInput(buf: Buffer): Input[] {
-  checkUtf8Input(buf, stdinError)
+  // Refused, not rewritten: each bad byte would become U+FFFD, other bytes than the ones given.
+  const bad = findInvalidUtf8(buf)
+  if (bad) throw stdinError(bad.line, describeInvalidUtf8(bad))
   const out: Input[] = []
   const lines = buf.toString('utf8').split('\n')
   for (let i = 0; i < lines.length; i++) {
@@ -331,11 +329,11 @@ async function append(args: string[], io: CliIo): Promise<number> {
 async function usageCmd(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, {
     usage: USAGE_CMD,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     positionals: [2, 2],
   })
   const [dir, sessionId] = positionals as [string, string]
-  const u = await sessionUsage(dir, sessionId)
+  const u = await sessionUsage(dir, sessionId, { strict: values.norma ?? false })
   if (!u.main.exists && u.sidechains.length === 0) {
     throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript in ${dir}`, {
       file: u.main.file,
