@@ -466,7 +466,8 @@ export class ContextSession {
 
   /** Copies a readable state.json aside before it is replaced (an unreadable one `save` moves aside). */
   private keepPrevious(): string | undefined {
-    if (this.load.error || !this.load.exists) return undefined
+    // An unreadable file the first save moves aside itself.
+    if (this.load.error && !this.setAside) return undefined
     let data: Buffer
     try {
       data = readFileSync(this.stateFile)
