@@ -3,6 +3,8 @@
  * what Norma v0.4.3's own Load, json.Marshal and MessagesForAPI produced for the same input
  * (run once, outside the project, on Go's encoding/json); the tests need no Go.
  */
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import {
   formatRecord,
@@ -15,6 +17,7 @@ import {
   viewForModel,
 } from '../../dist/src/index.js'
 import { encodeMessage } from '../../dist/src/transcript/encode.js'
+import { runCli, tempDir } from '../helpers/index.js'
 
 const bytes = (...parts: Array<string | number[]>) =>
   Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p, 'utf8') : Buffer.from(p))))
@@ -215,5 +218,24 @@ describe("syntax errors are Go's", () => {
     ['[1', 'unexpected end of JSON input'],
   ])('%s', (line, go) => {
     expect(refusal(() => norma(`${line}\n`)).go).toBe(go)
+  })
+})
+
+describe('the CLI in Norma mode (--norma)', () => {
+  it('fails on a torn last line as Norma does, and prints ints past 2^53 exactly', () => {
+    const dir = tempDir()
+    const file = join(dir, 's.jsonl')
+    writeFileSync(
+      file,
+      `{${head},"message":{"role":"assistant","content":[]},"usage":{"input_tokens":9007199254740993}}\n{"uuid":"half`,
+    )
+    const lenient = runCli(['transcript', 'show', file, '--json'])
+    expect(lenient.status).toBe(0)
+    expect(lenient.stdout).toContain('"usage":{"input_tokens":9007199254740993,"output_tokens":0,')
+    const strict = runCli(['transcript', 'show', file, '--norma', '--json'])
+    expect(strict.status).toBe(1)
+    expect(strict.stderr).toBe(
+      `noa transcript: ${file}:2: not JSON: unexpected end of JSON input (the last line, without a newline: a torn write)\n`,
+    )
   })
 })
