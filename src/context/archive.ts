@@ -10,12 +10,13 @@
  * the same text, for every file Norma or noa writes; `renderArchive` refuses the documents it
  * would not read back whole.
  */
-import { existsSync, rmSync } from 'node:fs'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow, statFile } from '../engine/files.js'
 import { encodeBytes, type GoInt, goTrimSpace } from '../gocompat/index.js'
-import { mkdirDurable } from './state-file.js'
+import { mkdirSessionDir } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 
 /** An absorbed block's section in a tier 2 or 3 archive. */
@@ -272,7 +273,7 @@ export interface Archiver {
 
 /**
  * Norma's file archiver, made durable: the archive is written to `.noa-*.tmp` in its tier
- * folder, fsynced, given mode 0644 and renamed into place, and the folder is fsynced.
+ * folder, fsynced (0666 before the umask) and renamed into place, and the folder is fsynced.
  */
 export class FileArchiver implements Archiver {
   constructor(readonly root: string) {}
@@ -284,9 +285,13 @@ export class FileArchiver implements Archiver {
 
   write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
-    mkdirDurable(join(this.root, `tier${tier}`))
+    mkdirSessionDir(this.root, join(this.root, `tier${tier}`))
     // A tool input that held bytes that are not UTF-8 holds them as lone surrogates (utf8.ts).
-    writeFileAtomic(p.abs, encodeBytes(content), { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp' })
+    writeFileAtomic(p.abs, encodeBytes(content), {
+      tempPrefix: ARCHIVE_TEMP_PREFIX,
+      tempSuffix: '.tmp',
+      what: 'archive',
+    })
     return p
   }
 
@@ -309,7 +314,9 @@ export class ReuseArchiver extends FileArchiver {
 
   override write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
-    if (existsSync(p.abs)) {
+    // Adopted only when it is a regular file in a real tier folder: a symlink there is refused.
+    checkDirsBelow(dirname(resolve(this.root)), dirname(p.abs))
+    if (statFile(p.abs, 'archive') !== undefined) {
       this.reused.push(p.abs)
       return p
     }
