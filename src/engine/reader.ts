@@ -6,8 +6,8 @@
  */
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
 import { open } from 'node:fs/promises'
-import { type Entry, parseCounters, parseEntry } from './entry.js'
-import { NoaError } from './errors.js'
+import { type Entry, parseCounters } from './entry.js'
+import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
 
 const CHUNK = 1 << 20
 const NL = 0x0a
@@ -82,24 +82,16 @@ export async function* readEntryBatches(
 ): AsyncGenerator<Entry[]> {
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
-  const validate = options.validate ?? true
+  const parse = { validate: options.validate ?? true, fromSeq }
+  const scanner = new LineScanner()
   let lineNo = 0
-  for await (const lines of readLineBatches(file, { start, end: options.end })) {
+  for await (const chunk of readChunks(file, { start, end: options.end })) {
     const out: Entry[] = []
-    for (const line of lines) {
-      lineNo++
-      if (line.length === 0) continue
-      let entry: Entry
-      try {
-        entry = validate ? parseEntry(line) : (JSON.parse(line) as Entry)
-      } catch (err) {
-        const where = start === 0 ? `${file}:${lineNo}` : `${file} (line ${lineNo} after byte ${start})`
-        throw new NoaError('NOA_CORRUPT_LOG', `${where}: corrupt entry: ${(err as Error).message}`, {
-          file,
-          line: start === 0 ? lineNo : undefined,
-        })
-      }
-      if (entry.seq >= fromSeq) out.push(entry)
+    try {
+      lineNo += parseLines(scanner, chunk, out, parse)
+    } catch (err) {
+      if (!(err instanceof BadLine)) throw err
+      throw corruptLine(file, lineNo + err.lineIndex, start, err.error)
     }
     if (out.length > 0) yield out
   }

@@ -5,7 +5,8 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
 import { NoaError } from './errors.js'
-import { findLastNewline, readChunks, readLineBatches } from './reader.js'
+import { findLastNewline, readChunks } from './reader.js'
+import { LineScanner } from './scan.js'
 
 export interface Tail {
   size: number
@@ -121,19 +122,31 @@ export async function verifyLog(file: string): Promise<VerifyReport> {
     report.problem = { line: lineNo, reason }
     return report
   }
-  for await (const lines of readLineBatches(file, { end: size })) {
-    for (const line of lines) {
+  const scanner = new LineScanner()
+  for await (const chunk of readChunks(file, { end: size })) {
+    const end = chunk.length
+    let s = 0
+    while (s < end) {
       lineNo++
-      report.bytes += Buffer.byteLength(line) + 1
-      if (line.length === 0) return fail('empty line')
       let seq: number
       let ts: number
-      try {
-        const e = parseEntry(line)
-        seq = e.seq
-        ts = e.ts
-      } catch (err) {
-        return fail((err as Error).message)
+      if (scanner.take(chunk, s)) {
+        seq = scanner.seq
+        ts = scanner.ts
+        report.bytes += scanner.next - s
+        s = scanner.next
+      } else {
+        const nl = chunk.indexOf(0x0a, s)
+        report.bytes += nl + 1 - s
+        if (nl === s) return fail('empty line')
+        try {
+          const e = parseEntry(chunk.toString('utf8', s, nl))
+          seq = e.seq
+          ts = e.ts
+        } catch (err) {
+          return fail((err as Error).message)
+        }
+        s = nl + 1
       }
       if (report.entries > 0 && seq <= report.lastSeq) {
         return fail(`seq ${seq} does not increase (previous ${report.lastSeq})`)
