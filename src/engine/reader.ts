@@ -4,9 +4,10 @@
  * returned, so reading while an owner appends is safe: a line being written is simply not there
  * yet.
  */
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, openSync, readSync, statSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { type Entry, parseCounters } from './entry.js'
+import { parallelEntryBatches, useThreads } from './parallel.js'
 import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
 
 const CHUNK = 1 << 20
@@ -105,9 +106,18 @@ export async function* readEntryBatches(
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
   const parse = { validate: options.validate ?? true, fromSeq }
-  const scanner = new LineScanner()
+  const end = options.end ?? statSync(file).size
   let lineNo = 0
-  for await (const chunk of readChunks(file, { start, end: options.end })) {
+  let from = start
+  if (useThreads(end - start)) {
+    const state = { lines: 0, resumeAt: start, complete: false }
+    yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
+    if (state.complete) return
+    lineNo = state.lines
+    from = state.resumeAt
+  }
+  const scanner = new LineScanner()
+  for await (const chunk of readChunks(file, { start: from, end })) {
     const out: Entry[] = []
     try {
       lineNo += parseLines(scanner, chunk, out, parse)
@@ -134,7 +144,7 @@ function readAt(fd: number, buf: Buffer, pos: number): number {
 }
 
 /** Start of the first line that begins at or after `pos` (or `size`). */
-function lineStartFrom(fd: number, pos: number, size: number): number {
+export function lineStartFrom(fd: number, pos: number, size: number): number {
   if (pos === 0) return 0
   const buf = Buffer.allocUnsafe(4096)
   let p = pos - 1

@@ -41,12 +41,9 @@ const K_TS = bytes(',"ts":')
 /** A safe integer has at most 16 digits; up to 15 it cannot exceed 2^53 - 1. */
 const SAFE_DIGITS = 15
 
-enum Op {
-  None = 0,
-  Write = 1,
-  Delete = 2,
-  Rename = 3,
-}
+/** What `take` found. Numbers, not strings: they travel through a worker's shared records too. */
+export const ScanOp = { None: 0, Write: 1, Delete: 2, Rename: 3 } as const
+export type ScanOp = (typeof ScanOp)[keyof typeof ScanOp]
 
 /**
  * One scanner per reading loop. `take` checks the line starting at `start` (the buffer's last
@@ -59,16 +56,17 @@ export class LineScanner {
   ts = 0
   /** Offset just after the line's `\n`. */
   next = 0
-  private op: Op = Op.None
+  /** The op taken, and the byte ranges of its string fields (path or from; blob or to). */
+  op: ScanOp = ScanOp.None
+  aStart = 0
+  aEnd = 0
+  /** The field is ASCII, so latin1 reads it as UTF-8 would. */
+  aAscii = true
+  bStart = 0
+  bEnd = 0
+  bAscii = true
   private value = 0
   private buf: SliceBuffer = Buffer.alloc(0) as SliceBuffer
-  // Byte ranges of the string fields; `*Ascii` says a field can be read as latin1.
-  private aStart = 0
-  private aEnd = 0
-  private aAscii = true
-  private bStart = 0
-  private bEnd = 0
-  private bAscii = true
   /** Set by `path` for the field it just scanned. */
   private ascii = true
 
@@ -99,7 +97,7 @@ export class LineScanner {
       for (const stop = i + 64; i < stop; i++) if (HEX[b[i] as number] === 0) return false
       if (b[i] !== QUOTE) return false
       this.bEnd = i++
-      this.op = Op.Write
+      this.op = ScanOp.Write
     } else if (c === 0x64) {
       if (!match(b, i, K_DELETE)) return false
       i += K_DELETE.length
@@ -108,7 +106,7 @@ export class LineScanner {
       if (i < 0) return false
       this.aEnd = i++
       this.aAscii = this.ascii
-      this.op = Op.Delete
+      this.op = ScanOp.Delete
     } else if (c === 0x72) {
       if (!match(b, i, K_RENAME)) return false
       i += K_RENAME.length
@@ -125,7 +123,7 @@ export class LineScanner {
       this.bEnd = i++
       this.bAscii = this.ascii
       if (!this.renameDiffers()) return false
-      this.op = Op.Rename
+      this.op = ScanOp.Rename
     } else {
       return false
     }
@@ -170,27 +168,18 @@ export class LineScanner {
 
   /** The entry `take` accepted, with the keys in the order JSON.parse gives them. */
   entry(): Entry {
-    const { seq, ts } = this
-    switch (this.op) {
-      case Op.Write:
-        return { seq, op: 'write', path: this.a(), blob: this.buf.latin1Slice(this.bStart, this.bEnd), ts }
-      case Op.Delete:
-        return { seq, op: 'delete', path: this.a(), ts }
-      default:
-        return { seq, op: 'rename', from: this.a(), to: this.b(), ts }
-    }
+    const { buf } = this
+    return buildEntry(this.op, this.seq, this.ts, this.a(buf), this.op === ScanOp.Delete ? '' : this.b(buf))
   }
 
-  private a(): string {
-    return this.aAscii
-      ? this.buf.latin1Slice(this.aStart, this.aEnd)
-      : this.buf.utf8Slice(this.aStart, this.aEnd)
+  private a(buf: SliceBuffer): string {
+    return this.aAscii ? buf.latin1Slice(this.aStart, this.aEnd) : buf.utf8Slice(this.aStart, this.aEnd)
   }
 
-  private b(): string {
-    return this.bAscii
-      ? this.buf.latin1Slice(this.bStart, this.bEnd)
-      : this.buf.utf8Slice(this.bStart, this.bEnd)
+  private b(buf: SliceBuffer): string {
+    return this.bAscii || this.op === ScanOp.Write
+      ? buf.latin1Slice(this.bStart, this.bEnd)
+      : buf.utf8Slice(this.bStart, this.bEnd)
   }
 
   /**
@@ -236,6 +225,24 @@ export class LineScanner {
     // Two different invalid byte sequences can decode to the same string.
     return buf.utf8Slice(aStart, aEnd) !== buf.utf8Slice(bStart, bEnd)
   }
+}
+
+/** An entry from the fields of a line the scanner took (`b` is unused for delete). */
+export function buildEntry(op: ScanOp, seq: number, ts: number, a: string, b: string): Entry {
+  switch (op) {
+    case ScanOp.Write:
+      return { seq, op: 'write', path: a, blob: b, ts }
+    case ScanOp.Delete:
+      return { seq, op: 'delete', path: a, ts }
+    default:
+      return { seq, op: 'rename', from: a, to: b, ts }
+  }
+}
+
+/** Reads a field's bytes as a string: latin1 when they are ASCII (the same string, cheaper). */
+export function fieldString(buf: Buffer, start: number, end: number, ascii: boolean): string {
+  const b = buf as SliceBuffer
+  return ascii ? b.latin1Slice(start, end) : b.utf8Slice(start, end)
 }
 
 function match(b: Buffer, at: number, key: Uint8Array): boolean {

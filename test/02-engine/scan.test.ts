@@ -8,6 +8,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { setParallelThreshold, threadStats } from '../../dist/src/engine/parallel.js'
 import { BadLine, LineScanner, parseLines } from '../../dist/src/engine/scan.js'
 import {
   type Entry,
@@ -439,5 +440,141 @@ describe('verify and the reader through the scanner', () => {
       for await (const _ of readEntryBatches(file)) {
       }
     }).rejects.toThrow(`${file}:25001: corrupt entry: path: has a '..' segment`)
+  })
+})
+
+describe('reading a large log on two threads', () => {
+  /** Runs `fn` with every read of at least `bytes` on a scanning thread. */
+  async function withThreads<T>(bytes: number, fn: () => Promise<T>): Promise<T> {
+    const before = setParallelThreshold(bytes)
+    try {
+      return await fn()
+    } finally {
+      setParallelThreshold(before)
+    }
+  }
+
+  async function readAll(file: string, options: { fromSeq?: number; validate?: boolean } = {}) {
+    const entries: Entry[] = []
+    try {
+      for await (const batch of readEntryBatches(file, options)) entries.push(...batch)
+    } catch (err) {
+      if (!isNoaError(err)) throw err
+      return { entries, error: err.message }
+    }
+    return { entries }
+  }
+
+  /** One thread and two read the file alike: same entries, or the same error after the same entries. */
+  async function expectSameOnThreads(file: string, options: { fromSeq?: number; validate?: boolean } = {}) {
+    const one = await withThreads(Number.MAX_SAFE_INTEGER, () => readAll(file, options))
+    const slots = threadStats.slots
+    const two = await withThreads(0, () => readAll(file, options))
+    expect(threadStats.slots).toBeGreaterThan(slots)
+    expect(two.error).toBe(one.error)
+    if (one.error === undefined) expect(two.entries.length).toBe(one.entries.length)
+    // Before an error each gives the batches it finished, and batches need not end alike.
+    const n = Math.min(one.entries.length, two.entries.length)
+    expect(JSON.stringify(two.entries.slice(0, n))).toBe(JSON.stringify(one.entries.slice(0, n)))
+    const { file: _a, ...v1 } = await withThreads(Number.MAX_SAFE_INTEGER, () => verifyLog(file))
+    const ranges = threadStats.verifiedRanges
+    const { file: _b, ...v2 } = await withThreads(0, () => verifyLog(file))
+    expect(threadStats.verifiedRanges).toBe(ranges + 1)
+    expect(v2).toEqual(v1)
+    return one
+  }
+
+  /** Lines of every shape, about `bytes` of them, seq from 1. */
+  function logLines(count: number, shape: (seq: number) => string): string[] {
+    return Array.from({ length: count }, (_, i) => shape(i + 1))
+  }
+  const blob = 'ef'.repeat(32)
+  const mixed = (seq: number): string => {
+    const path = seq % 7 === 0 ? `日本/ファイル-${seq}` : `src/m${seq % 97}/f-${seq}.ts`
+    if (seq % 11 === 0) return `{"seq":${seq},"op":"delete","path":"${path}","ts":${seq * 3}}`
+    if (seq % 13 === 0) return `{"seq":${seq},"op":"rename","from":"${path}","to":"x/${seq}","ts":${seq * 3}}`
+    if (seq % 17 === 0) return JSON.stringify({ op: 'write', seq, path: `a\\"b${seq}`, blob, ts: seq * 3 })
+    if (seq % 19 === 0)
+      return `{"seq":${seq},"op":"snapshot","snapshot_id":"noa_${seq}","message":"m","ts":${seq * 3}}`
+    return `{"seq":${seq},"op":"write","path":"${path}","blob":"${blob}","ts":${seq * 3}}`
+  }
+
+  it('gives the same entries, in order, across many slots, with fromSeq and without validation', async () => {
+    const file = join(tempDir(), 'big.log')
+    writeFileSync(file, toBytes(logLines(60_000, mixed))) // ~5 MB: more slots than there are
+    const { entries } = await expectSameOnThreads(file)
+    expect(entries.length).toBe(60_000)
+    await expectSameOnThreads(file, { fromSeq: 31_234 })
+    await expectSameOnThreads(file, { validate: false })
+  })
+
+  it('cuts a slot of very short lines at its record limit, and numbers lines on across it', async () => {
+    const file = join(tempDir(), 'short.log')
+    const lines = logLines(70_000, (seq) => `{"seq":${seq},"op":"delete","path":"a","ts":1}`)
+    lines.splice(50_000, 0, '', '') // blank lines: skipped by the reader, refused by verify
+    lines[65_000] = '{"seq":65000,"op":"delete","path":"a/","ts":1}'
+    writeFileSync(file, toBytes(lines))
+    const { error } = await expectSameOnThreads(file)
+    expect(error).toBe(`${file}:65001: corrupt entry: path: has an empty segment in "a/"`)
+  })
+
+  it('reads on by itself past a line longer than a slot', async () => {
+    const file = join(tempDir(), 'long-line.log')
+    const lines = logLines(20_000, mixed)
+    // Valid JSON and a valid entry, padded with whitespace past the slot size.
+    lines[12_000] = `{"seq":12001,${' '.repeat(3 << 20)}"op":"delete","path":"p","ts":36003}`
+    lines[15_000] = `${lines[15_000]?.slice(0, -1)},"extra":1}`
+    writeFileSync(file, toBytes(lines))
+    const bails = threadStats.bails
+    const { error } = await expectSameOnThreads(file)
+    expect(threadStats.bails).toBe(bails + 1)
+    expect(error).toMatch(new RegExp(`^${file}:15001: corrupt entry: extra: is not a field of`))
+  })
+
+  it('stops the thread when the reader is left early, and reads a torn tail as the single thread does', async () => {
+    const file = join(tempDir(), 'torn.log')
+    writeFileSync(file, `${toBytes(logLines(40_000, mixed))}{"seq":40001,"op":"del`)
+    await expectSameOnThreads(file)
+    await withThreads(0, async () => {
+      for await (const batch of readEntryBatches(file)) {
+        expect(batch[0]?.seq).toBe(1)
+        break
+      }
+    })
+  })
+
+  it('verify joins the halves exactly: a problem on either side of the split or on the line at it', async () => {
+    const dir = tempDir()
+    const lines = logLines(30_000, mixed)
+    const size = Buffer.byteLength(toBytes(lines))
+    // The line at the split (the first line starting at or after the middle byte) and its neighbours.
+    let at = 0
+    let k = 0
+    while (at < size / 2) at += Buffer.byteLength(lines[k++] as string) + 1
+    const cases: Array<[string, (ls: string[]) => void]> = [
+      ['clean', () => {}],
+      [
+        'seq back at the split',
+        (ls) => void (ls[k] = (ls[k] as string).replace(`"seq":${k + 1},`, `"seq":${k},`)),
+      ],
+      ['ts back at the split', (ls) => void (ls[k] = (ls[k] as string).replace(/"ts":\d+}$/, '"ts":0}'))],
+      ['bad line at the split', (ls) => void (ls[k] = '{"seq":')],
+      ['blank line at the split', (ls) => void (ls[k] = '')],
+      ['problem before the split', (ls) => void (ls[k - 2] = '[]')],
+      ['problems on both sides', (ls) => void ((ls[k - 2] = '[]'), (ls[k + 5] = 'x'))],
+      [
+        'problem after the split',
+        (ls) => void (ls[k + 5] = (ls[k + 5] as string).replace('"seq":', '"seq":-')),
+      ],
+    ]
+    for (const [name, change] of cases) {
+      const ls = [...lines]
+      change(ls)
+      const file = join(dir, `${name.replaceAll(' ', '-')}.log`)
+      writeFileSync(file, toBytes(ls))
+      const bytes = toBytes(ls)
+      const { file: _, ...two } = await withThreads(0, () => verifyLog(file))
+      expect(two, name).toEqual(referenceVerify(bytes))
+    }
   })
 })
