@@ -1,6 +1,6 @@
 /** What the main thread and a scanning thread (scan-worker.ts) share and say to each other. */
 /** Slots of file bytes in flight: one being scanned, one being built, one read ahead. */
-export const SLOTS = 3
+export const SLOTS = 8
 export const SLOT_BYTES = 1 << 20
 /** Records per slot: a slot of very short lines is cut after this many. */
 export const MAX_LINES = 1 << 14
