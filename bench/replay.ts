@@ -3,7 +3,9 @@
  *
  * - Full replay of a 1M-entry log (quick: 100k) by noa (the workspace's files from an empty
  *   tree, tree id included) against a bare line reader + JSON.parse over the same file, run
- *   interleaved (A B A B …) in this process; medians. Goal: ≥ 0.7× the baseline's speed.
+ *   interleaved (A B C D A B C D …) in this process; medians. Goal: ≥ 0.7× the baseline's speed.
+ *   In the same rounds, validated reading alone (`readEntryBatches`: every entry parsed and
+ *   checked) and `verify`'s full scan, each against the same baseline: goal ahead of it.
  * - An incremental snapshot after 1,000 new durable entries, against noa's full replay (goal:
  *   < 1%): with the engine kept open (a host: the parent's tree is cached) and with a fresh
  *   engine each time (the CLI: the parent's tree is read from disk and checked).
@@ -17,8 +19,9 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { AgentLog } from '../src/engine/agent-log.js'
 import type { EntryInput } from '../src/engine/entry.js'
+import { verifyLog } from '../src/engine/recovery.js'
 import { SnapshotEngine } from '../src/store/snapshot.js'
-import { lineReaderParse, noaReplay } from './replay-child.js'
+import { lineReaderParse, noaRead, noaReplay } from './replay-child.js'
 import { WorkloadModel, writeLog } from './replay-data.js'
 import { type BenchRow, markdownTable } from './table.js'
 
@@ -36,7 +39,10 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
   return [performance.now() - t, v]
 }
 
-function child(mode: 'noa' | 'baseline', root: string): { maxRssMB: number; ms: number; entries: number } {
+function child(
+  mode: 'noa' | 'read' | 'baseline',
+  root: string,
+): { maxRssMB: number; ms: number; entries: number } {
   const script = fileURLToPath(new URL('./replay-child.js', import.meta.url))
   const r = spawnSync(process.execPath, [script, mode, root, WS], { encoding: 'utf8' })
   if (r.status !== 0) throw new Error(`replay-child ${mode} failed: ${r.stderr}`)
@@ -71,22 +77,33 @@ async function run(quick: boolean, root: string): Promise<BenchRow[]> {
   await lineReaderParse(file) // page cache warm for both
   const base: number[] = []
   const noa: number[] = []
+  const read: number[] = []
+  const check: number[] = []
   for (let r = 0; r < rounds; r++) {
     const [b, nb] = await timed(() => lineReaderParse(file))
     const [n, nn] = await timed(() => noaReplay(root, WS))
-    if (nb !== entries || nn !== entries)
-      throw new Error(`replayed ${nb} and ${nn} entries, wrote ${entries}`)
+    const [e, ne] = await timed(() => noaRead(file))
+    const [v, nv] = await timed(async () => (await verifyLog(file)).entries)
+    if ([nb, nn, ne, nv].some((x) => x !== entries))
+      throw new Error(`replayed ${nb}, ${nn}, ${ne} and ${nv} entries, wrote ${entries}`)
     base.push(b)
     noa.push(n)
-    say(`round ${r + 1}: line reader + JSON.parse ${b.toFixed(0)} ms, noa ${n.toFixed(0)} ms`)
+    read.push(e)
+    check.push(v)
+    say(
+      `round ${r + 1}: line reader + JSON.parse ${b.toFixed(0)} ms, noa replay ${n.toFixed(0)} ms, readEntryBatches ${e.toFixed(0)} ms, verify ${v.toFixed(0)} ms`,
+    )
   }
   const fullMs = median(noa)
   const baseMs = median(base)
 
   // Peak RSS before the incremental phase (same log as the timed replays).
   const rssNoa = child('noa', root)
+  const rssRead = child('read', root)
   const rssBase = child('baseline', root)
-  say(`peak RSS: noa ${rssNoa.maxRssMB.toFixed(0)} MB, baseline ${rssBase.maxRssMB.toFixed(0)} MB`)
+  say(
+    `peak RSS: noa replay ${rssNoa.maxRssMB.toFixed(0)} MB, readEntryBatches ${rssRead.maxRssMB.toFixed(0)} MB, baseline ${rssBase.maxRssMB.toFixed(0)} MB`,
+  )
 
   const log = await AgentLog.open({ root, workers: 1 })
   const warm: number[] = []
@@ -125,6 +142,24 @@ async function run(quick: boolean, root: string): Promise<BenchRow[]> {
       note: `goal ≥ 0.7×; medians of ${rounds} interleaved runs`,
     },
     {
+      workload: `validated read of a ${n}-entry log (\`readEntryBatches\`, every entry checked)`,
+      unit: 'entries/s',
+      noa: entries / (median(read) / 1000),
+      baseline: entries / (baseMs / 1000),
+      baselineName: 'line reader + JSON.parse, same file',
+      higherIsBetter: true,
+      note: `goal ahead (> 1×); medians of ${rounds} interleaved runs`,
+    },
+    {
+      workload: `verify of a ${n}-entry log (full scan)`,
+      unit: 'entries/s',
+      noa: entries / (median(check) / 1000),
+      baseline: entries / (baseMs / 1000),
+      baselineName: 'line reader + JSON.parse, same file',
+      higherIsBetter: true,
+      note: `every entry checked, seq and ts order; medians of ${rounds} interleaved runs`,
+    },
+    {
       workload: `incremental snapshot after ${replayed.toLocaleString('en-US')} new entries, engine kept open`,
       unit: 'ms',
       noa: median(warm),
@@ -146,6 +181,15 @@ async function run(quick: boolean, root: string): Promise<BenchRow[]> {
       workload: `peak RSS of the full replay (${n} entries)`,
       unit: 'MB',
       noa: rssNoa.maxRssMB,
+      baseline: rssBase.maxRssMB,
+      baselineName: 'line reader + JSON.parse, same file',
+      higherIsBetter: false,
+      note: 'goal < 150 MB; fresh child process each',
+    },
+    {
+      workload: `peak RSS of the validated read (${n} entries, \`readEntryBatches\`)`,
+      unit: 'MB',
+      noa: rssRead.maxRssMB,
       baseline: rssBase.maxRssMB,
       baselineName: 'line reader + JSON.parse, same file',
       higherIsBetter: false,

@@ -1,5 +1,5 @@
 /** What the main thread and a scanning thread (scan-worker.ts) share and say to each other. */
-/** Slots of file bytes in flight: one being scanned, one being built, one read ahead. */
+/** Slots of file bytes in flight: enough that the scanner runs ahead while this thread builds. */
 export const SLOTS = 8
 export const SLOT_BYTES = 1 << 20
 /** Records per slot: a slot of very short lines is cut after this many. */
