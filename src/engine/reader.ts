@@ -4,9 +4,9 @@
  * returned, so reading while an owner appends is safe: a line being written is simply not there
  * yet.
  */
-import { closeSync, fstatSync, openSync, readSync, statSync } from 'node:fs'
-import { open } from 'node:fs/promises'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from './entry.js'
+import { openFile, openFileSync, READ } from './files.js'
 import { parallelEntryBatches, useThreads } from './parallel.js'
 import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
 
@@ -30,7 +30,7 @@ export interface ChunkOptions {
  * between chunks.
  */
 export async function* readChunks(file: string, options: ChunkOptions = {}): AsyncGenerator<Buffer> {
-  const handle = await open(file, 'r')
+  const handle = await openFile(file, READ, { what: 'log' })
   let pending: Promise<{ bytesRead: number }> | null = null
   try {
     const end = options.end ?? (await handle.stat()).size
@@ -106,7 +106,7 @@ export async function* readEntryBatches(
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
   const parse = { validate: options.validate ?? true, fromSeq }
-  const end = options.end ?? statSync(file).size
+  const end = options.end ?? logSize(file)
   let lineNo = 0
   let from = start
   if (useThreads(end - start)) {
@@ -175,7 +175,7 @@ function lineAt(fd: number, start: number, size: number): string | null {
  * increasing through the file (which `verify` checks). Returns the file size when none is.
  */
 export function seekSeq(file: string, seq: number): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const size = endOfCompleteLines(fd)
     let lo = 0 // a line start; every line before it has a smaller seq
@@ -211,6 +211,15 @@ export function seekSeq(file: string, seq: number): number {
       p += Buffer.byteLength(line) + 1
     }
     return hi
+  } finally {
+    closeSync(fd)
+  }
+}
+
+function logSize(file: string): number {
+  const fd = openFileSync(file, READ, { what: 'log' })
+  try {
+    return fstatSync(fd).size
   } finally {
     closeSync(fd)
   }

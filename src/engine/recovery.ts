@@ -2,9 +2,10 @@
  * Crash recovery (seed: クラッシュリカバリ). Opening a workspace reads only the tail: cut a partial
  * last line, take the last seq and ts. `verify` is the full scan.
  */
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
 import { NoaError } from './errors.js'
+import { openFileSync, READ } from './files.js'
 import { useThreads, verifyInThread } from './parallel.js'
 import { findLastNewline, lineStartFrom, readChunks } from './reader.js'
 import { LineScanner } from './scan.js'
@@ -56,7 +57,7 @@ export function countersOf(file: string, tail: Tail): { lastSeq: number; lastTs:
 
 /** Number of `\n` in the first `end` bytes. */
 export function countLines(file: string, end: number): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const buf = Buffer.allocUnsafe(1 << 20)
     let pos = 0
@@ -102,7 +103,7 @@ export interface VerifyReport {
  * A large log is checked in two halves at once (split at a line boundary), joined in order.
  */
 export async function verifyLog(file: string): Promise<VerifyReport> {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
   let middle = 0
   try {

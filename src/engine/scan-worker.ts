@@ -9,8 +9,9 @@
  * Nothing here decides an error: a line the scanner does not take is recorded as such, and the
  * main thread runs `parseEntry` on it, so messages are exactly the single-thread ones.
  */
-import { closeSync, openSync, readSync } from 'node:fs'
+import { closeSync, readSync } from 'node:fs'
 import { parentPort, workerData } from 'node:worker_threads'
+import { openFileSync, READ } from './files.js'
 import { verifyRange } from './recovery.js'
 import { LineScanner, ScanOp } from './scan.js'
 import {
@@ -50,7 +51,7 @@ function scanLines(j: LinesJob): void {
   const data = Buffer.from(j.data)
   const carryBuf = Buffer.allocUnsafe(SLOT_BYTES)
   const scanner = new LineScanner()
-  const fd = openSync(j.file, 'r')
+  const fd = openFileSync(j.file, READ, { what: 'log' })
   try {
     let pos = j.start // file offset of the first byte not yet read
     let carry = 0 // bytes of a partial line held in carryBuf

@@ -551,25 +551,21 @@ describe('reading a large log on two threads', () => {
     let at = 0
     let k = 0
     while (at < size / 2) at += Buffer.byteLength(lines[k++] as string) + 1
-    const cases: Array<[string, (ls: string[]) => void]> = [
-      ['clean', () => {}],
-      [
-        'seq back at the split',
-        (ls) => void (ls[k] = (ls[k] as string).replace(`"seq":${k + 1},`, `"seq":${k},`)),
-      ],
-      ['ts back at the split', (ls) => void (ls[k] = (ls[k] as string).replace(/"ts":\d+}$/, '"ts":0}'))],
-      ['bad line at the split', (ls) => void (ls[k] = '{"seq":')],
-      ['blank line at the split', (ls) => void (ls[k] = '')],
-      ['problem before the split', (ls) => void (ls[k - 2] = '[]')],
-      ['problems on both sides', (ls) => void ((ls[k - 2] = '[]'), (ls[k + 5] = 'x'))],
-      [
-        'problem after the split',
-        (ls) => void (ls[k + 5] = (ls[k + 5] as string).replace('"seq":', '"seq":-')),
-      ],
+    const line = (ls: string[], i: number): string => ls[i] as string
+    // Each case: the lines to change (index → new text).
+    const cases: Array<[string, (ls: string[]) => Record<number, string>]> = [
+      ['clean', () => ({})],
+      ['seq back at the split', (ls) => ({ [k]: line(ls, k).replace(`"seq":${k + 1},`, `"seq":${k},`) })],
+      ['ts back at the split', (ls) => ({ [k]: line(ls, k).replace(/"ts":\d+}$/, '"ts":0}') })],
+      ['bad line at the split', () => ({ [k]: '{"seq":' })],
+      ['blank line at the split', () => ({ [k]: '' })],
+      ['problem before the split', () => ({ [k - 2]: '[]' })],
+      ['problems on both sides', () => ({ [k - 2]: '[]', [k + 5]: 'x' })],
+      ['problem after the split', (ls) => ({ [k + 5]: line(ls, k + 5).replace('"seq":', '"seq":-') })],
     ]
     for (const [name, change] of cases) {
       const ls = [...lines]
-      change(ls)
+      for (const [i, text] of Object.entries(change(ls))) ls[Number(i)] = text
       const file = join(dir, `${name.replaceAll(' ', '-')}.log`)
       writeFileSync(file, toBytes(ls))
       const bytes = toBytes(ls)
