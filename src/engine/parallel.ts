@@ -8,7 +8,7 @@
  * The thread is only an accelerator: if it cannot start, fails, or meets a line longer than a
  * slot, the caller's single-thread reader goes on from the first byte not yet delivered.
  */
-import { availableParallelism } from 'node:os'
+import { availableParallelism, loadavg } from 'node:os'
 import { Worker } from 'node:worker_threads'
 import type { Entry } from './entry.js'
 import { parseEntry } from './entry.js'
@@ -28,16 +28,26 @@ import {
 
 const WORKER = new URL('./scan-worker.js', import.meta.url)
 
-/**
- * Below this many bytes a read stays on one thread: starting a thread and loading the scanner in
- * it costs some tens of milliseconds, about what 20 MB of scanning saves.
- */
-let threshold = 32 << 20
+export interface ThreadPolicy {
+  /**
+   * Below this many bytes a read stays on one thread: starting a thread and loading the scanner
+   * in it costs some tens of milliseconds, about what 20 MB of scanning saves.
+   */
+  minBytes: number
+  /**
+   * Use a thread even when no core is idle. Off by default: a second thread only helps when a
+   * core has nothing else to run (as `make -l` holds back jobs on a loaded machine); on a busy
+   * one both threads wait for each other's time slices and the read gets slower, not faster.
+   */
+  whenBusy: boolean
+}
 
-/** Reads of at least `bytes` use a scanning thread (tests set it low); returns the previous value. */
-export function setParallelThreshold(bytes: number): number {
-  const before = threshold
-  threshold = bytes
+let policy: ThreadPolicy = { minBytes: 32 << 20, whenBusy: false }
+
+/** Changes when reads use a scanning thread (tests force it); returns the policy before. */
+export function setThreadPolicy(change: Partial<ThreadPolicy>): ThreadPolicy {
+  const before = policy
+  policy = { ...policy, ...change }
   return before
 }
 
@@ -45,7 +55,10 @@ export function setParallelThreshold(bytes: number): number {
 export const threadStats = { slots: 0, bails: 0, verifiedRanges: 0 }
 
 export function useThreads(bytes: number): boolean {
-  return bytes >= threshold && availableParallelism() > 1
+  if (bytes < policy.minBytes) return false
+  const cores = availableParallelism()
+  // The 1-minute load average counts runnable threads: below cores - 1, a core is idle.
+  return cores > 1 && (policy.whenBusy || (loadavg()[0] ?? 0) <= cores - 1)
 }
 
 /** Messages from a worker, awaited one at a time; an error or exit ends the stream. */

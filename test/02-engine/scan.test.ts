@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { setParallelThreshold, threadStats } from '../../dist/src/engine/parallel.js'
+import { setThreadPolicy, threadStats } from '../../dist/src/engine/parallel.js'
 import { BadLine, LineScanner, parseLines } from '../../dist/src/engine/scan.js'
 import {
   type Entry,
@@ -446,11 +446,11 @@ describe('verify and the reader through the scanner', () => {
 describe('reading a large log on two threads', () => {
   /** Runs `fn` with every read of at least `bytes` on a scanning thread. */
   async function withThreads<T>(bytes: number, fn: () => Promise<T>): Promise<T> {
-    const before = setParallelThreshold(bytes)
+    const before = setThreadPolicy({ minBytes: bytes, whenBusy: true })
     try {
       return await fn()
     } finally {
-      setParallelThreshold(before)
+      setThreadPolicy(before)
     }
   }
 
