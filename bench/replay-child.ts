@@ -1,10 +1,11 @@
 /**
- * One replay in a fresh process, for its peak RSS: `node dist/bench/replay-child.js <noa|read|baseline>
+ * One timed replay in a fresh process, with its peak RSS: `node dist/bench/replay-child.js <noa|read|verify|baseline>
  * <root> <workspace>`. Prints `{"maxRssMB","ms","entries"}`.
  */
 import { createReadStream } from 'node:fs'
 import { join } from 'node:path'
 import { readEntryBatches } from '../src/engine/reader.js'
+import { verifyLog } from '../src/engine/recovery.js'
 import { SnapshotEngine } from '../src/store/snapshot.js'
 
 /** The baseline: a bare line reader and a JSON.parse per line, nothing kept. */
@@ -46,7 +47,9 @@ async function main(): Promise<void> {
       ? await noaReplay(root, workspace)
       : mode === 'read'
         ? await noaRead(join(root, 'agent-logs', `${workspace}.log`))
-        : await lineReaderParse(join(root, 'agent-logs', `${workspace}.log`))
+        : mode === 'verify'
+          ? (await verifyLog(join(root, 'agent-logs', `${workspace}.log`))).entries
+          : await lineReaderParse(join(root, 'agent-logs', `${workspace}.log`))
   const ms = performance.now() - started
   const maxRssMB = process.resourceUsage().maxRSS / 1024
   process.stdout.write(`${JSON.stringify({ maxRssMB, ms, entries })}\n`)
