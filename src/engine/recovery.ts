@@ -97,12 +97,18 @@ export interface VerifyReport {
   problem?: VerifyProblem
 }
 
+export interface VerifyOptions {
+  /** Called after each batch of lines with the bytes checked so far and the bytes to check. */
+  onProgress?: (bytes: number, size: number) => void
+}
+
 /**
  * Full scan: every line a valid entry, seq strictly increasing, ts non-decreasing. Stops at the
  * first problem and reports it as file:line. Reads up to the size the file has when it starts.
  * A large log is checked in two halves at once (split at a line boundary), joined in order.
  */
-export async function verifyLog(file: string): Promise<VerifyReport> {
+export async function verifyLog(file: string, options: VerifyOptions = {}): Promise<VerifyReport> {
+  const { onProgress } = options
   const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
   let middle = 0
@@ -112,22 +118,32 @@ export async function verifyLog(file: string): Promise<VerifyReport> {
   } finally {
     closeSync(fd)
   }
+  const progress = onProgress && ((bytes: number) => onProgress(bytes, size))
   if (middle > 0 && middle < size) {
     const [first, second] = await Promise.all([
-      verifyRange(file, 0, middle),
+      verifyRange(file, 0, middle, progress),
       verifyInThread(file, middle, size),
     ])
     // Without its thread the second half is checked here, after the first.
-    return joinRanges(file, size, [first, second ?? (await verifyRange(file, middle, size))])
+    const rest = second ?? (await verifyRange(file, middle, size, progress && ((b) => progress(middle + b))))
+    const report = joinRanges(file, size, [first, rest])
+    if (report.ok) progress?.(report.bytes)
+    return report
   }
-  return joinRanges(file, size, [await verifyRange(file, 0, size)])
+  return joinRanges(file, size, [await verifyRange(file, 0, size, progress)])
 }
 
 /**
  * Checks the complete lines in [start, end) (start is a line start) as `verifyLog` does, with
  * line numbers from 1 at `start` and no entry before it; stops at the first problem.
  */
-export async function verifyRange(file: string, start: number, end: number): Promise<VerifyRangeReport> {
+export async function verifyRange(
+  file: string,
+  start: number,
+  end: number,
+  /** Called after each chunk with the bytes of the range checked so far. */
+  onChunk?: (bytes: number) => void,
+): Promise<VerifyRangeReport> {
   const r: VerifyRangeReport = {
     lines: 0,
     entries: 0,
@@ -184,6 +200,7 @@ export async function verifyRange(file: string, start: number, end: number): Pro
       r.lastTs = ts
       s = next
     }
+    onChunk?.(r.bytes)
   }
   return r
 }
