@@ -340,19 +340,28 @@ class Thread {
   /** The thread's files and head, from the log (takes the workspace's lock first). */
   private async loadTree(): Promise<TreeState> {
     const saver = this.saver
-    const report = await saver.log.openWorkspace(this.workspace)
+    // With the lock held nobody else appends: the log as read now is what the next commit follows.
+    await saver.log.openWorkspace(this.workspace)
     await this.refresh(true) // opening may have cut a torn tail
-    if (report.lastSeq === 0) {
+    const lastSeq = this.follower.lastSeq
+    if (lastSeq === 0) {
       this.tree = { files: new Map(), builder: new TreeBuilder(), head: undefined, headPos: 0, lastSeq: 0 }
       return this.tree
     }
     const s = await saver.engine.replay(this.workspace)
+    if (s.seq !== lastSeq) {
+      throw new NoaError(
+        'NOA_CONFLICT',
+        `workspace ${this.workspace} changed while it was read (seq ${lastSeq}, then ${s.seq}); is another writer in this process appending to it?`,
+        { workspace: this.workspace },
+      )
+    }
     this.tree = {
       files: s.tree.toMap(),
       builder: new TreeBuilder(s.tree),
       head: s.parent ?? undefined,
       headPos: s.since,
-      lastSeq: s.seq,
+      lastSeq,
     }
     return this.tree
   }
@@ -778,9 +787,11 @@ export class NoaSaver extends BaseCheckpointSaver {
   }
 
   /**
-   * Starts a new thread at a checkpoint of another (LangGraph's time travel into a thread of
-   * its own): a noa fork of the workspace at that checkpoint's snapshot, plus the checkpoint's
-   * pending writes. The new thread's history is the old one's up to that checkpoint.
+   * Starts a new thread at a checkpoint of another (time travel into a thread of its own): a noa
+   * fork of the workspace at the snapshot made with that checkpoint. The new thread's history is
+   * the old one's up to that checkpoint, as it was when it was put: writes made against it later
+   * (the outcome of the step that followed) stay behind, so the step runs again. `noa fork` at
+   * the same snapshot makes the same thread.
    */
   async fork(config: RunnableConfig, toThreadId: string): Promise<RunnableConfig> {
     const threadId = this.threadIdOf(config, true) as string
@@ -792,7 +803,7 @@ export class NoaSaver extends BaseCheckpointSaver {
     if (!id || !ref) {
       throw new NoaError(
         'NOA_NOT_FOUND',
-        `thread ${threadId} has no checkpoint ${id ?? '(none at all)'}${ns ? ` in ${ns}` : ''}`,
+        `thread ${threadId} has no checkpoint ${id ?? '(none at all)'}${ns ? ` in namespace ${ns}` : ''}`,
       )
     }
     if (!ref.snapshot) {
@@ -805,20 +816,14 @@ export class NoaSaver extends BaseCheckpointSaver {
     await this.engine.fork(to.workspace, ref.snapshot, {
       message: `langgraph fork of thread ${threadId} at ${id}`,
     })
-    const entries: EntryInput[] = []
-    const objects: StoredObject[] = []
-    for (const [task, blob] of t.index.writesOf(ns, id) ?? []) {
-      entries.push({ op: 'write', path: writesPath(ns, id, task), blob })
-    }
     if (to.hashed) {
       const bytes = Buffer.from(target, 'utf8')
-      objects.push({ id: sha256(bytes), data: bytes, exact: true })
-      entries.push({ op: 'write', path: THREAD_FILE, blob: sha256(bytes) })
+      const blob = sha256(bytes)
+      await this.mutex.run([to.workspace], async () => {
+        await this.store.write([{ id: blob, data: bytes, exact: true }])
+        await this.log.append(to.workspace, { op: 'write', path: THREAD_FILE, blob })
+      })
     }
-    await this.mutex.run([to.workspace], async () => {
-      await this.store.write(objects)
-      if (entries.length > 0) await this.log.appendMany(to.workspace, entries)
-    })
     return { configurable: { thread_id: target, checkpoint_ns: ns, checkpoint_id: id } }
   }
 
