@@ -21,7 +21,8 @@ validate<NoaSaver>({
   async createCheckpointer() {
     // A root of its own per saver: the suite requires that savers do not see each other's threads.
     const root = mkdtempSync(join(tmpdir(), 'noa-lg-validate-'))
-    const saver = await NoaSaver.open({ root })
+    // One owner worker: the suite opens a saver per test, and never needs two threads writing.
+    const saver = await NoaSaver.open({ root, workers: 1 })
     roots.set(saver, root)
     return saver
   },
