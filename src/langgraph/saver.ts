@@ -43,7 +43,7 @@ import {
 import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters/values.js'
 import type { AgentLog } from '../engine/agent-log.js'
 import { nowMicros } from '../engine/clock.js'
-import type { Entry, EntryInput } from '../engine/entry.js'
+import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -437,6 +437,8 @@ class Thread {
     const keep = checkpointPath(op.ns, op.id)
     for (const path of [...state.files.keys()]) {
       const p = parsePath(path)
+      // A `thread` file names the id of a hashed workspace; one forked from elsewhere is stale.
+      if (p?.kind === 'thread' && !this.hashed) this.change(state, e, path, null)
       if (!p || p.kind === 'thread' || path === keep) continue
       if (op.ns !== '' && (p.kind === 'checkpoint' || p.kind === 'writes') && p.ns === '') continue
       this.change(state, e, path, null)
@@ -700,6 +702,8 @@ export class NoaSaver extends BaseCheckpointSaver {
     const threadId = this.threadIdOf(config, true) as string
     const ns = this.nsOf(config)
     const id = checkId(checkpoint?.id, 'checkpoint.id')
+    // Refused here, not in the commit, where it would fail the operations batched with it.
+    checkPath(checkpointPath(ns, id), 'checkpoint path')
     const parentId = config.configurable.checkpoint_id
     const parent =
       parentId === undefined || parentId === ''
@@ -760,6 +764,7 @@ export class NoaSaver extends BaseCheckpointSaver {
     }
     const id = checkId(cid, 'config.configurable.checkpoint_id')
     const task = checkId(taskId, 'task id')
+    checkPath(writesPath(ns, id, task), 'writes path')
     if (taskPath !== undefined) checkText(taskPath, 'task path')
     if (!Array.isArray(writes))
       throw new NoaError('NOA_BAD_ARGUMENT', 'putWrites takes an array of [channel, value] writes')

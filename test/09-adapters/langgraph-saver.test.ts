@@ -289,6 +289,21 @@ describe('NoaSaver', () => {
       await expect(
         saver.putWrites({ configurable: { thread_id: 'x', checkpoint_id: 'c' } }, [], ''),
       ).rejects.toThrow(/task id must be a non-empty string/)
+      // A path too long for a log entry is refused alone, not with what was submitted beside it.
+      const [tooLong, fine] = await Promise.allSettled([
+        saver.put(
+          { configurable: { thread_id: 'x', checkpoint_ns: 'n'.repeat(5000) } },
+          checkpoint(),
+          meta(0),
+          {},
+        ),
+        saver.put({ configurable: { thread_id: 'x' } }, checkpoint(), meta(0), {}),
+      ])
+      expect(tooLong).toMatchObject({ status: 'rejected', reason: { code: 'NOA_BAD_ENTRY' } })
+      expect(String((tooLong as PromiseRejectedResult).reason)).toMatch(
+        /checkpoint path: longer than 4096 bytes/,
+      )
+      expect(fine.status).toBe('fulfilled')
       const bad = saver.list({ configurable: {} }, { limt: 1 } as never)
       await expect(bad.next()).rejects.toThrow(/unknown list option limt/)
       await expect(saver.fork({ configurable: { thread_id: 'none' } }, 'y')).rejects.toMatchObject({
