@@ -1,14 +1,23 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, jsonLines, readAll, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
-  options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [1, 1] as [number, number],
-}
+  options: {
+    ...ROOT_OPTION,
+    json: { ...JSON_OPTION.json, description: 'accepted for symmetry: the acks are JSON lines already' },
+  },
+  positionals: [1, 1],
+  details:
+    'stdin: one entry per line, without seq and ts: {"op":"write","path":P,"blob":HASH},\n' +
+    '{"op":"delete","path":P} or {"op":"rename","from":P,"to":Q}. Every line is checked before\n' +
+    'anything is written; each appended entry prints {"seq":N,"ts":T} once it is durable.',
+  examples: [`echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`],
+  exitCodes: { 1: 'an invalid line (stdin:<line>: <reason>; nothing written) or a refused append' },
+})
 
 /** Entries per appendMany: large inputs go out in several commits instead of one huge buffer. */
 const CHUNK = 10_000

@@ -3,21 +3,35 @@ import { isNoaError } from '../../engine/errors.js'
 import { existingLog } from '../../engine/logs.js'
 import type { MergeConflict } from '../../store/merge.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
 
-const spec = {
+export const spec = command({
   usage:
     'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    'on-conflict': { type: 'string' },
-    message: { type: 'string', short: 'm' },
+    'on-conflict': {
+      type: 'string',
+      value: 'lww|fail',
+      description: 'a path changed on both sides: lww keeps the last write, fail writes nothing',
+      defaultText: 'lww',
+      complete: ['lww', 'fail'],
+    },
+    message: {
+      type: 'string',
+      short: 'm',
+      description: "the merge snapshot's message",
+      defaultText: '"merge <sources> into <target>"',
+    },
   },
-  positionals: [2, Number.POSITIVE_INFINITY] as [number, number],
-} as const
+  positionals: [2, Number.POSITIVE_INFINITY],
+  details: "Prints the merged snapshot's id, then any conflicts (kept side and every side's entry).",
+  examples: ['noa merge main agent-1 agent-2 --on-conflict fail'],
+  exitCodes: { 1: 'an unknown workspace, or conflicts with --on-conflict fail (listed on stdout)' },
+})
 
 function describe(c: MergeConflict): string {
   const sides = c.sides.map(
@@ -28,7 +42,7 @@ function describe(c: MergeConflict): string {
 }
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [2, Number.POSITIVE_INFINITY] })
+  const { values, positionals } = parseCommand(args, spec)
   const policy = values['on-conflict'] ?? 'lww'
   if (policy !== 'lww' && policy !== 'fail') {
     throw new UsageError(`--on-conflict must be lww or fail, got ${JSON.stringify(policy)}`, spec.usage)

@@ -1,13 +1,16 @@
 import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
-}
+  positionals: [0, Number.POSITIVE_INFINITY],
+  details: 'Reads every line of each log (all workspaces when none is named) without changing it.',
+  examples: ['noa verify agent-1 agent-2'],
+  exitCodes: { 0: 'every log is consistent', 1: 'a log has a problem (file:line: reason on stderr)' },
+})
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
