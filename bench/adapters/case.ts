@@ -1,7 +1,7 @@
 /**
  * One trial of the adapter benchmark, in a fresh process:
  *
- *   node dist/bench/adapters/case.js <serial|100threads> <noa|sqlite|sqlite-full> <dir> <seconds>
+ *   node dist/bench/adapters/case.js <serial|100threads> <noa|noa-uv64|sqlite|sqlite-full> <dir> <seconds>
  *
  * A graph step is what LangGraph's loop asks of its saver per superstep: `put` of the next
  * checkpoint (three channels, two of them new), `putWrites` of the task that ran (two writes),
@@ -40,17 +40,29 @@ function sqliteContender(synchronous: 'default' | 'FULL'): Contender {
   }
 }
 
-export const CONTENDERS: Record<string, Contender> = {
-  noa: {
+function noaContender(): Contender {
+  return {
     async open(dir) {
       // The object store's 256 fan-out folders, as in any store in use: a fresh one would spend
       // the first seconds creating them (a mkdir and two directory fsyncs each).
-      for (let i = 0; i < 256; i++)
+      for (let i = 0; i < 256; i++) {
         mkdirSync(join(dir, 'noa', 'objects', i.toString(16).padStart(2, '0')), { recursive: true })
+      }
       const saver = await NoaSaver.open({ root: join(dir, 'noa') })
-      return { saver, how: 'blobs fsynced, then one appendMany per commit', close: () => saver.close() }
+      const pool = process.env.UV_THREADPOOL_SIZE ?? '4'
+      return {
+        saver,
+        how: `blobs fsynced (libuv pool of ${pool}), then one appendMany per commit`,
+        close: () => saver.close(),
+      }
     },
-  },
+  }
+}
+
+export const CONTENDERS: Record<string, Contender> = {
+  noa: noaContender(),
+  /** The same with libuv's pool at 64 threads: the object store's fsyncs run there, 4 at a time by default. */
+  'noa-uv64': noaContender(),
   /** SqliteSaver as it ships: WAL with better-sqlite3's default synchronous (NORMAL: no fsync per commit). */
   sqlite: sqliteContender('default'),
   /** The same with synchronous=FULL: each transaction's commit fsyncs the WAL (durable like noa). */
@@ -98,7 +110,7 @@ async function main(): Promise<void> {
   const [workload, contender, dir, secondsArg] = process.argv.slice(2)
   const c = CONTENDERS[contender as string]
   if (!c || (workload !== 'serial' && workload !== '100threads') || !dir) {
-    throw new Error('usage: case.js <serial|100threads> <noa|sqlite|sqlite-full> <dir> <seconds>')
+    throw new Error('usage: case.js <serial|100threads> <noa|noa-uv64|sqlite|sqlite-full> <dir> <seconds>')
   }
   const seconds = Number(secondsArg ?? 3)
   const threads = workload === 'serial' ? 1 : 100
