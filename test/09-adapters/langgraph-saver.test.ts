@@ -213,6 +213,38 @@ describe('NoaSaver', () => {
     }
   })
 
+  it('repairs its snapshot chain when another writer in the process appends during its commit', async () => {
+    const root = join(tempDir('noa-lg-race-'), 'noa')
+    const log = await AgentLog.open({ root })
+    const saver = await NoaSaver.open({ log })
+    try {
+      const c1 = await saver.put({ configurable: { thread_id: 'r' } }, checkpoint({ a: 1 }), meta(0), {
+        a: 1,
+      })
+      // Someone appends to the thread's workspace after the saver read the log, before its entries go.
+      const write = saver.store.write.bind(saver.store)
+      saver.store.write = async (objects) => {
+        await write(objects)
+        saver.store.write = write
+        await log.append('lg.r', { op: 'write', path: 'intruder', blob: '1'.repeat(64) })
+      }
+      await expect(saver.put(c1, checkpoint({ a: 2 }, { a: 2 }), meta(1), { a: 2 })).rejects.toMatchObject({
+        code: 'NOA_CONFLICT',
+      })
+      await expectConsistent(root, 'lg.r')
+      const c3 = await saver.put(c1, checkpoint({ a: 3 }, { a: 3 }), meta(2), { a: 3 })
+      expect((await saver.getTuple(c3))?.checkpoint.channel_values).toEqual({ a: 3 })
+      await expectConsistent(root, 'lg.r')
+      const head = await new SnapshotEngine({ root }).head('lg.r')
+      expect((await new SnapshotEngine({ root }).tree(head?.record.id as string)).get('intruder')).toBe(
+        '1'.repeat(64),
+      )
+    } finally {
+      await saver.close()
+      await log.close()
+    }
+  })
+
   it('stores large values as blobs of their own, shared by the checkpoints that carry them', async () => {
     await withSaver(async (saver, root) => {
       const big = 'y'.repeat(10_000)
