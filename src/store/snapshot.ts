@@ -13,11 +13,11 @@
  * Every write puts objects first (tree, then record) and the log entry last: a crash in between
  * leaves unreferenced objects, never an entry naming a missing object.
  */
-import { existsSync, statSync } from 'node:fs'
 import type { AgentLog } from '../engine/agent-log.js'
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, encodeBody } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { statFile } from '../engine/files.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import {
@@ -249,7 +249,7 @@ export class SnapshotEngine {
           workspace,
           file,
         })
-      if (existsSync(file) && statSync(file).size > 0) throw exists() // refused before the log is touched
+      if ((statFile(file, 'workspace log')?.size ?? 0) > 0) throw exists() // refused before the log is touched
       if ((await log.openWorkspace(workspace)).lastSeq > 0) throw exists()
       const entry = await log.append(workspace, { op: 'snapshot', snapshot_id: record.id, message })
       return { workspace, base: record.id, from_workspace: record.workspace, entry }

@@ -2,7 +2,7 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
 
 export const spec = command({
   usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
@@ -16,7 +16,9 @@ export const spec = command({
     '{"op":"delete","path":P} or {"op":"rename","from":P,"to":Q}. Every line is checked before\n' +
     'anything is written; each appended entry prints {"seq":N,"ts":T} once it is durable.',
   examples: [`echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`],
-  exitCodes: { 1: 'an invalid line (stdin:<line>: <reason>; nothing written) or a refused append' },
+  exitCodes: {
+    1: 'an invalid line or invalid UTF-8 (stdin:<line>: <reason>; nothing written) or a refused append',
+  },
 })
 
 /** Entries per appendMany: large inputs go out in several commits instead of one huge buffer. */
@@ -25,10 +27,21 @@ const CHUNK = 10_000
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
-  const text = (await readAll(io.stdin)).toString('utf8')
+  const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
-  const refuse = (line: number, reason: string) =>
-    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line })
+  const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
+    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line, ...details })
+  // Decoding would turn each bad sequence into U+FFFD, so two different byte paths could be
+  // stored as one: refused instead.
+  const bad = invalidUtf8(bytes)
+  if (bad) {
+    throw refuse(
+      bad.line,
+      `invalid UTF-8 at byte offset ${bad.offset} of stdin (byte ${bad.column} of the line)`,
+      { offset: bad.offset },
+    )
+  }
+  const text = bytes.toString('utf8')
   const entries: EntryInput[] = []
   for (const { line, value } of jsonLines(text, refuse)) {
     try {

@@ -1,15 +1,22 @@
-import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
+import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, json } from '../io.js'
+import { type CliIo, json, write } from '../io.js'
+import { reportProblems } from '../problems.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
   positionals: [0, Number.POSITIVE_INFINITY],
-  details: 'Reads every line of each log (all workspaces when none is named) without changing it.',
+  details:
+    'Reads every line of each log (all workspaces when none is named) without changing it. One\n' +
+    'that fails does not stop the others; every failure, and every entry of agent-logs/ that is\n' +
+    'not a regular log, is named again at the end.',
   examples: ['noa verify agent-1 agent-2'],
-  exitCodes: { 0: 'every log is consistent', 1: 'a log has a problem (file:line: reason on stderr)' },
+  exitCodes: {
+    0: 'every log is consistent',
+    1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
+  },
 })
 
 export function describe(r: VerifyReport): string {
@@ -17,16 +24,50 @@ export function describe(r: VerifyReport): string {
   return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
 }
 
+/**
+ * Verifies each workspace in full, going on past one that fails (corrupt, unreadable, not a
+ * regular file); every failure is named again at the end and the exit code is 1. Without
+ * names: every entry of `agent-logs/`, what is not a regular log included.
+ */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
-  const names = positionals.length > 0 ? positionals : workspaceNames(root)
-  let ok = true
-  for (const ws of names) {
-    const report = await verifyWorkspace(root, ws)
-    ok &&= report.ok
-    if (values.json) io.stdout.write(json({ workspace: ws, ...report }))
-    else (report.ok ? io.stdout : io.stderr).write(`${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)
+  const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
+  const problems: LogProblem[] = []
+  for (const p of scan.problems) {
+    problems.push(p)
+    if (values.json && p.code !== 'NOA_BAD_WORKSPACE') {
+      await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
+    }
   }
-  return ok ? 0 : 1
+  for (const ws of scan.workspaces) {
+    let report: VerifyReport
+    try {
+      report = await verifyWorkspace(root, ws)
+    } catch (err) {
+      const p = problemOf(err, safeLogPath(root, ws))
+      problems.push(p)
+      if (values.json)
+        await write(
+          io.stdout,
+          json({ workspace: ws, file: p.file, ok: false, code: p.code, error: p.message }),
+        )
+      else await write(io.stderr, `${ws}: ${p.message}\n`)
+      continue
+    }
+    if (!report.ok) problems.push({ file: report.file, code: 'NOA_CORRUPT_LOG', message: describe(report) })
+    if (values.json) await write(io.stdout, json({ workspace: ws, ...report }))
+    else
+      await write(report.ok ? io.stdout : io.stderr, `${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)
+  }
+  return reportProblems(io, 'verify', problems, 'failed verification')
+}
+
+/** The log's path for a report; a name that is not a workspace name has none. */
+export function safeLogPath(root: string, ws: string): string {
+  try {
+    return logPath(root, ws)
+  } catch {
+    return ws
+  }
 }
