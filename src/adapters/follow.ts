@@ -5,8 +5,8 @@
  * when recovery cuts a torn tail; so the file's size says whether anything changed, and the
  * entries after the last seq read are the change.
  */
-import { statSync } from 'node:fs'
 import type { Entry } from '../engine/entry.js'
+import { statFile } from '../engine/files.js'
 import { logPath } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 
@@ -26,13 +26,13 @@ export class LogFollower {
     this.file = logPath(root, workspace)
   }
 
-  /** Bytes in the log file now (0 when there is none). */
+  /** Bytes in the log file now (0 when there is none); a symlink or non-file there is refused. */
   size(): number {
-    return statSync(this.file, { throwIfNoEntry: false })?.size ?? 0
+    return statFile(this.file, 'workspace log')?.size ?? 0
   }
 
   exists(): boolean {
-    return statSync(this.file, { throwIfNoEntry: false }) !== undefined
+    return statFile(this.file, 'workspace log') !== undefined
   }
 
   /**

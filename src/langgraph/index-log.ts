@@ -7,9 +7,9 @@
  * inherits that workspace's history up to the record's seq: the base's log is read first, the
  * way a replay starts from the base's tree.
  */
-import { existsSync } from 'node:fs'
 import { readLog } from '../adapters/follow.js'
 import type { Entry } from '../engine/entry.js'
+import { statFile } from '../engine/files.js'
 import { logPath } from '../engine/logs.js'
 import type { ObjectStore } from '../store/objects.js'
 import { parsePath } from './layout.js'
@@ -110,7 +110,7 @@ export class ThreadIndex {
     depth = 0,
   ): Promise<number> {
     const file = logPath(root, workspace)
-    if (!existsSync(file)) return 0
+    if (!statFile(file, 'workspace log')) return 0
     const entries = await readLog(file, opts.end ?? Number.MAX_SAFE_INTEGER)
     let lastSeq = 0
     for (const [i, e] of entries.entries()) {

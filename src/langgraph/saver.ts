@@ -314,7 +314,7 @@ class Thread {
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
-      this.follower.accept(last, statSync(this.follower.file).size)
+      this.follower.accept(last, this.follower.size())
       state.lastSeq = last
       if (unexpected >= 0) {
         // Another writer in this process appended between our entries: the snapshot records
@@ -835,6 +835,8 @@ export class NoaSaver extends BaseCheckpointSaver {
   /** Every thread of the root with at least one checkpoint, by thread id. */
   private async allThreads(): Promise<Map<string, Thread>> {
     const out = new Map<string, Thread>()
+    // A root nothing was written to yet has no threads (and no folder).
+    if (!statSync(this.root, { throwIfNoEntry: false })) return out
     for (const ws of workspaceNames(this.root)) {
       const name = decodeWorkspace(THREADS, ws)
       if (!name) continue

@@ -3,6 +3,7 @@
  * writes, operations batched into one commit, a log changed under the saver, a copied
  * checkpoint, and refusals.
  */
+import { symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { emptyCheckpoint, uuid6 } from '@langchain/langgraph-checkpoint'
 import { describe, expect, it } from 'vitest'
@@ -299,6 +300,13 @@ describe('NoaSaver', () => {
       expect(await list({}, { checkpoint_id: ids[1] })).toEqual([ids[1]])
       expect(await list({}, { checkpoint_ns: 'sub' })).toEqual([])
     })
+    // A root nothing was written to has no threads yet (and no folder).
+    const fresh = await NoaSaver.open({ root: join(tempDir('noa-lg-empty-'), 'not-yet') })
+    const none = []
+    for await (const t of fresh.list({ configurable: {} })) none.push(t)
+    expect(none).toEqual([])
+    expect(await fresh.getTuple({ configurable: { thread_id: 'x' } })).toBeUndefined()
+    await fresh.close()
   })
 
   it('refuses bad configs and options with NoaErrors that name them', async () => {
@@ -342,6 +350,15 @@ describe('NoaSaver', () => {
         code: 'NOA_NOT_FOUND',
       })
       expect(await saver.getTuple({ configurable: {} })).toBeUndefined()
+    })
+    // A thread log that is a symlink planted in the root is refused by name, never followed.
+    await withSaver(async (saver, root) => {
+      await saver.put({ configurable: { thread_id: 'real' } }, checkpoint(), meta(0), {})
+      symlinkSync(join(root, 'agent-logs', 'lg.real.log'), join(root, 'agent-logs', 'lg.planted.log'))
+      await expect(saver.getTuple({ configurable: { thread_id: 'planted' } })).rejects.toMatchObject({
+        code: 'NOA_NOT_REGULAR_FILE',
+        message: expect.stringContaining('lg.planted.log'),
+      })
     })
     await expect(NoaSaver.open({ rot: 'x' } as never)).rejects.toThrow(/unknown NoaSaver option rot/)
     const root = join(tempDir('noa-lg-closed-'), 'noa')
