@@ -45,6 +45,7 @@ import type { AgentLog } from '../engine/agent-log.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
@@ -221,6 +222,8 @@ class Thread {
 
   private async readLog(): Promise<void> {
     if (!this.loaded) {
+      // After a power loss the last entries may be only in a dead process's commit journal.
+      recoverJournalsForRead(this.saver.root)
       const size = this.follower.size()
       this.index.reset()
       const lastSeq = await this.index.scan(this.saver.root, this.saver.store, this.workspace, { end: size })

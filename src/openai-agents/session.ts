@@ -16,6 +16,7 @@ import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } fro
 import type { AgentLog } from '../engine/agent-log.js'
 import type { Entry, EntryInput } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
@@ -219,6 +220,8 @@ export class NoaSession implements Session {
   }
 
   private async load(): Promise<void> {
+    // After a power loss the last items may be only in a dead process's commit journal.
+    recoverJournalsForRead(this.root)
     const size = this.follower.size()
     this.files = new Map()
     this.items = new Map()
