@@ -55,7 +55,7 @@ export {
   type VerifyReport,
   verifyLog,
 } from './engine/recovery.js'
-export { goToLower, goTrimSpace } from './gocompat/index.js'
+export { type GoInt, goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -181,7 +181,7 @@ export {
   TreeBuilder,
   type TreeChange,
 } from './store/tree.js'
-export { formatRecord } from './transcript/format.js'
+export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,
   type IdOptions,
@@ -242,6 +242,7 @@ export {
   isBoundaryMarker,
   lastBoundaryIndex,
   lastUuid,
+  type MessagesOptions,
   messages,
   pairToolBlocks,
   parseBoundaryMeta,
