@@ -3,8 +3,8 @@
  * delete removes the path, rename moves the blob from `from` to `to`. Snapshot and merge entries
  * change no file. An entry that cannot apply is an error naming the workspace and the seq.
  *
- * Entries are read without the full per-field validation of `parseEntry` (that is `verify`'s
- * job, and it would double the cost of a replay); only what the tree relies on is checked.
+ * Every entry is read with the full validation of `parseEntry` (the line scanner makes it
+ * cheaper than a bare JSON.parse), so a snapshot never takes in a line `verify` would refuse.
  */
 import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
@@ -13,6 +13,7 @@ import { openFileSync, READ } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
+import { BadLine, LineScanner, parseLines } from '../engine/scan.js'
 import type { TreeBuilder } from './tree.js'
 
 /**
@@ -190,7 +191,7 @@ export async function replaySegment(
   const batches =
     end - start <= SYNC_RANGE
       ? oneBatch(file, start, end)
-      : readEntryBatches(file, { fromSeq: since + 1, end, validate: false })
+      : readEntryBatches(file, { fromSeq: since + 1, end })
   for await (let batch of batches) {
     let done = false
     // Seqs must increase (the reader relies on it to seek); ts is only carried along.
@@ -262,23 +263,16 @@ async function* oneBatch(file: string, start: number, end: number): AsyncGenerat
   }
   const last = buf.lastIndexOf(0x0a, got - 1)
   if (last < 0) return
-  const lines = buf.toString('utf8', 0, last).split('\n')
-  const out: Entry[] = new Array(lines.length)
-  let k = 0
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i] as string
-    if (line.length === 0) continue
-    try {
-      out[k++] = JSON.parse(line) as Entry
-    } catch (err) {
-      const offset = start + Buffer.byteLength(lines.slice(0, i).join('\n')) + (i > 0 ? 1 : 0)
-      throw new NoaError(
-        'NOA_CORRUPT_LOG',
-        `${file} (line at byte ${offset}): corrupt entry: ${(err as Error).message}`,
-        { file, offset },
-      )
-    }
+  const out: Entry[] = []
+  try {
+    parseLines(new LineScanner(), buf.subarray(0, last + 1), out, { validate: true, fromSeq: 1 })
+  } catch (err) {
+    if (!(err instanceof BadLine)) throw err
+    const offset = start + err.offset
+    throw new NoaError('NOA_CORRUPT_LOG', `${file} (line at byte ${offset}): corrupt entry: ${err.message}`, {
+      file,
+      offset,
+    })
   }
-  out.length = k
   yield out
 }

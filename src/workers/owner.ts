@@ -13,7 +13,7 @@
  * A lone commit on an otherwise idle worker runs on this thread: two thread hops fewer on the
  * serial path.
  */
-import { existsSync, fstatSync, mkdirSync } from 'node:fs'
+import { fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
@@ -453,17 +453,26 @@ class Owner {
     const j = this.journal
     if (j !== null && j.state === 'ready') {
       for (const batch of batches) {
-        // A batch too large for a frame is committed to its file directly (write + fdatasync).
-        if (batch.data.length + FRAME_HEADER + 512 > j.maxFrame) this.commitOne(batch, false)
-        else this.pending.push(batch)
+        // Straight to its file (write + fdatasync): a batch too large for a frame, and every
+        // file appended through appendToFile. Those live outside the root, and their readers (a
+        // transcript loader, say) cannot know which root's journal would have to be replayed
+        // before they read; so they never depend on one.
+        if (batch.file.kind === 'raw' || batch.data.length + FRAME_HEADER + 512 > j.maxFrame) {
+          this.commitOne(batch, false)
+        } else {
+          this.pending.push(batch)
+        }
       }
       this.startRound()
       return
     }
     if (batches.length === 0) return
     // The journal pays for itself from the second commit on: a process that commits once (a
-    // one-shot `noa append`) never allocates one.
-    if (j !== null && j.state === 'none' && this.stats.commits > 0 && !this.closing) this.createJournal(j)
+    // one-shot `noa append`) never allocates one, nor does one that only appends to files.
+    const workspaces = batches.some((b) => b.file.kind === 'ws')
+    if (j !== null && j.state === 'none' && workspaces && this.stats.commits > 0 && !this.closing) {
+      this.createJournal(j)
+    }
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
     if (this.init.durability === 'syncfs') this.commitSyncfsRound(batches, inline)
     else for (const batch of batches) this.commitOne(batch, inline)
@@ -1224,17 +1233,16 @@ class Owner {
     }
     // Opening a file and replaying the journals of dead processes happen under the root lock:
     // a dead process's journal may hold the only copy of entries of this very file.
-    const open = () => (file.kind === 'ws' ? this.openWorkspace(file) : this.openRaw(file))
-    if (file.kind === 'ws' && !this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
-    if (file.kind === 'ws' || existsSync(this.init.root)) {
+    if (file.kind === 'raw') {
+      this.openRaw(file) // never journaled: no journal to replay before it is used
+    } else {
+      if (!this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
       withRootLock(this.init.root, () => {
         recoverJournalsLocked(this.init.root)
-        open()
+        this.openWorkspace(file)
       })
-    } else {
-      open() // a file outside a root that does not exist: there is no journal to replay
     }
-    if (this.journal !== null) {
+    if (this.journal !== null && file.kind === 'ws') {
       const target = file.kind === 'ws' ? file.key : file.path
       file.ino = fstatSync(file.fd, { bigint: true }).ino
       file.record = recordHeader(target, file.ino)

@@ -92,6 +92,30 @@ describe('replay rules', () => {
       expect(await engine.listSnapshots('ws')).toEqual([])
     })
   }
+
+  // A line that is valid JSON but breaks a field rule (here a `..` segment, which would let a
+  // checkout leave the tree): replay validates as `verify` does, for a short log read in one
+  // call and for a long one streamed in chunks.
+  for (const lines of [50, 40_000]) {
+    it(`refuses a log whose line breaks a field rule, naming the line (${lines} lines)`, async () => {
+      const { root, log, engine } = await setup()
+      await log.appendMany('ws', [w('first', 1)])
+      const file = join(root, 'agent-logs', 'ws.log')
+      let text = readFileSync(file, 'utf8')
+      let offset = 0
+      for (let seq = 2; seq <= lines; seq++) {
+        const path = seq === lines - 10 ? 'src/../etc/passwd' : `src/f${seq % 300}.ts`
+        if (seq === lines - 10) offset = Buffer.byteLength(text)
+        text += `{"seq":${seq},"op":"write","path":"${path}","blob":"${blobOf(seq)}","ts":${seq}}\n`
+      }
+      writeFileSync(file, text)
+      const err = await refusal(engine.snapshot('ws', { message: 'x' }))
+      expect(err.code).toBe('NOA_CORRUPT_LOG')
+      const where = lines < 1000 ? `${file} (line at byte ${offset})` : `${file}:${lines - 10}`
+      expect(err.message).toBe(`${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"`)
+      expect(await engine.listSnapshots('ws')).toEqual([])
+    })
+  }
 })
 
 describe('snapshots', () => {
