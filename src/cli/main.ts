@@ -42,7 +42,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
     load: () => import('./commands/blob.js'),
   },
   snapshot: {
-    summary: "snapshot a workspace's files (replays the entries since its last snapshot)",
+    summary: "snapshot a workspace's files (replays the entries since its last snapshot); prune old ones",
     load: () => import('./commands/snapshot.js'),
   },
   snapshots: {
@@ -57,6 +57,22 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<CommandMod
   merge: {
     summary: 'merge source workspaces into a target as one snapshot',
     load: () => import('./commands/merge.js'),
+  },
+  checkout: {
+    summary: "write a snapshot's files (or ws, ws@seq) into a folder",
+    load: () => import('./commands/checkout.js'),
+  },
+  diff: {
+    summary: 'paths added, removed and changed between two snapshots (or ws, ws@seq)',
+    load: () => import('./commands/diff.js'),
+  },
+  history: {
+    summary: "a workspace's snapshot, fork and merge graph, oldest first",
+    load: () => import('./commands/history.js'),
+  },
+  gc: {
+    summary: 'remove objects no log reaches (a dry run without --yes)',
+    load: () => import('./commands/gc.js'),
   },
 }
 

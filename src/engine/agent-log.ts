@@ -8,6 +8,7 @@ import { availableParallelism } from 'node:os'
 import { isAbsolute } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import { Piscina } from 'piscina'
+import { type AppendOptions, isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import {
@@ -50,6 +51,14 @@ export interface AgentLogOptions {
    * cheaper per entry only when many workspaces are busy and nothing else writes to that disk.
    */
   durability?: Durability
+  /**
+   * What the object store above says about blobs and records (the store's `ObjectStore`
+   * implements it). Without it, snapshot and merge entries are refused from callers (only the
+   * store writes them) and `checkBlobs` cannot be used.
+   */
+  objects?: ObjectChecks
+  /** Default of the append option `checkBlobs`: refuse writes whose blob is not stored. Default false. */
+  checkBlobs?: boolean
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
@@ -62,9 +71,12 @@ const OPTION_KEYS = new Set([
   'syncThreads',
   'inlineCommit',
   'durability',
+  'objects',
+  'checkBlobs',
   'ioModule',
   'ioOptions',
 ])
+const APPEND_OPTION_KEYS = new Set(['checkBlobs'])
 
 interface Pending {
   resolve(value: unknown): void
@@ -121,6 +133,32 @@ function checkOptions(options: AgentLogOptions) {
   if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
     throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
   }
+  const objects = options.objects
+  if (
+    objects !== undefined &&
+    (typeof objects !== 'object' ||
+      objects === null ||
+      typeof objects.hasBlob !== 'function' ||
+      typeof objects.checkRecords !== 'function')
+  ) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option objects must have hasBlob(hash) and checkRecords(workspace, entries, where) (an ObjectStore does)',
+      { field: 'objects' },
+    )
+  }
+  if (options.checkBlobs !== undefined && typeof options.checkBlobs !== 'boolean') {
+    throw optionError('checkBlobs', 'must be a boolean', options.checkBlobs)
+  }
+  if (options.checkBlobs && !objects) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option checkBlobs needs option objects (e.g. new ObjectStore(root))',
+      {
+        field: 'checkBlobs',
+      },
+    )
+  }
   if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
     throw optionError('ioModule', 'must be a module URL string', options.ioModule)
   }
@@ -132,6 +170,8 @@ function checkOptions(options: AgentLogOptions) {
     syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,
+    objects,
+    checkBlobs: options.checkBlobs ?? false,
   }
 }
 
@@ -153,9 +193,19 @@ export class AgentLog {
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
   private closing: Promise<OwnerStatus[]> | null = null
+  private readonly objects: ObjectChecks | undefined
+  private readonly checkBlobs: boolean
 
-  private constructor(root: string, pool: Piscina, owners: Owner[]) {
+  private constructor(
+    root: string,
+    pool: Piscina,
+    owners: Owner[],
+    objects: ObjectChecks | undefined,
+    checkBlobs: boolean,
+  ) {
     this.root = root
+    this.objects = objects
+    this.checkBlobs = checkBlobs
     this.logDir = logDirOf(root)
     this.pool = pool
     this.owners = owners
@@ -200,7 +250,7 @@ export class AgentLog {
         failed: null,
       })
     }
-    const log = new AgentLog(o.root, pool, owners)
+    const log = new AgentLog(o.root, pool, owners, o.objects, o.checkBlobs)
     try {
       await log.status() // every worker loaded the addon and answers
     } catch (err) {
@@ -210,11 +260,18 @@ export class AgentLog {
     return log
   }
 
-  /** Appends one entry; resolves with its seq and ts once it is durable. */
-  append(workspace: string, entry: EntryInput): Promise<Ack> {
+  /**
+   * Appends one entry; resolves with its seq and ts once it is durable. A snapshot or merge
+   * entry is the store's: refused unless `objects` vouches for it (see ObjectChecks).
+   */
+  append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
     try {
       checkWorkspace(workspace)
-      return this.submit(workspace, encodeBody(entry), -1) as Promise<Ack>
+      const body = encodeBody(entry)
+      if (options !== undefined || this.checkBlobs || isRecordEntry(entry)) {
+        this.checkEntries(workspace, [entry], options, () => 'entry')
+      }
+      return this.submit(workspace, body, -1) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -224,17 +281,71 @@ export class AgentLog {
    * Appends entries together: all are validated before any is sent, they get consecutive seqs,
    * and the promise resolves once all are durable (they share one commit).
    */
-  appendMany(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+  appendMany(workspace: string, entries: readonly EntryInput[], options?: AppendOptions): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
       if (!Array.isArray(entries))
         throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
       return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
+  }
+
+  /** The store's path for its own records: no record check (see STORE_APPEND). */
+  [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Record entries must be vouched for by `objects`; blobs checked when asked. */
+  private checkEntries(
+    workspace: string,
+    entries: readonly EntryInput[],
+    options: AppendOptions | undefined,
+    where: (i: number) => string,
+  ): void {
+    if (options !== undefined) checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
+    const checkBlobs = options?.checkBlobs ?? this.checkBlobs
+    if (typeof checkBlobs !== 'boolean') throw optionError('checkBlobs', 'must be a boolean', checkBlobs)
+    const objects = this.objects
+    if (checkBlobs && !objects) {
+      throw new NoaError(
+        'NOA_BAD_OPTION',
+        'append option checkBlobs needs the log opened with option objects (e.g. new ObjectStore(root))',
+        { field: 'checkBlobs' },
+      )
+    }
+    let records = false
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as EntryInput
+      if (e.op === 'snapshot' || e.op === 'merge') records = true
+      else if (checkBlobs && e.op === 'write' && !(objects as ObjectChecks).hasBlob(e.blob)) {
+        throw new NoaError(
+          'NOA_MISSING_BLOB',
+          `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first (noa blob put), or append with checkBlobs: false`,
+          { field: 'blob', blob: e.blob, path: e.path },
+        )
+      }
+    }
+    if (!records) return
+    if (!objects) {
+      const i = entries.findIndex((e) => e.op === 'snapshot' || e.op === 'merge')
+      throw new NoaError(
+        'NOA_BAD_ENTRY',
+        `${where(i)}: ${entries[i]?.op} entries are written by the store (SnapshotEngine snapshot, fork, merge); to append one by hand, open the log with option objects so it can check the record it names`,
+        { field: 'op' },
+      )
+    }
+    objects.checkRecords(workspace, entries, where)
   }
 
   /**

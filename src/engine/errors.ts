@@ -28,6 +28,7 @@ export type NoaErrorCode =
   | 'NOA_BAD_STATE'
   | 'NOA_BAD_ARCHIVE'
   | 'NOA_COMPRESS'
+  | 'NOA_MISSING_BLOB'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

@@ -33,7 +33,7 @@ const blob = (c: string) => c.repeat(64)
 /** `noa merge … --json` in a root, then the merged tree as `noa tree` prints it. */
 async function mergeTree(root: string, target: string, sources: string[]) {
   const out = JSON.parse(await cli(['merge', target, ...sources, '--root', root, '--json']))
-  const tree = await cli(['tree', out.snapshot_id, '--root', root])
+  const tree = await cli(['tree', out.snapshotId, '--root', root])
   return { base: out.base as string | undefined, conflicts: out.conflicts as unknown[], tree }
 }
 

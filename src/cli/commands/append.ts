@@ -1,39 +1,76 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
+import { ObjectStore } from '../../store/objects.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, jsonLines, readAll, write } from '../io.js'
 
 const spec = {
-  usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
-  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  usage: 'usage: noa append <workspace> [--no-blob-check] [--root DIR] < entries.jsonl',
+  options: { ...ROOT_OPTION, ...JSON_OPTION, 'no-blob-check': { type: 'boolean' } },
   positionals: [1, 1] as [number, number],
-}
+} as const
 
 /** Entries per appendMany: large inputs go out in several commits instead of one huge buffer. */
 const CHUNK = 10_000
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, spec)
+  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
   const workspace = checkWorkspace(positionals[0])
+  const root = rootOf(values)
   const text = (await readAll(io.stdin)).toString('utf8')
   // Validate everything before anything is written.
   const refuse = (line: number, reason: string) =>
     new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line })
   const entries: EntryInput[] = []
+  const lines: number[] = []
   for (const { line, value } of jsonLines(text, refuse)) {
     try {
       encodeBody(value)
     } catch (err) {
-      throw refuse(line, (err as Error).message)
+      const copied =
+        typeof value === 'object' && value !== null && 'seq' in value
+          ? ' (a line of noa log keeps its seq and ts; to start a workspace from another one, use noa fork)'
+          : ''
+      throw refuse(line, `${(err as Error).message}${copied}`)
     }
     entries.push(value as EntryInput)
+    lines.push(line)
   }
-  const log = await AgentLog.open({ root: rootOf(values) })
+  const store = new ObjectStore(root)
+  const where = (i: number) => `stdin:${lines[i]}`
+  const withLine = (err: unknown): never => {
+    if (err instanceof NoaError) {
+      throw new NoaError(err.code, `${err.message}; nothing was written`, err.details)
+    }
+    throw err
+  }
+  // Each write's blob must be stored, unless the host uploads blobs later.
+  const checkBlobs = !values['no-blob-check']
   try {
-    for (let i = 0; i < entries.length; i += CHUNK) {
-      const acks = await log.appendMany(workspace, entries.slice(i, i + CHUNK))
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as EntryInput
+      if (checkBlobs && e.op === 'write' && !store.hasBlob(e.blob)) {
+        throw new NoaError(
+          'NOA_MISSING_BLOB',
+          `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first with noa blob put, or pass --no-blob-check`,
+          { blob: e.blob, path: e.path, line: lines[i] },
+        )
+      }
+    }
+    store.checkRecords(workspace, entries, where)
+  } catch (err) {
+    withLine(err)
+  }
+  const log = await AgentLog.open({ root, objects: store })
+  try {
+    for (let i = 0; i < entries.length; ) {
+      // A run of merge entries goes out with the snapshot entry after it (they are checked together).
+      let end = Math.min(i + CHUNK, entries.length)
+      while (end < entries.length && entries[end - 1]?.op === 'merge') end++
+      const acks = await log.appendMany(workspace, entries.slice(i, end))
       await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
+      i = end
     }
   } finally {
     await log.close()

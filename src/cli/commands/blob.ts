@@ -1,11 +1,11 @@
-import { createReadStream } from 'node:fs'
+import { createReadStream, statSync } from 'node:fs'
 import { ObjectStore } from '../../store/objects.js'
-import { parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
-import { type CliIo, write } from '../io.js'
+import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
 
 const spec = {
-  usage: 'usage: noa blob put <file|-> [--root DIR]\n       noa blob get <hash> [--root DIR]',
-  options: { ...ROOT_OPTION },
+  usage: 'usage: noa blob put <file|-> [--root DIR] [--json]\n       noa blob get <hash> [--root DIR]',
+  options: { ...ROOT_OPTION, ...JSON_OPTION },
   positionals: [2, 2] as [number, number],
 }
 
@@ -16,10 +16,12 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   if (action === 'put') {
     // Streamed: a large file is hashed while it is written, never held whole in memory.
     const hash = await store.putBlob(arg === '-' ? io.stdin : createReadStream(arg))
-    await write(io.stdout, `${hash}\n`)
+    const bytes = statSync(store.pathOf(hash)).size
+    await write(io.stdout, values.json ? json({ blob: hash, bytes }) : `${hash}\n`)
     return 0
   }
   if (action === 'get') {
+    if (values.json) throw new UsageError('blob get prints the bytes; --json is for put', spec.usage)
     await write(io.stdout, await store.getBlob(arg))
     return 0
   }

@@ -1,16 +1,38 @@
 import { AgentLog } from '../../engine/agent-log.js'
-import { SnapshotEngine } from '../../store/snapshot.js'
+import { SnapshotEngine, type SnapshotResult } from '../../store/snapshot.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
-import { progress } from '../progress.js'
+import { progress, quoteField } from '../progress.js'
+import { describeNoEffect } from './describe.js'
 
 const spec = {
-  usage: 'usage: noa snapshot <workspace> [-m MESSAGE] [--root DIR] [--json]',
-  options: { ...ROOT_OPTION, ...JSON_OPTION, message: { type: 'string', short: 'm' } },
+  usage:
+    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [--root DIR] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    message: { type: 'string', short: 'm' },
+    'allow-empty': { type: 'boolean' },
+    strict: { type: 'boolean' },
+  },
   positionals: [1, 1] as [number, number],
 } as const
 
+export function snapshotJson(r: SnapshotResult): Record<string, unknown> {
+  return {
+    created: r.created,
+    snapshotId: r.snapshotId,
+    tree: r.tree,
+    parent: r.parent,
+    seq: r.seq,
+    entriesReplayed: r.entriesReplayed,
+    noEffect: r.noEffect,
+    missingBlobs: r.missingBlobs,
+  }
+}
+
 export async function run(args: string[], io: CliIo): Promise<number> {
+  if (args[0] === 'prune') return (await import('./prune.js')).run(args.slice(1), io)
   const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
   const workspace = positionals[0] as string
   const root = rootOf(values)
@@ -24,20 +46,21 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     const r = await engine.snapshot(workspace, {
       message: values.message ?? '',
       onProgress: shown.onProgress,
+      allowEmpty: values['allow-empty'] ?? false,
+      strict: values.strict ?? false,
     })
     shown.done()
-    await write(
-      io.stdout,
-      values.json
-        ? json({
-            snapshot_id: r.snapshot_id,
-            tree: r.tree,
-            parent: r.parent,
-            seq: r.seq,
-            entries_replayed: r.entries_replayed,
-          })
-        : `${r.snapshot_id}\n`,
-    )
+    if (!values.json) {
+      let notes = r.noEffect.map((n) => `noa snapshot: ${workspace} ${describeNoEffect(n)}\n`).join('')
+      for (const m of r.missingBlobs) {
+        notes += `noa snapshot: warning: ${quoteField(m.path)} is blob ${m.blob}, not in the object store (written at seq ${m.seq ?? '?'} of ${m.workspace})\n`
+      }
+      if (!r.created) {
+        notes += `noa snapshot: nothing new in ${workspace} since ${r.snapshotId ?? 'its start'} (seq ${r.seq}); no snapshot written (--allow-empty writes one anyway)\n`
+      }
+      if (notes) await write(io.stderr, notes)
+    }
+    await write(io.stdout, values.json ? json(snapshotJson(r)) : r.snapshotId ? `${r.snapshotId}\n` : '')
   } finally {
     shown.done()
     await log.close()

@@ -9,7 +9,10 @@ const spec = {
   positionals: [1, 1] as [number, number],
 }
 
-/** The workspace's snapshot entries, newest first: id, kind, seq of the entry, time, message. */
+/**
+ * The workspace's snapshot entries, newest first, under a header: id, kind, the last seq the
+ * snapshot covers (`seq` in --json), the seq of its entry (`entry.seq`), time, message.
+ */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const engine = new SnapshotEngine({ root: rootOf(values) })
@@ -20,8 +23,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   }
   const lines = list.map(
     (s) =>
-      `${s.snapshot_id}\t${s.kind}\tseq ${s.entry.seq}\t${new Date(s.ts / 1000).toISOString()}\t${quoteField(s.message)}\n`,
+      `${s.snapshotId}\t${s.kind}${s.pruned ? ' (pruned)' : ''}\t${s.seq}\t${s.entry.seq}\t${new Date(s.ts / 1000).toISOString()}\t${quoteField(s.message)}\n`,
   )
-  await write(io.stdout, lines.join(''))
+  await write(io.stdout, `snapshot\tkind\tseq\tentry\ttime\tmessage\n${lines.join('')}`)
   return 0
 }

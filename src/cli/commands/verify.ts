@@ -1,29 +1,66 @@
 import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
+import { SnapshotEngine } from '../../store/snapshot.js'
+import { type StoreProblem, verifyStore } from '../../store/verify.js'
 import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
 
 const spec = {
-  usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
-  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
+  options: { ...ROOT_OPTION, ...JSON_OPTION, objects: { type: 'boolean' } },
   positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
-}
+} as const
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
   return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
 }
 
+/**
+ * The engine's line scan of each log, then the store's checks of what the log names: every
+ * snapshot and merge entry names a record of this workspace (with --objects, every object it
+ * reaches is stored and whole).
+ */
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, spec)
+  const { values, positionals } = parseCommand(args, { ...spec, positionals: [0, Number.POSITIVE_INFINITY] })
   const root = rootOf(values)
   const names = positionals.length > 0 ? positionals : workspaceNames(root)
+  const engine = new SnapshotEngine({ root })
   let ok = true
   for (const ws of names) {
     const report = await verifyWorkspace(root, ws)
-    ok &&= report.ok
-    if (values.json) io.stdout.write(json({ workspace: ws, ...report }))
-    else (report.ok ? io.stdout : io.stderr).write(`${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)
+    let problems: StoreProblem[] = []
+    if (report.ok) problems = await verifyStore(engine, ws, { objects: values.objects ?? false })
+    const failures = problems.filter((p) => p.recordedBy === undefined)
+    const notes = problems.filter((p) => p.recordedBy !== undefined)
+    const good = report.ok && failures.length === 0
+    ok &&= good
+    if (values.json) {
+      io.stdout.write(json({ workspace: ws, ...report, ok: good, store: problems }))
+      continue
+    }
+    if (!report.ok) {
+      io.stderr.write(`${ws}: ${describe(report)}\n`)
+      continue
+    }
+    const noted = notes
+      .map((p) => `  note: seq ${p.seq}: ${p.reason}; recorded as no effect by ${p.recordedBy}\n`)
+      .join('')
+    if (good) {
+      io.stdout.write(
+        `${ws}: ok, ${describe(report)}${values.objects ? ', every object it reaches stored' : ''}\n${noted}`,
+      )
+      continue
+    }
+    problems = failures
+    io.stderr.write(
+      `${ws}: ${describe(report)}; ${problems.length} problem${problems.length === 1 ? '' : 's'} with what it names:\n${problems
+        .map(
+          (p) =>
+            `  ${p.seq !== undefined && !p.reason.startsWith('seq ') ? `seq ${p.seq}: ` : ''}${p.reason}${p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot' ? '; the next noa snapshot records it as no effect' : ''}\n`,
+        )
+        .join('')}${noted}`,
+    )
   }
   return ok ? 0 : 1
 }
