@@ -92,10 +92,10 @@ describe('object store', () => {
     const store = new ObjectStore(root)
     damage(store.pathOf(s.tree), (b) => Buffer.concat([b, Buffer.from('x\0')]))
     const fresh = new SnapshotEngine({ root })
-    const treeErr = await refusal(fresh.tree((s.snapshotId as string)))
+    const treeErr = await refusal(fresh.tree(s.snapshotId as string))
     expect(treeErr.code).toBe('NOA_CORRUPT_OBJECT')
     expect(treeErr.message).toContain(`tree ${s.tree} is corrupt`)
-    const cli = runCli(['tree', (s.snapshotId as string), '--root', root])
+    const cli = runCli(['tree', s.snapshotId as string, '--root', root])
     expect(cli.status).toBe(1)
     expect(cli.stderr).toContain(`tree ${s.tree} is corrupt`)
     await log.append('ws', { op: 'write', path: 'b', blob: blobOf(2) })
@@ -106,7 +106,7 @@ describe('object store', () => {
 
     const recordFile = store.pathOf((s.snapshotId as string).slice(4))
     damage(recordFile, (b) => Buffer.from(b.toString().replace('"ws"', '"wx"')))
-    const recErr = await refusal(new SnapshotEngine({ root }).tree((s.snapshotId as string)))
+    const recErr = await refusal(new SnapshotEngine({ root }).tree(s.snapshotId as string))
     expect(recErr.code).toBe('NOA_CORRUPT_OBJECT')
     expect(recErr.message).toContain(`snapshot ${s.snapshotId} is corrupt`)
     const list = runCli(['snapshots', 'ws', '--root', root])
@@ -165,7 +165,7 @@ describe('trees stored as deltas', () => {
     expect(statSync(store.pathOf(ids[1]?.tree as string)).size).toBeLessThan(400)
     const fresh = new SnapshotEngine({ root })
     for (const s of ids) {
-      const tree = await fresh.tree((s.snapshotId as string)) // rebuilt from the chain, checked against its id
+      const tree = await fresh.tree(s.snapshotId as string) // rebuilt from the chain, checked against its id
       expect(tree.id).toBe(s.tree)
       expect(hashOf(tree.bytes)).toBe(s.tree)
     }
