@@ -57,7 +57,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       `${ws}: ${describe(report)}; ${problems.length} problem${problems.length === 1 ? '' : 's'} with what it names:\n${problems
         .map(
           (p) =>
-            `  ${p.seq !== undefined && !p.reason.startsWith('seq ') ? `seq ${p.seq}: ` : ''}${p.reason}${p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot' ? '; the next noa snapshot records it as no effect' : ''}\n`,
+            `  ${p.seq !== undefined && !p.reason.includes(`seq ${p.seq}`) ? `seq ${p.seq}: ` : ''}${p.reason}${p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot' ? '; the next noa snapshot records it as no effect' : ''}\n`,
         )
         .join('')}${noted}`,
     )
