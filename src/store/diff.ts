@@ -114,13 +114,19 @@ export async function fileDiff(store: ObjectStore, change: DiffEntry): Promise<F
   const p = structuredPatch(from, to, a.text, b.text, '', '', { context: 3 })
   let body = `--- ${from}\n+++ ${to}\n`
   for (const h of p.hunks) {
-    body += `@@ -${h.oldStart},${h.oldLines} +${h.newStart},${h.newLines} @@\n`
+    body += `@@ -${range(h.oldStart, h.oldLines)} +${range(h.newStart, h.newLines)} @@\n`
     for (const line of h.lines) {
       if (line.startsWith('+')) out.insertions++
       else if (line.startsWith('-')) out.deletions++
-      body += line.startsWith('\\') ? `${line}\n` : `${line}\n`
+      body += `${line}\n`
     }
   }
   out.patch = body
   return out
+}
+
+/** A hunk's range as git writes it: `start,count`, `start` alone for one line, `start-1,0` for none. */
+function range(start: number, count: number): string {
+  if (count === 0) return `${start - 1},0`
+  return count === 1 ? `${start}` : `${start},${count}`
 }

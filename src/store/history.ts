@@ -134,6 +134,7 @@ export function drawGraph(nodes: readonly HistoryNode[], label: (n: HistoryNode)
   const children = new Map<string, string[]>()
   for (const n of nodes)
     for (const p of n.parents) children.set(p, [...(children.get(p) ?? []), n.snapshotId])
+  const byId = new Map(nodes.map((n) => [n.snapshotId, n]))
   const lanes: string[] = [] // the node each lane waits for
   const lines: string[] = []
   const row = (marks: string[]) => marks.join(' ').trimEnd()
@@ -151,7 +152,12 @@ export function drawGraph(nodes: readonly HistoryNode[], label: (n: HistoryNode)
       at = lanes.indexOf(n.snapshotId)
     }
     lines.push(`${row(lanes.map((_, i) => (i === at ? '*' : '|')))}  ${label(n)}`)
-    const kids = (children.get(n.snapshotId) ?? []).filter((k) => nodes.some((m) => m.snapshotId === k))
+    // The child that goes on this node's own line (its first parent, same workspace) keeps the lane.
+    const rank = (k: string) => {
+      const c = byId.get(k) as HistoryNode
+      return (c.parents[0] === n.snapshotId ? 0 : 2) + (c.workspace === n.workspace ? 0 : 1)
+    }
+    const kids = (children.get(n.snapshotId) ?? []).filter((k) => byId.has(k)).sort((a, b) => rank(a) - rank(b))
     if (kids.length === 0) {
       lanes.splice(at, 1)
       continue
