@@ -157,7 +157,9 @@ export function drawGraph(nodes: readonly HistoryNode[], label: (n: HistoryNode)
       const c = byId.get(k) as HistoryNode
       return (c.parents[0] === n.snapshotId ? 0 : 2) + (c.workspace === n.workspace ? 0 : 1)
     }
-    const kids = (children.get(n.snapshotId) ?? []).filter((k) => byId.has(k)).sort((a, b) => rank(a) - rank(b))
+    const kids = (children.get(n.snapshotId) ?? [])
+      .filter((k) => byId.has(k))
+      .sort((a, b) => rank(a) - rank(b))
     if (kids.length === 0) {
       lanes.splice(at, 1)
       continue

@@ -493,7 +493,8 @@ export class SnapshotEngine {
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
       await log.openWorkspace(workspace)
-      const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned)
+      // Prune snapshots themselves are neither counted nor dropped: they hold the record of what was.
+      const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned && s.prunes.length === 0)
       const now = nowMicros()
       const keep = new Set<string>()
       for (const s of alive.slice(0, Math.max(1, keepLast ?? 0))) keep.add(s.snapshotId)
