@@ -302,22 +302,42 @@ bool ArgBuffers(const Napi::CallbackInfo& info, size_t i, std::vector<struct iov
 }
 
 // openAppend(path, create, lock) -> fd
-// O_WRONLY|O_APPEND|O_CLOEXEC (|O_CREAT, 0644). With lock, takes an exclusive non-blocking flock
-// on the new descriptor: the lock lives exactly as long as the fd, so closing it (or the process
-// dying) releases it.
+// O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (|O_CREAT, 0666 before the umask). Read access
+// lets recovery read the tail through the same descriptor it locked. O_NOFOLLOW refuses a
+// symlink planted as the log (dangling or not: with O_CREAT too), O_NONBLOCK keeps a FIFO planted
+// there from blocking the open; it has no effect on a regular file, which the caller checks the
+// descriptor is. With lock, takes an exclusive non-blocking flock on the new descriptor: the lock
+// lives exactly as long as the fd, so closing it (or the process dying) releases it.
 Napi::Value OpenAppend(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path;
   if (!ArgString(info, 0, "path", &path)) return env.Undefined();
   bool create = info[1].ToBoolean().Value();
   bool lock = info[2].ToBoolean().Value();
-  int flags = O_WRONLY | O_APPEND | O_CLOEXEC | (create ? O_CREAT : 0);
+  int flags = O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (create ? O_CREAT : 0);
   int fd;
   do {
-    fd = open(path.c_str(), flags, 0644);
+    fd = open(path.c_str(), flags, 0666);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
     SystemError(env, errno, "open", path).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  struct stat st;
+  int statErr = fstat(fd, &st) != 0 ? errno : 0;
+  if (statErr != 0 || !S_ISREG(st.st_mode)) {
+    // Not a regular file (a FIFO or device opened without blocking): refused before anything is
+    // locked or written. ENOTREG is not a Linux errno; the caller names the kind of file.
+    close(fd);
+    if (statErr != 0) {
+      SystemError(env, statErr, "fstat", path).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Error e = Napi::Error::New(env, "ENOTREG: not a regular file, open '" + path + "'");
+    e.Set("code", Napi::String::New(env, "ENOTREG"));
+    e.Set("syscall", Napi::String::New(env, "open"));
+    e.Set("path", Napi::String::New(env, path));
+    e.ThrowAsJavaScriptException();
     return env.Undefined();
   }
   if (lock) {

@@ -110,18 +110,42 @@ export async function demo(options: { agents: number; seconds: number; keep: boo
   if (!ok || entries !== done) process.exitCode = 1
 }
 
-const { values } = parseArgs({
-  options: {
-    agents: { type: 'string', default: '8' },
-    seconds: { type: 'string', default: '3' },
-    keep: { type: 'boolean', default: false },
-  },
-  strict: true,
-})
-const agents = Number(values.agents)
-const seconds = Number(values.seconds)
-if (!Number.isInteger(agents) || agents < 1 || !(seconds > 0)) {
-  process.stderr.write('usage: npm start -- [--agents N] [--seconds S] [--keep]\n')
+const USAGE = `usage: npm start -- [--agents N] [--seconds S] [--keep]
+
+Simulated agents append to their own workspaces in a temporary root, each awaiting every ack;
+then the logs are recovered and verified, and the figures printed.
+
+options:
+  --agents N   concurrent agents, one workspace each (default: 8)
+  --seconds S  how long they append (default: 3)
+  --keep       keep the temporary root and print where it is
+  -h, --help   print this help and exit
+`
+
+function options() {
+  try {
+    return parseArgs({
+      options: {
+        agents: { type: 'string', default: '8' },
+        seconds: { type: 'string', default: '3' },
+        keep: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+      strict: true,
+    }).values
+  } catch (err) {
+    process.stderr.write(`noa demo: ${(err as Error).message}\n${USAGE}`)
+    return undefined
+  }
+}
+
+const values = options()
+const agents = Number(values?.agents)
+const seconds = Number(values?.seconds)
+if (values?.help) {
+  process.stdout.write(USAGE)
+} else if (!values || !Number.isInteger(agents) || agents < 1 || !(seconds > 0)) {
+  if (values) process.stderr.write(USAGE)
   process.exitCode = 2
 } else {
   await demo({ agents, seconds, keep: values.keep ?? false })

@@ -4,14 +4,18 @@
  * turn into one message per worker, and resolves each append when its ack comes back, which the
  * owner sends only after the fdatasync that covers the entry.
  */
+
+import { realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
-import { isAbsolute } from 'node:path'
+import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { type AppendOptions, isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
+import { checkRoot, isInside } from './files.js'
 import {
+  existingLog,
   listWorkspaces,
   logDirOf,
   readWorkspace,
@@ -218,6 +222,7 @@ export class AgentLog {
   /** Starts the owner workers. Workspaces are opened (locked, tail recovered) on first use. */
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
+    checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
     const pool = new Piscina({
       filename: new URL('../workers/owner.js', import.meta.url).href,
       minThreads: o.workers,
@@ -232,6 +237,7 @@ export class AgentLog {
       const init: OwnerInit = {
         port: port2,
         index,
+        root: o.root,
         logDir: logDirOf(o.root),
         maxOpenFiles: perWorker,
         syncThreads: o.syncThreads,
@@ -412,6 +418,11 @@ export class AgentLog {
         new NoaError('NOA_BAD_ARGUMENT', `appendToFile needs an absolute path, got ${file}`),
       )
     }
+    try {
+      this.checkOutsideLogs(file)
+    } catch (err) {
+      return Promise.reject(err)
+    }
     const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
     return this.request(owner, (id) => ({
       t: 'raw',
@@ -420,6 +431,32 @@ export class AgentLog {
       data,
       options: { lock: options.lock ?? true, repairTail: options.repairTail ?? true },
     })) as Promise<void>
+  }
+
+  /**
+   * Workspace logs are written only through their owner (seq, ts, recovery): raw bytes aimed
+   * into `agent-logs/` (by any path, symlinked folders included) are refused.
+   */
+  private checkOutsideLogs(file: string): void {
+    let dir = dirname(file)
+    try {
+      dir = realpathSync(dir)
+    } catch {
+      // a folder that does not exist yet cannot be the log folder (which exists once used)
+    }
+    let logs = this.logDir
+    try {
+      logs = realpathSync(logs)
+    } catch {
+      // no log folder yet
+    }
+    if (isInside(logs, join(dir, 'x'))) {
+      throw new NoaError(
+        'NOA_BAD_ARGUMENT',
+        `appendToFile refuses ${file}: it is inside the workspace logs folder ${this.logDir}, which only append (through the workspace's owner) may write`,
+        { file },
+      )
+    }
   }
 
   /** Entries of a workspace in seq order, streamed (never the whole file in memory). */
@@ -442,7 +479,7 @@ export class AgentLog {
    * torn tail, read the last seq). This also clears a workspace poisoned by a failed fdatasync.
    */
   async recover(workspace: string): Promise<OpenReport> {
-    checkWorkspace(workspace)
+    existingLog(this.root, workspace) // recovering a workspace that does not exist would create it
     const owner = this.ownerOf(workspace)
     await this.request(owner, (id) => ({ t: 'release', id, target: workspace }))
     return (await this.request(owner, (id) => ({ t: 'open', id, ws: workspace }))) as OpenReport

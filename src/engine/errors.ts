@@ -29,6 +29,10 @@ export type NoaErrorCode =
   | 'NOA_BAD_ARCHIVE'
   | 'NOA_COMPRESS'
   | 'NOA_MISSING_BLOB'
+  | 'NOA_NOT_REGULAR_FILE'
+  | 'NOA_NOT_DIRECTORY'
+  | 'NOA_NAME_TOO_LONG'
+  | 'NOA_BAD_ROOT'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

@@ -2,10 +2,20 @@
  * Where logs live and the read-only operations on them. None of these needs the owner workers,
  * so the CLI's read commands (log, verify, workspaces) never start a pool.
  */
-import { closeSync, existsSync, openSync, readdirSync } from 'node:fs'
+import { closeSync, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { checkWorkspace, type Entry, isWorkspaceName } from './entry.js'
+import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
+import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
+
+function kindAt(file: string): string {
+  try {
+    return kindOf(lstatSync(file))
+  } catch {
+    return 'file that vanished'
+  }
+}
+
 import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './reader.js'
 import { countEntries, countersOf, inspectTail, type VerifyReport, verifyLog } from './recovery.js'
 
@@ -24,9 +34,15 @@ export function logPath(root: string, workspace: string): string {
   return join(logDirOf(root), `${checkWorkspace(workspace)}.log`)
 }
 
+/**
+ * The log of a workspace that must exist: the root must be a folder, `agent-logs/` a real folder
+ * and the log a regular file (a symlink, FIFO or folder planted there is refused, not followed).
+ */
 export function existingLog(root: string, workspace: string): string {
   const file = logPath(root, workspace)
-  if (!existsSync(file)) {
+  checkRoot(root, true)
+  checkDirsBelow(root, logDirOf(root))
+  if (statFile(file, 'workspace log') === undefined) {
     throw new NoaError('NOA_NOT_FOUND', `workspace ${workspace} has no log (${file})`, { workspace, file })
   }
   return file
@@ -43,19 +59,64 @@ export interface WorkspaceInfo {
   tornTailBytes: number
 }
 
-/** Workspaces with a log under root, sorted by name. Files whose names are not workspace names are skipped. */
-export function workspaceNames(root: string): string[] {
+/** Something in `agent-logs/` that is not a workspace log noa can use. */
+export interface LogProblem {
+  file: string
+  code: string
+  message: string
+}
+
+export interface LogDirScan {
+  /** Workspaces whose log is a regular file, sorted by name. */
+  workspaces: string[]
+  /** Every other entry of `agent-logs/`: not a regular file, or not named `<workspace>.log`. */
+  problems: LogProblem[]
+}
+
+/**
+ * What `agent-logs/` holds: the workspaces with a regular log file, and everything else reported
+ * (a symlink, FIFO, socket or folder where a log should be; a file that is not `<name>.log`),
+ * so that a whole-root command never says "fine" about a file it skipped. A missing root is an
+ * error; a root without `agent-logs/` has no workspaces.
+ */
+export function scanLogDir(root: string): LogDirScan {
+  checkRoot(root, true)
   const dir = logDirOf(root)
-  if (!existsSync(dir)) return []
-  return readdirSync(dir, { withFileTypes: true })
-    .filter((d) => d.isFile() && d.name.endsWith('.log') && isWorkspaceName(d.name.slice(0, -4)))
-    .map((d) => d.name.slice(0, -4))
-    .sort()
+  if (checkDirsBelow(root, dir) !== null) return { workspaces: [], problems: [] }
+  const workspaces: string[] = []
+  const problems: LogProblem[] = []
+  for (const d of readdirSync(dir, { withFileTypes: true })) {
+    const file = join(dir, d.name)
+    const name = d.name.endsWith('.log') ? d.name.slice(0, -4) : null
+    if (name === null || !isWorkspaceName(name)) {
+      problems.push({
+        file,
+        code: 'NOA_BAD_WORKSPACE',
+        message: `${file} is not a workspace log (logs are named <workspace>.log, names match ${WORKSPACE_RE.source})`,
+      })
+    } else if (d.isFile()) {
+      workspaces.push(name)
+    } else {
+      const kind = d.isSymbolicLink() ? 'symlink' : kindAt(file)
+      problems.push({
+        file,
+        code: 'NOA_NOT_REGULAR_FILE',
+        message: `${file} is a ${kind}, not a regular file: workspace ${name} cannot be used (noa does not follow symlinks inside its root)`,
+      })
+    }
+  }
+  workspaces.sort()
+  return { workspaces, problems }
+}
+
+/** Workspaces with a regular log file under root, sorted by name (see scanLogDir for the rest). */
+export function workspaceNames(root: string): string[] {
+  return scanLogDir(root).workspaces
 }
 
 export async function workspaceInfo(root: string, workspace: string): Promise<WorkspaceInfo> {
   const file = existingLog(root, workspace)
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'workspace log' })
   let tail: ReturnType<typeof inspectTail>
   try {
     tail = inspectTail(fd)
@@ -67,10 +128,53 @@ export async function workspaceInfo(root: string, workspace: string): Promise<Wo
   return { workspace, file, entries, bytes, lastSeq, lastTs, tornTailBytes: tail.size - tail.validLength }
 }
 
+/** A whole-root listing that goes on past a bad log: each failure reported with its file. */
+export interface WorkspaceScan {
+  workspaces: WorkspaceInfo[]
+  problems: LogProblem[]
+}
+
+export async function scanWorkspaces(root: string): Promise<WorkspaceScan> {
+  const { workspaces: names, problems } = scanLogDir(root)
+  const workspaces: WorkspaceInfo[] = []
+  for (const ws of names) {
+    try {
+      workspaces.push(await workspaceInfo(root, ws))
+    } catch (err) {
+      problems.push(problemOf(err, logPath(root, ws)))
+    }
+  }
+  problems.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
+  return { workspaces, problems }
+}
+
+export function problemOf(err: unknown, file: string): LogProblem {
+  const e = err as { code?: unknown; message?: unknown }
+  return {
+    file,
+    code: typeof e?.code === 'string' ? e.code : 'ERROR',
+    message: typeof e?.message === 'string' ? e.message : String(err),
+  }
+}
+
+/**
+ * Every workspace of the root. A log that cannot be listed (corrupt, not a regular file) is an
+ * error naming it, never skipped; `scanWorkspaces` lists the healthy ones and reports the rest,
+ * files in `agent-logs/` that are not named like logs included.
+ */
 export async function listWorkspaces(root: string): Promise<WorkspaceInfo[]> {
-  const out: WorkspaceInfo[] = []
-  for (const ws of workspaceNames(root)) out.push(await workspaceInfo(root, ws))
-  return out
+  const { workspaces, problems: all } = await scanWorkspaces(root)
+  // A stray file with another name is reported by scanWorkspaces but is no workspace of ours.
+  const problems = all.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
+  const first = problems[0]
+  if (first) {
+    throw new NoaError(
+      first.code === 'NOA_NOT_REGULAR_FILE' ? 'NOA_NOT_REGULAR_FILE' : 'NOA_CORRUPT_LOG',
+      problems.length === 1 ? first.message : `${first.message} (and ${problems.length - 1} more problems)`,
+      { file: first.file, problems },
+    )
+  }
+  return workspaces
 }
 
 // Generators, so that a missing workspace surfaces when iteration starts, like any read error.
@@ -100,6 +204,6 @@ export async function* readWorkspaceBytes(
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
-export function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {
+export async function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {
   return verifyLog(existingLog(root, workspace))
 }

@@ -11,6 +11,8 @@ export type Durability = 'fdatasync' | 'syncfs'
 export interface OwnerInit {
   port: MessagePort
   index: number
+  /** The root folder (`logDir` is below it; folders below the root are checked, not followed). */
+  root: string
   logDir: string
   /** Open files this worker may keep before it closes idle ones. */
   maxOpenFiles: number

@@ -4,10 +4,10 @@
  * returned, so reading while an owner appends is safe: a line being written is simply not there
  * yet.
  */
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
-import { open } from 'node:fs/promises'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters, parseEntry } from './entry.js'
 import { NoaError } from './errors.js'
+import { openFile, openFileSync, READ } from './files.js'
 
 const CHUNK = 1 << 20
 const NL = 0x0a
@@ -25,7 +25,7 @@ export interface ChunkOptions {
  * line is not yielded. The buffers may be reused after the consumer resumes the iterator.
  */
 export async function* readChunks(file: string, options: ChunkOptions = {}): AsyncGenerator<Buffer> {
-  const handle = await open(file, 'r')
+  const handle = await openFile(file, READ, { what: 'log' })
   try {
     const end = options.end ?? (await handle.stat()).size
     let pos = options.start ?? 0
@@ -151,7 +151,7 @@ function lineAt(fd: number, start: number, size: number): string | null {
  * increasing through the file (which `verify` checks). Returns the file size when none is.
  */
 export function seekSeq(file: string, seq: number): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const size = endOfCompleteLines(fd)
     let lo = 0 // a line start; every line before it has a smaller seq

@@ -2,9 +2,10 @@
  * Crash recovery (seed: クラッシュリカバリ). Opening a workspace reads only the tail: cut a partial
  * last line, take the last seq and ts. `verify` is the full scan.
  */
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
 import { NoaError } from './errors.js'
+import { openFileSync, READ } from './files.js'
 import { findLastNewline, readChunks, readLineBatches } from './reader.js'
 
 export interface Tail {
@@ -53,7 +54,7 @@ export function countersOf(file: string, tail: Tail): { lastSeq: number; lastTs:
 
 /** Number of `\n` in the first `end` bytes. */
 export function countLines(file: string, end: number): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const buf = Buffer.allocUnsafe(1 << 20)
     let pos = 0
@@ -98,7 +99,7 @@ export interface VerifyReport {
  * first problem and reports it as file:line. Reads up to the size the file has when it starts.
  */
 export async function verifyLog(file: string): Promise<VerifyReport> {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
   try {
     size = fstatSync(fd).size

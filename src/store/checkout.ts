@@ -9,6 +9,8 @@
  * refused too (with --force). All of that, and every blob being stored, is checked before the
  * first file is written. Each file goes to a temp file opened with O_EXCL|O_NOFOLLOW in its
  * final folder and is renamed into place, so an interrupted checkout leaves whole files only.
+ * Folders are made with the engine's mkdirBelow, which lstat-checks every component, so a
+ * symlink swapped in after the checks is still not followed.
  */
 import { randomBytes } from 'node:crypto'
 import {
@@ -25,6 +27,7 @@ import {
 import { join, resolve } from 'node:path'
 import { checkPath } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { mkdirBelow, openFileSync, WRITE_NEW } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import type { ResolvedRef, SnapshotEngine } from './snapshot.js'
 import { writeSeqs } from './snapshot.js'

@@ -7,9 +7,10 @@
  * (those a snapshot replays anyway); the log stays the only source of truth: no ref file that a
  * crash could leave stale.
  */
-import { closeSync, openSync, readSync } from 'node:fs'
+import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseEntry, type SnapshotEntry } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { openFileSync, READ } from '../engine/files.js'
 import { endOfCompleteLines, findLastNewline } from '../engine/reader.js'
 import type { SnapshotRecord } from './objects.js'
 
@@ -81,7 +82,7 @@ function parseSnapshotLine(file: string, line: string, offset: number): StoredSn
 export function* snapshotEntriesBackward(
   file: string,
 ): Generator<{ entry: StoredSnapshotEntry; offset: number }> {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const size = endOfCompleteLines(fd)
     const buf = Buffer.allocUnsafe(CHUNK)
@@ -116,7 +117,7 @@ export function lastSnapshotEntry(file: string): { entry: StoredSnapshotEntry; o
 
 /** Bytes of a log up to its last complete line: where a replay that starts now stops. */
 export function lengthOfLog(file: string): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     return endOfCompleteLines(fd)
   } finally {

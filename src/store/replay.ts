@@ -14,9 +14,10 @@
  * Entries are read without the full per-field validation of `parseEntry` (that is `verify`'s
  * job, and it would double the cost of a replay); only what the tree relies on is checked.
  */
-import { closeSync, openSync, readSync } from 'node:fs'
+import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { openFileSync, READ } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
@@ -311,7 +312,7 @@ function sortTail(list: NoEffect[], from: number): void {
 
 /** Seq of the last complete line before `end` (for progress), or undefined. */
 function lastSeqBefore(root: string, workspace: string, end: number | undefined): number | undefined {
-  const fd = openSync(existingLog(root, workspace), 'r')
+  const fd = openFileSync(existingLog(root, workspace), READ, { what: 'log' })
   try {
     const line = end === undefined ? inspectTail(fd).lastLine : inspectTail(fd, end).lastLine
     return line === null ? undefined : parseCounters(line).seq
@@ -323,7 +324,7 @@ function lastSeqBefore(root: string, workspace: string, end: number | undefined)
 }
 
 function logEnd(file: string): number {
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   try {
     return endOfCompleteLines(fd)
   } finally {
@@ -335,7 +336,7 @@ function logEnd(file: string): number {
 async function* oneBatch(file: string, start: number, end: number): AsyncGenerator<Entry[]> {
   if (end <= start) return
   const buf = Buffer.allocUnsafe(end - start)
-  const fd = openSync(file, 'r')
+  const fd = openFileSync(file, READ, { what: 'log' })
   let got = 0
   try {
     while (got < buf.length) {

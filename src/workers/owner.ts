@@ -5,12 +5,14 @@
  * thread pool, so many fdatasyncs are in flight at once; a lone commit on an otherwise idle
  * worker runs on this thread, which saves two thread hops on the serial path.
  */
-import { closeSync, mkdirSync, openSync } from 'node:fs'
+import { mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { formatLine } from '../engine/entry.js'
 import { NoaError, serializeError, withPath } from '../engine/errors.js'
+import { checkOpened, mkdirBelow, openError } from '../engine/files.js'
+import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
 import type {
   FromOwner,
@@ -457,20 +459,26 @@ class Owner {
     return false
   }
 
-  /** Opens (creating when missing) and locks; returns whether the file was created. */
+  /**
+   * Opens (creating when missing) and locks; returns whether the file was created. The addon
+   * refuses a symlink or a non-regular file planted where the file should be.
+   */
   private openLocked(file: OwnedFile, lock: boolean): boolean {
+    const what = file.kind === 'ws' ? 'workspace log' : 'file'
+    let created = false
     try {
       try {
         file.fd = this.io.openAppend(file.path, false, lock)
-        return false
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
         file.fd = this.io.openAppend(file.path, true, lock)
-        return true
+        created = true
       }
     } catch (err) {
-      throw this.lockError(file, err)
+      throw this.lockError(file, openError(err, file.path, what))
     }
+    checkOpened(file.fd, file.path, what)
+    return created
   }
 
   private lockError(file: OwnedFile, err: unknown): unknown {
@@ -479,7 +487,7 @@ class Owner {
       const what = file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
       return new NoaError(
         'NOA_WORKSPACE_LOCKED',
-        `${what} is locked by another process (${file.path}); one process at a time may write it`,
+        `${what} is locked by ${describeHolder(file.path)} (${file.path}); one writer at a time may hold it`,
         { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
       )
     }
@@ -488,7 +496,8 @@ class Owner {
 
   private openWorkspace(file: OwnedFile): void {
     if (!this.logDirReady) {
-      mkdirDurable(this.io, this.init.logDir)
+      mkdirAnyDurable(this.io, this.init.root) // the root the user named: created as named
+      mkdirDurable(this.io, this.init.root, this.init.logDir)
       this.logDirReady = true
     }
     const created = this.openLocked(file, true)
@@ -508,20 +517,12 @@ class Owner {
 
   private openRaw(file: OwnedFile): void {
     const options = file.rawOptions as RawAppendOptions
-    mkdirDurable(this.io, dirname(file.path))
+    // The caller named this folder (a transcript folder, say) and checks what is below it.
+    mkdirAnyDurable(this.io, dirname(file.path))
     const created = this.openLocked(file, options.lock)
     try {
       if (created) this.io.fsyncDir(dirname(file.path))
-      if (options.repairTail) {
-        file.size = this.recoverTail(file, false).size
-      } else {
-        const fd = openSync(file.path, 'r')
-        try {
-          file.size = inspectTail(fd).size
-        } finally {
-          closeSync(fd)
-        }
-      }
+      file.size = options.repairTail ? this.recoverTail(file, false).size : inspectTail(file.fd).size
     } catch (err) {
       this.io.close(file.fd)
       file.fd = -1
@@ -531,13 +532,8 @@ class Owner {
 
   /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
   private recoverTail(file: OwnedFile, counters = true) {
-    const fd = openSync(file.path, 'r')
-    let tail: ReturnType<typeof inspectTail>
-    try {
-      tail = inspectTail(fd)
-    } finally {
-      closeSync(fd)
-    }
+    // Read through the locked descriptor itself: no second open that a swapped file could divert.
+    const tail = inspectTail(file.fd)
     const { lastSeq, lastTs } = counters ? countersOf(file.path, tail) : { lastSeq: 0, lastTs: 0 }
     let truncatedBytes = 0
     if (tail.validLength < tail.size) {
@@ -615,9 +611,17 @@ class Owner {
   }
 }
 
-/** mkdir -p, then fsync each parent of a directory it created, so the new entries are durable. */
-export function mkdirDurable(io: Pick<LogIo, 'fsyncDir'>, dir: string): void {
-  const first = mkdirSync(dir, { recursive: true })
+/**
+ * mkdir -p of `dir` below `base`, refusing a symlink or a file where a folder should be, then
+ * fsync of the parent of each folder it created, so the new entries are durable.
+ */
+export function mkdirDurable(io: Pick<LogIo, 'fsyncDir'>, base: string, dir: string): void {
+  for (const created of mkdirBelow(base, dir)) io.fsyncDir(dirname(created))
+}
+
+/** mkdir -p of a folder the caller chose, then fsync of the parent of each folder it created. */
+function mkdirAnyDurable(io: Pick<LogIo, 'fsyncDir'>, dir: string): void {
+  const first = mkdirSync(dir, { recursive: true, mode: 0o777 })
   if (first === undefined) return
   let d = dir
   for (;;) {

@@ -114,14 +114,23 @@ describe('cross-process lock', () => {
       try {
         const err = await log.append('shared', write(1)).catch((e) => e)
         expect(err.code).toBe('NOA_WORKSPACE_LOCKED')
-        expect(err.message).toMatch(/workspace shared is locked by another process/)
+        expect(err.message).toContain(`workspace shared is locked by process ${child.pid} (`)
         expect((await log.append('free', write(1))).seq).toBe(1)
+        // The same root opened twice in one process: the holder is this process, and it says so.
+        const second = await AgentLog.open({ root, workers: 1 })
+        try {
+          const again = await second.append('free', write(2)).catch((e) => e)
+          expect(again.code).toBe('NOA_WORKSPACE_LOCKED')
+          expect(again.message).toContain('workspace free is locked by this process')
+        } finally {
+          await second.close()
+        }
       } finally {
         await log.close()
       }
       const cli = runCli(['append', 'shared', '--root', root], { input: '{"op":"delete","path":"a"}\n' })
       expect(cli.status).toBe(1)
-      expect(cli.stderr).toMatch(/workspace shared is locked by another process/)
+      expect(cli.stderr).toContain(`workspace shared is locked by process ${child.pid} (`)
     } finally {
       child.stdin.end()
       await new Promise((r) => child.once('exit', r))

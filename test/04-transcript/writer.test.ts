@@ -333,7 +333,7 @@ describe('writer: I/O failures', () => {
       input: Buffer.from('{"role":"user","content":"theirs"}\n'),
     })
     expect(other.status).toBe(1)
-    expect(other.stderr).toMatch(/^noa transcript: file .* is locked by another process/)
+    expect(other.stderr).toMatch(/^noa transcript: file .* is locked by process \d+ \(/)
     expect(readFileSync(w.path)).toEqual(before)
     await w.close()
   })

@@ -1,6 +1,5 @@
 /** Conversations and transcripts for the context tests. */
 import { createHash } from 'node:crypto'
-import { PassThrough, Writable } from 'node:stream'
 import type { ContentBlock, Message } from '../../dist/src/index.js'
 import { TranscriptWriter } from '../../dist/src/index.js'
 
@@ -72,29 +71,4 @@ export const NOW = new Date(Date.UTC(2024, 5, 5, 13, 0, 0))
 export const NOW_UNIX = Math.floor(NOW.getTime() / 1000)
 
 /** Runs `noa` in this process (the built CLI's `main`), for tests that make many calls. */
-export async function cli(args: string[]): Promise<{ status: number; stdout: string; stderr: string }> {
-  const { main } = await import('../../dist/src/cli/main.js')
-  let stdout = ''
-  let stderr = ''
-  const sink = (add: (s: string) => void) =>
-    new Writable({
-      write(chunk, _encoding, done) {
-        add(String(chunk))
-        done()
-      },
-    })
-  const stdin = new PassThrough()
-  stdin.end()
-  const status = await main(args, {
-    stdin,
-    stdout: sink((s) => {
-      stdout += s
-    }),
-    stderr: sink((s) => {
-      stderr += s
-    }),
-    env: process.env,
-    isTTY: false,
-  })
-  return { status, stdout, stderr }
-}
+export { runMain as cli } from './index.js'

@@ -6,6 +6,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { PassThrough, Writable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import { onTestFinished } from 'vitest'
 
@@ -43,6 +44,34 @@ export function runCli(
     stderr: r.stderr.toString('utf8'),
     stdoutBytes: r.stdout,
   }
+}
+
+/** Runs `noa` in this process (the built CLI's `main`), for tests that make many calls. */
+export async function runMain(args: string[]): Promise<{ status: number; stdout: string; stderr: string }> {
+  const { main } = await import('../../dist/src/cli/main.js')
+  let stdout = ''
+  let stderr = ''
+  const sink = (add: (s: string) => void) =>
+    new Writable({
+      write(chunk, _encoding, done) {
+        add(String(chunk))
+        done()
+      },
+    })
+  const stdin = new PassThrough()
+  stdin.end()
+  const status = await main(args, {
+    stdin,
+    stdout: sink((s) => {
+      stdout += s
+    }),
+    stderr: sink((s) => {
+      stderr += s
+    }),
+    env: process.env,
+    isTTY: false,
+  })
+  return { status, stdout, stderr }
 }
 
 /** Runs the built `noa` command asynchronously (for tests that run several processes at once). */

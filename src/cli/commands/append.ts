@@ -2,20 +2,37 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
 import { ObjectStore } from '../../store/objects.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, jsonLines, readAll, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa append <workspace> [--no-blob-check] [--root DIR] < entries.jsonl',
-  options: { ...ROOT_OPTION, ...JSON_OPTION, 'no-blob-check': { type: 'boolean' } },
-  positionals: [1, 1] as [number, number],
-} as const
+  options: {
+    ...ROOT_OPTION,
+    json: { ...JSON_OPTION.json, description: 'accepted for symmetry: the acks are JSON lines already' },
+    'no-blob-check': {
+      type: 'boolean',
+      description: 'append writes whose blob is not in the object store yet (a host that uploads later)',
+    },
+  },
+  positionals: [1, 1],
+  details:
+    'stdin: one entry per line, without seq and ts: {"op":"write","path":P,"blob":HASH},\n' +
+    '{"op":"delete","path":P} or {"op":"rename","from":P,"to":Q}. Every line is checked before\n' +
+    "anything is written: each write's blob must be stored (noa blob put) unless --no-blob-check,\n" +
+    "and snapshot and merge entries must name this workspace's records. Each appended entry\n" +
+    'prints {"seq":N,"ts":T} once it is durable.',
+  examples: [`echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`],
+  exitCodes: {
+    1: 'an invalid line, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), or a refused append',
+  },
+})
 
 /** Entries per appendMany: large inputs go out in several commits instead of one huge buffer. */
 const CHUNK = 10_000
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
   const root = rootOf(values)
   const text = (await readAll(io.stdin)).toString('utf8')

@@ -1,13 +1,19 @@
 import { createReadStream, statSync } from 'node:fs'
 import { ObjectStore } from '../../store/objects.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa blob put <file|-> [--root DIR] [--json]\n       noa blob get <hash> [--root DIR]',
-  options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [2, 2] as [number, number],
-}
+  options: { ...ROOT_OPTION, json: { ...JSON_OPTION.json, description: 'put: print {"blob","bytes"}' } },
+  positionals: [2, 2],
+  complete: [['put', 'get'], 'file'],
+  details:
+    'put stores a file (- for stdin) and prints its SHA-256; get writes the blob to stdout,\n' +
+    'checked against its hash.',
+  examples: ['noa blob put notes.md', 'noa blob get <hash> > notes.md'],
+  exitCodes: { 1: 'the file cannot be read, or the blob is missing or corrupt' },
+})
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)

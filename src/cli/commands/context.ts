@@ -18,7 +18,16 @@ import { goTrimSpace } from '../../gocompat/index.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
 import { messages as conversation } from '../../transcript/view.js'
-import { intOption, JSON_OPTION, parseCommand, runSubcommand, UsageError } from '../args.js'
+import {
+  type GroupSpec,
+  intOption,
+  JSON_OPTION,
+  type OptionDef,
+  parseCommand,
+  runSubcommand,
+  subcommand,
+  UsageError,
+} from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
 const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
@@ -47,20 +56,149 @@ const ALL = `usage: noa context <state|compress|view|rebuild|archive|audit> …\
 /** Exit code of `state` when state.json is unusable (the initial state is printed). */
 export const EXIT_BAD_STATE = 3
 
-export function run(args: string[], io: CliIo): Promise<number> {
-  return runSubcommand(
-    args,
-    io,
-    {
-      state: stateCmd,
-      compress: compressCmd,
-      view: viewCmd,
-      rebuild: rebuildCmd,
-      archive: archiveCmd,
-      audit: auditCmd,
+const SESSION_ARGS = { positionals: [2, 2], complete: ['dir'] } as const
+
+const TRANSCRIPT = {
+  type: 'string',
+  value: 'FILE',
+  description: "the session's transcript (Norma JSONL)",
+  complete: 'file',
+} as const satisfies OptionDef
+const MIN_CHARS = {
+  type: 'string',
+  value: 'N',
+  description: 'refuse a message range shorter than this (characters)',
+  defaultText: '5000',
+} as const satisfies OptionDef
+const NORMA = {
+  type: 'boolean',
+  description: "Norma's full default rules (protected recent zone, 50-character summaries)",
+} as const satisfies OptionDef
+const UTC = {
+  type: 'boolean',
+  description: 'archive `created:` lines in UTC instead of the local zone',
+} as const satisfies OptionDef
+const PARENT = {
+  type: 'string',
+  multiple: true,
+  value: 'ID',
+  description: 'an ancestor session to inherit blocks from',
+} as const satisfies OptionDef
+
+const SPECS = {
+  state: subcommand({
+    summary: "a session's blocks and refs (--json: state.json as noa writes it)",
+    usage: STATE,
+    options: JSON_OPTION,
+    ...SESSION_ARGS,
+    examples: ['noa context state ./sessions sid-1'],
+    exitCodes: {
+      [EXIT_BAD_STATE]: 'state.json is unusable (the error on stderr, the initial state printed)',
     },
-    ALL,
-  )
+  }),
+  compress: subcommand({
+    summary: 'compress a range of messages or blocks into a summary block, archiving the originals',
+    usage: COMPRESS,
+    options: {
+      transcript: { ...TRANSCRIPT, required: true },
+      from: {
+        type: 'string',
+        value: 'REF',
+        description: 'first message ref (m00002) or block id (b1)',
+        required: 'unless --call',
+      },
+      to: {
+        type: 'string',
+        value: 'REF',
+        description: 'last message ref or block id',
+        required: 'unless --call',
+      },
+      summary: {
+        type: 'string',
+        value: 'TEXT',
+        description: 'the summary that replaces the range',
+        required: 'unless --call',
+      },
+      topic: { type: 'string', value: 'T', description: "the block's topic", defaultText: 'none' },
+      'min-chars': MIN_CHARS,
+      norma: NORMA,
+      utc: UTC,
+      parent: PARENT,
+      call: {
+        type: 'string',
+        value: 'TOOL_USE_ID',
+        description:
+          'process the Compress call recorded in the transcript (instead of --from/--to/--summary)',
+      },
+      ...JSON_OPTION,
+    },
+    ...SESSION_ARGS,
+    examples: [
+      "noa context compress ./sessions sid-1 --transcript sid-1.jsonl --from m00002 --to m00005 --summary 'set up the build'",
+    ],
+    exitCodes: { 1: "the compression is refused (Norma's panel on stderr) or the transcript is missing" },
+  }),
+  view: subcommand({
+    summary: 'the messages the model is shown: summaries in place of active blocks',
+    usage: VIEW,
+    options: { transcript: { ...TRANSCRIPT, required: true }, parent: PARENT, norma: NORMA, ...JSON_OPTION },
+    ...SESSION_ARGS,
+    examples: ['noa context view ./sessions sid-1 --transcript sid-1.jsonl'],
+  }),
+  rebuild: subcommand({
+    summary: 'rebuild state.json by replaying the Compress calls recorded in the transcript',
+    usage: REBUILD,
+    options: {
+      transcript: { ...TRANSCRIPT, required: true },
+      'min-chars': MIN_CHARS,
+      norma: NORMA,
+      utc: UTC,
+      ...JSON_OPTION,
+    },
+    ...SESSION_ARGS,
+    examples: ['noa context rebuild ./sessions sid-1 --transcript sid-1.jsonl'],
+  }),
+  archive: subcommand({
+    summary: 'read a tier archive back (refused with file:line: reason if Norma would not write it)',
+    usage: ARCHIVE,
+    options: JSON_OPTION,
+    positionals: [1, 1],
+    complete: ['file'],
+    examples: ['noa context archive ./sessions/sid-1/tier1/b1_m00002-m00005.md'],
+    exitCodes: { 1: 'the archive is missing or malformed' },
+  }),
+  audit: subcommand({
+    summary: "check a session's state.json and archives against each other (and the transcript)",
+    usage: AUDIT,
+    options: {
+      transcript: { ...TRANSCRIPT, description: 'also check every archived message against this transcript' },
+      repair: {
+        type: 'boolean',
+        description: 'render missing archives again from the transcript and the state',
+      },
+      utc: UTC,
+      ...JSON_OPTION,
+    },
+    ...SESSION_ARGS,
+    examples: ['noa context audit ./sessions sid-1 --transcript sid-1.jsonl --repair'],
+    exitCodes: { 0: 'clean (or repaired)', 1: 'problems, one "<file>: <reason>" line each' },
+  }),
+}
+
+export const spec: GroupSpec = {
+  usage: ALL,
+  subcommands: {
+    state: { spec: SPECS.state, run: stateCmd },
+    compress: { spec: SPECS.compress, run: compressCmd },
+    view: { spec: SPECS.view, run: viewCmd },
+    rebuild: { spec: SPECS.rebuild, run: rebuildCmd },
+    archive: { spec: SPECS.archive, run: archiveCmd },
+    audit: { spec: SPECS.audit, run: auditCmd },
+  },
+}
+
+export function run(args: string[], io: CliIo): Promise<number> {
+  return runSubcommand(args, io, spec)
 }
 
 function warnTo(io: CliIo): (message: string) => void {
@@ -123,11 +261,7 @@ function describeState(s: CompressionState, file: string, exists: boolean): stri
 }
 
 async function stateCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: STATE,
-    options: JSON_OPTION,
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.state)
   const [baseDir, sessionId] = positionals as [string, string]
   const load = loadState(baseDir, sessionId)
   if (load.error) io.stderr.write(`noa context: ${load.error.message}; showing the initial state\n`)
@@ -139,23 +273,7 @@ async function stateCmd(args: string[], io: CliIo): Promise<number> {
 }
 
 async function compressCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: COMPRESS,
-    options: {
-      transcript: { type: 'string' },
-      from: { type: 'string' },
-      to: { type: 'string' },
-      summary: { type: 'string' },
-      topic: { type: 'string' },
-      'min-chars': { type: 'string' },
-      norma: { type: 'boolean' },
-      utc: { type: 'boolean' },
-      parent: { type: 'string', multiple: true },
-      call: { type: 'string' },
-      ...JSON_OPTION,
-    },
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.compress)
   const [baseDir, sessionId] = positionals as [string, string]
   const call = values.call
   for (const key of ['from', 'to', 'summary', 'topic'] as const) {
@@ -226,16 +344,7 @@ function blockLine(b: ContentBlock): string {
 }
 
 async function viewCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: VIEW,
-    options: {
-      transcript: { type: 'string' },
-      parent: { type: 'string', multiple: true },
-      norma: { type: 'boolean' },
-      ...JSON_OPTION,
-    },
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.view)
   const [baseDir, sessionId] = positionals as [string, string]
   const msgs = await transcriptMessages(values.transcript, VIEW, io)
   const session = ContextSession.open({
@@ -260,17 +369,7 @@ async function viewCmd(args: string[], io: CliIo): Promise<number> {
 }
 
 async function rebuildCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: REBUILD,
-    options: {
-      transcript: { type: 'string' },
-      'min-chars': { type: 'string' },
-      norma: { type: 'boolean' },
-      utc: { type: 'boolean' },
-      ...JSON_OPTION,
-    },
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.rebuild)
   const [baseDir, sessionId] = positionals as [string, string]
   const config = configOf(values, REBUILD)
   const msgs = await transcriptMessages(values.transcript, REBUILD, io)
@@ -317,11 +416,7 @@ function describeArchive(doc: ArchiveDocument, file: string): string {
 }
 
 async function archiveCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: ARCHIVE,
-    options: JSON_OPTION,
-    positionals: [1, 1],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.archive)
   const file = positionals[0] as string
   let text: string
   try {
@@ -337,16 +432,7 @@ async function archiveCmd(args: string[], io: CliIo): Promise<number> {
 }
 
 async function auditCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: AUDIT,
-    options: {
-      transcript: { type: 'string' },
-      repair: { type: 'boolean' },
-      utc: { type: 'boolean' },
-      ...JSON_OPTION,
-    },
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.audit)
   const [baseDir, sessionId] = positionals as [string, string]
   const msgs =
     values.transcript !== undefined ? await transcriptMessages(values.transcript, AUDIT, io) : undefined

@@ -1,21 +1,27 @@
 import { fileDiff } from '../../store/diff.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
-const spec = {
-  usage:
-    'usage: noa diff <a> <b> [--stat] [--patch] [--root DIR] [--json]   (a, b: snapshot_id, ws or ws@seq)',
-  options: { ...ROOT_OPTION, ...JSON_OPTION, stat: { type: 'boolean' }, patch: { type: 'boolean' } },
-  positionals: [2, 2] as [number, number],
-} as const
+export const spec = command({
+  usage: 'usage: noa diff <a> <b> [--stat] [--patch] [--root DIR] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    stat: { type: 'boolean', description: 'lines inserted and deleted per path, and a summary' },
+    patch: { type: 'boolean', description: 'a unified diff of text blobs (binary ones reported as such)' },
+  },
+  positionals: [2, 2],
+  details: 'a and b: snapshot ids, ws (its files now) or ws@seq. One A|D|M<TAB>path line per change.',
+  examples: ['noa diff agent-1@10 agent-1 --stat', 'noa diff noa_1f… agent-1 --patch'],
+})
 
 const LETTER = { added: 'A', removed: 'D', changed: 'M' } as const
 
 /** `A|D|M<TAB>path` per change (git's --name-status); --stat adds line counts; --patch the text. */
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [2, 2] })
+  const { values, positionals } = parseCommand(args, spec)
   const engine = new SnapshotEngine({ root: rootOf(values) })
   const r = await engine.diff(positionals[0] as string, positionals[1] as string)
   const detailed = values.stat || values.patch

@@ -1,22 +1,29 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa fork <new_workspace> --from <snapshot_id> [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    from: { type: 'string' },
-    message: { type: 'string', short: 'm' },
+    from: { type: 'string', value: 'SNAPSHOT_ID', description: 'the snapshot to start from', required: true },
+    message: {
+      type: 'string',
+      short: 'm',
+      description: "the fork entry's message",
+      defaultText: '"fork of <workspace> at <snapshot_id>"',
+    },
   },
-  positionals: [1, 1] as [number, number],
-} as const
+  positionals: [1, 1],
+  examples: ['noa fork agent-2 --from <snapshot_id> -m "try the other fix"'],
+  exitCodes: { 1: 'no such snapshot, or the new workspace exists already' },
+})
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  const { values, positionals } = parseCommand(args, spec)
   if (values.from === undefined) throw new UsageError('--from <snapshot_id> is required', spec.usage)
   const workspace = checkWorkspace(positionals[0])
   const root = rootOf(values)

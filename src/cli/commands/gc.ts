@@ -1,13 +1,29 @@
 import { DEFAULT_GRACE_MS, type GcItem, parseDuration } from '../../store/gc.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
-const spec = {
-  usage: 'usage: noa gc [--yes] [--grace DURATION] [--root DIR] [--json]   (without --yes: a dry run)',
-  options: { ...ROOT_OPTION, ...JSON_OPTION, yes: { type: 'boolean' }, grace: { type: 'string' } },
-  positionals: [0, 0] as [number, number],
-} as const
+export const spec = command({
+  usage: 'usage: noa gc [--yes] [--grace DURATION] [--root DIR] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    yes: { type: 'boolean', description: 'remove; without it, a dry run that prints what would go' },
+    grace: {
+      type: 'string',
+      value: 'DURATION',
+      description: 'keep anything modified more recently than this (30m, 1h, 2d)',
+      defaultText: '1h',
+    },
+  },
+  positionals: [0, 0],
+  details:
+    'Marks every object a workspace log reaches (snapshots, their trees and blobs, the blobs of\n' +
+    'writes not yet snapshotted), then removes unmarked objects and temp files left by interrupted\n' +
+    'writers that are older than the grace period. Safe beside live writers; killed, it leaves a\n' +
+    'consistent store.',
+  examples: ['noa gc', 'noa gc --yes --grace 2h'],
+})
 
 function size(n: number): string {
   if (n < 1024) return `${n} B`
@@ -17,7 +33,7 @@ function size(n: number): string {
 }
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values } = parseCommand(args, { ...spec, positionals: [0, 0] })
+  const { values } = parseCommand(args, spec)
   let graceMs = DEFAULT_GRACE_MS
   if (values.grace !== undefined) {
     try {

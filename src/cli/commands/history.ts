@@ -1,14 +1,19 @@
 import { drawGraph, type HistoryNode } from '../../store/history.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa history <workspace> [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [1, 1] as [number, number],
-}
+  positionals: [1, 1],
+  details:
+    "The snapshot, fork and merge graph the workspace's log reaches, oldest first, drawn as\n" +
+    'git log --graph draws it: parents, merge sources and base, conflicts kept, pruned snapshots.',
+  examples: ['noa history main', 'noa history main --json'],
+  exitCodes: { 1: 'the workspace has no log' },
+})
 
 const short = (id: string) => id.slice(0, 16)
 

@@ -1,15 +1,21 @@
 import { readWorkspaceBytes } from '../../engine/logs.js'
-import { intOption, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, intOption, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa log <workspace> [--from SEQ] [--root DIR]',
-  options: { ...ROOT_OPTION, from: { type: 'string' } },
-  positionals: [1, 1] as [number, number],
-} as const
+  options: {
+    ...ROOT_OPTION,
+    from: { type: 'string', value: 'SEQ', description: 'start at this seq', defaultText: '1' },
+  },
+  positionals: [1, 1],
+  details: 'Prints the stored lines exactly as on disk; the start is found by binary search.',
+  examples: ['noa log agent-1 --from 100'],
+  exitCodes: { 1: 'the workspace has no log, or it cannot be read' },
+})
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  const { values, positionals } = parseCommand(args, spec)
   const from = intOption(values.from, 'from', spec.usage, 1) ?? 1
   for await (const chunk of readWorkspaceBytes(rootOf(values), positionals[0] as string, from)) {
     await write(io.stdout, chunk)

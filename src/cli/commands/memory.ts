@@ -8,18 +8,27 @@ import type { MemoryNote } from '../../memory/note.js'
 import { mtimeNs } from '../../memory/scan.js'
 import { DEFAULT_INJECT_LIMIT, MemoryStore } from '../../memory/store.js'
 import {
-  type CommandSpec,
+  type GroupSpec,
   intOption,
   JSON_OPTION,
   type OptionSpec,
   parseCommand,
   runSubcommand,
+  type SubcommandSpec,
+  subcommand,
   UsageError,
 } from '../args.js'
 import { type CliIo, json, readAll, write } from '../io.js'
 
-const DIR_OPTION = { dir: { type: 'string' } } as const
-const LIMIT_OPTION = { limit: { type: 'string' } } as const
+const DIR_OPTION = {
+  dir: {
+    type: 'string',
+    value: 'D',
+    description: 'the folder of the memory notes',
+    required: true,
+    complete: 'dir',
+  },
+} as const satisfies OptionSpec
 
 /** Norma's RecallMemory returns 5 notes; `--limit 0` lists every hit. */
 const DEFAULT_RECALL_LIMIT = 5
@@ -40,31 +49,131 @@ const USAGE_ALL = `usage: noa memory <save|list|recall|index|inject|rm|rename> -
   .map((u) => `  ${u.slice('usage: '.length)}`)
   .join('\n')}`
 
-type Sub = keyof typeof USAGE
+const QUERY = [1, Number.POSITIVE_INFINITY] as const
 
-function parse<O extends OptionSpec>(sub: Sub, args: string[], options: O, positionals: [number, number]) {
-  const spec: CommandSpec<O & typeof DIR_OPTION> = {
-    usage: USAGE[sub],
-    options: { ...options, ...DIR_OPTION },
-    positionals,
-  }
+const SPECS = {
+  save: subcommand({
+    summary: 'save a note (its body on stdin), then rebuild MEMORY.md',
+    usage: USAGE.save,
+    options: {
+      ...DIR_OPTION,
+      name: {
+        type: 'string',
+        value: 'N',
+        description: "the note's name (its file is a slug of it)",
+        required: true,
+      },
+      description: {
+        type: 'string',
+        value: 'T',
+        description: 'one line saying what the note is for',
+        defaultText: 'empty',
+      },
+      type: {
+        type: 'string',
+        value: 'TYPE',
+        description: 'user, feedback, project or reference',
+        defaultText: 'none',
+        complete: ['user', 'feedback', 'project', 'reference'],
+      },
+    },
+    positionals: [0, 0],
+    details: 'Prints the path of the note written.',
+    examples: [
+      `echo 'Run make deploy, then tag.' | noa memory save --dir mem --name 'Deploy steps' --type project`,
+    ],
+    exitCodes: { 1: 'a refused name, description or type, or a body that is not UTF-8' },
+  }),
+  list: subcommand({
+    summary: 'the notes, newest first (unreadable files are reported on stderr)',
+    usage: USAGE.list,
+    options: { ...DIR_OPTION, ...JSON_OPTION },
+    positionals: [0, 0],
+    details: '--json: [{name, description, type, file, mtime}].',
+    examples: ['noa memory list --dir mem --json'],
+  }),
+  recall: subcommand({
+    summary: 'the notes relevant to a query, ranked, with their scores',
+    usage: USAGE.recall,
+    options: {
+      ...DIR_OPTION,
+      limit: {
+        type: 'string',
+        value: 'K',
+        description: 'at most K notes; 0 lists every hit',
+        defaultText: String(DEFAULT_RECALL_LIMIT),
+      },
+      ...JSON_OPTION,
+    },
+    positionals: QUERY,
+    examples: ['noa memory recall --dir mem how do we deploy'],
+  }),
+  index: subcommand({
+    summary: 'rebuild MEMORY.md by a full scan and print it',
+    usage: USAGE.index,
+    options: DIR_OPTION,
+    positionals: [0, 0],
+    examples: ['noa memory index --dir mem'],
+  }),
+  inject: subcommand({
+    summary: 'the text auto-inject adds to a prompt for a query',
+    usage: USAGE.inject,
+    options: {
+      ...DIR_OPTION,
+      limit: {
+        type: 'string',
+        value: 'K',
+        description: 'at most K notes',
+        defaultText: String(DEFAULT_INJECT_LIMIT),
+      },
+    },
+    positionals: QUERY,
+    examples: ['noa memory inject --dir mem deploy'],
+  }),
+  rm: subcommand({
+    summary: 'delete a note by name, then rebuild MEMORY.md',
+    usage: USAGE.rm,
+    options: DIR_OPTION,
+    positionals: [1, 1],
+    examples: ["noa memory rm --dir mem 'Deploy steps'"],
+    exitCodes: { 1: 'no note has that name' },
+  }),
+  rename: subcommand({
+    summary: 'rename a note (and move its file), then rebuild MEMORY.md',
+    usage: USAGE.rename,
+    options: DIR_OPTION,
+    positionals: [2, 2],
+    examples: ["noa memory rename --dir mem 'Deploy steps' 'Shipping'"],
+    exitCodes: { 1: 'no note has the old name, or another has the new one' },
+  }),
+}
+
+function parse<O extends OptionSpec & typeof DIR_OPTION>(spec: SubcommandSpec<O>, args: string[]) {
   const parsed = parseCommand(args, spec)
   const dir = parsed.values.dir
-  if (typeof dir !== 'string' || dir === '') throw new UsageError('--dir is required', USAGE[sub])
+  if (typeof dir !== 'string' || dir === '') throw new UsageError('--dir is required', spec.usage)
   return { ...parsed, store: new MemoryStore(dir) }
 }
 
+export const spec: GroupSpec = {
+  usage: USAGE_ALL,
+  subcommands: {
+    save: { spec: SPECS.save, run: save },
+    list: { spec: SPECS.list, run: list },
+    recall: { spec: SPECS.recall, run: recall },
+    index: { spec: SPECS.index, run: index },
+    inject: { spec: SPECS.inject, run: inject },
+    rm: { spec: SPECS.rm, run: rm },
+    rename: { spec: SPECS.rename, run: rename },
+  },
+}
+
 export function run(args: string[], io: CliIo): Promise<number> {
-  return runSubcommand(args, io, { save, list, recall, index, inject, rm, rename }, USAGE_ALL)
+  return runSubcommand(args, io, spec)
 }
 
 async function save(args: string[], io: CliIo): Promise<number> {
-  const { values, store } = parse(
-    'save',
-    args,
-    { name: { type: 'string' }, description: { type: 'string' }, type: { type: 'string' } },
-    [0, 0],
-  )
+  const { values, store } = parse(SPECS.save, args)
   if (values.name === undefined) throw new UsageError('--name is required', USAGE.save)
   let content: string
   try {
@@ -85,7 +194,7 @@ async function save(args: string[], io: CliIo): Promise<number> {
 }
 
 async function list(args: string[], io: CliIo): Promise<number> {
-  const { values, store } = parse('list', args, JSON_OPTION, [0, 0])
+  const { values, store } = parse(SPECS.list, args)
   const { notes, skipped } = store.scanReport()
   for (const s of skipped) io.stderr.write(`noa memory: skipped ${s.file}: ${s.reason}\n`)
   if (values.json) {
@@ -101,10 +210,7 @@ async function list(args: string[], io: CliIo): Promise<number> {
 }
 
 async function recall(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals, store } = parse('recall', args, { ...LIMIT_OPTION, ...JSON_OPTION }, [
-    1,
-    Number.POSITIVE_INFINITY,
-  ])
+  const { values, positionals, store } = parse(SPECS.recall, args)
   const limit = intOption(values.limit, 'limit', USAGE.recall) ?? DEFAULT_RECALL_LIMIT
   const hits = store.recall(positionals.join(' '), limit)
   if (values.json) {
@@ -127,27 +233,27 @@ async function recall(args: string[], io: CliIo): Promise<number> {
 }
 
 async function index(args: string[], io: CliIo): Promise<number> {
-  const { store } = parse('index', args, {}, [0, 0])
+  const { store } = parse(SPECS.index, args)
   await write(io.stdout, store.rebuildIndex())
   return 0
 }
 
 async function inject(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals, store } = parse('inject', args, LIMIT_OPTION, [1, Number.POSITIVE_INFINITY])
+  const { values, positionals, store } = parse(SPECS.inject, args)
   const limit = intOption(values.limit, 'limit', USAGE.inject, 1) ?? DEFAULT_INJECT_LIMIT
   await write(io.stdout, store.inject(positionals.join(' '), { limit }))
   return 0
 }
 
 async function rm(args: string[], io: CliIo): Promise<number> {
-  const { positionals, store } = parse('rm', args, {}, [1, 1])
+  const { positionals, store } = parse(SPECS.rm, args)
   const files = store.delete(positionals[0] as string)
   await write(io.stdout, files.map((f) => `${join(store.dir, f)}\n`).join(''))
   return 0
 }
 
 async function rename(args: string[], io: CliIo): Promise<number> {
-  const { positionals, store } = parse('rename', args, {}, [2, 2])
+  const { positionals, store } = parse(SPECS.rename, args)
   const note = store.rename(positionals[0] as string, positionals[1] as string)
   await write(io.stdout, `${join(store.dir, note.file)}\n`)
   return 0

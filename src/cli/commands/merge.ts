@@ -3,23 +3,42 @@ import { isNoaError } from '../../engine/errors.js'
 import { existingLog } from '../../engine/logs.js'
 import type { MergeConflict } from '../../store/merge.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
 import { describeNoEffect } from './describe.js'
 
-const spec = {
+export const spec = command({
   usage:
     'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--strict] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    'on-conflict': { type: 'string' },
-    message: { type: 'string', short: 'm' },
-    strict: { type: 'boolean' },
+    'on-conflict': {
+      type: 'string',
+      value: 'lww|fail',
+      description: 'a path changed on both sides: lww keeps the last write, fail writes nothing',
+      defaultText: 'lww',
+      complete: ['lww', 'fail'],
+    },
+    message: {
+      type: 'string',
+      short: 'm',
+      description: "the merge snapshot's message",
+      defaultText: '"merge <sources> into <target>"',
+    },
+    strict: {
+      type: 'boolean',
+      description: 'refuse entries that cannot apply instead of recording them as without effect',
+    },
   },
-  positionals: [2, Number.POSITIVE_INFINITY] as [number, number],
-} as const
+  positionals: [2, Number.POSITIVE_INFINITY],
+  details:
+    "Prints the merged snapshot's id, then any conflicts (kept side and every side's entry).\n" +
+    'When the sources bring nothing new, says "already up to date", prints the head and writes nothing.',
+  examples: ['noa merge main agent-1 agent-2 --on-conflict fail'],
+  exitCodes: { 1: 'an unknown workspace, or conflicts with --on-conflict fail (listed on stdout)' },
+})
 
 function describe(c: MergeConflict): string {
   const sides = c.sides.map(
@@ -30,7 +49,7 @@ function describe(c: MergeConflict): string {
 }
 
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [2, Number.POSITIVE_INFINITY] })
+  const { values, positionals } = parseCommand(args, spec)
   const policy = values['on-conflict'] ?? 'lww'
   if (policy !== 'lww' && policy !== 'fail') {
     throw new UsageError(`--on-conflict must be lww or fail, got ${JSON.stringify(policy)}`, spec.usage)

@@ -1,25 +1,41 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { parseDuration } from '../../store/gc.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage:
     'usage: noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    'keep-last': { type: 'string' },
-    'keep-within': { type: 'string' },
-    message: { type: 'string', short: 'm' },
+    'keep-last': {
+      type: 'string',
+      value: 'N',
+      description: 'keep the newest N snapshots',
+      required: 'unless --keep-within',
+    },
+    'keep-within': {
+      type: 'string',
+      value: 'DURATION',
+      description: 'keep snapshots made within this long (1h, 7d)',
+    },
+    message: {
+      type: 'string',
+      short: 'm',
+      description: "the prune snapshot's message",
+      defaultText: '"prune: dropped N snapshots"',
+    },
   },
-  positionals: [1, 1] as [number, number],
-} as const
+  positionals: [1, 1],
+  details: 'Records the drop as a snapshot entry; noa gc then frees what only the dropped snapshots held.',
+  examples: ['noa snapshot prune agent-1 --keep-last 10'],
+})
 
 /** Records which snapshots are dropped (a snapshot entry listing them); gc then frees their trees. */
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  const { values, positionals } = parseCommand(args, spec)
   const keepLast = intOption(values['keep-last'], 'keep-last', spec.usage, 0)
   let keepWithinMs: number | undefined
   if (values['keep-within'] !== undefined) {

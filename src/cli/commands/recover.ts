@@ -1,15 +1,20 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
 import { workspaceNames } from '../../engine/logs.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
 import { describe } from './verify.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa recover [workspace…] [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
-}
+  positionals: [0, Number.POSITIVE_INFINITY],
+  details:
+    'Opens each workspace (all when none is named) in its owner: takes the lock, cuts a torn\n' +
+    'last line, then verifies the whole log.',
+  examples: ['noa recover agent-1'],
+  exitCodes: { 0: 'every workspace is consistent', 1: 'a workspace is not consistent or cannot be opened' },
+})
 
 /** Opens each workspace in its owner (lock, cut a torn tail), then verifies it in full. */
 export async function run(args: string[], io: CliIo): Promise<number> {

@@ -4,7 +4,18 @@ import { replicatePush } from '../../replicate/publisher.js'
 import { replicationStatus } from '../../replicate/status.js'
 import { initStream, type ReplicationEvent } from '../../replicate/stream.js'
 import { checkPrefix, DEFAULT_PREFIX } from '../../replicate/subjects.js'
-import { intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import {
+  type GroupSpec,
+  intOption,
+  JSON_OPTION,
+  type OptionSpec,
+  parseCommand,
+  ROOT_OPTION,
+  rootOf,
+  runSubcommand,
+  subcommand,
+  UsageError,
+} from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
@@ -17,34 +28,104 @@ const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] 
 const COMMON = {
   ...ROOT_OPTION,
   ...JSON_OPTION,
-  nats: { type: 'string' },
-  prefix: { type: 'string' },
-  stream: { type: 'string' },
-} as const
+  nats: {
+    type: 'string',
+    value: 'URL',
+    description: 'the NATS server (nats://host:port, or several separated by commas)',
+    defaultText: '$NOA_NATS_URL',
+  },
+  prefix: {
+    type: 'string',
+    value: 'P',
+    description: 'the subject prefix: entries go to <prefix>.…',
+    defaultText: DEFAULT_PREFIX,
+  },
+  stream: {
+    type: 'string',
+    value: 'NAME',
+    description: 'the JetStream stream',
+    defaultText: 'the one capturing <prefix>.>',
+  },
+} as const satisfies OptionSpec
+
+/**
+ * A follower competes for the CPU with the agents whose appends it replicates; at nice 10 the
+ * scheduler gives it about a tenth of a busy machine, so local durability comes first and the
+ * lag (visible in `status`) absorbs the difference. Threads started later (the libuv pool, the
+ * mirror's owner workers) inherit the priority.
+ */
+const DEFAULT_NICE = 10
+
+const FOLLOW = {
+  follow: { type: 'boolean', description: 'keep going until SIGINT or SIGTERM (the checkpoint is saved)' },
+  nice: {
+    type: 'string',
+    value: 'N',
+    description: 'lower the CPU priority by N, so local appends come first',
+    defaultText: `${DEFAULT_NICE} with --follow, else 0`,
+  },
+} as const satisfies OptionSpec
 
 const SPECS = {
-  push: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
-  pull: { options: { ...COMMON, follow: { type: 'boolean' }, nice: { type: 'string' } } },
-  status: { options: COMMON },
-  init: { options: { ...COMMON, replicas: { type: 'string' } } },
-} as const
+  push: subcommand({
+    summary: 'publish the local workspace logs and their objects to the stream, from the last checkpoint',
+    usage: USAGE,
+    options: { ...COMMON, ...FOLLOW },
+    positionals: [0, 0],
+    examples: ['noa replicate push --nats nats://127.0.0.1:4222 --follow'],
+    exitCodes: { 1: 'the server cannot be reached, or the stream refuses the entries' },
+  }),
+  pull: subcommand({
+    summary: 'mirror the stream into local workspace logs and objects',
+    usage: USAGE,
+    options: { ...COMMON, ...FOLLOW },
+    positionals: [0, 0],
+    examples: ['noa replicate pull --nats nats://127.0.0.1:4222 --root ./mirror'],
+    exitCodes: { 1: 'the server cannot be reached, or a mirrored log disagrees with the stream' },
+  }),
+  status: subcommand({
+    summary: "each workspace's local and replicated seq and lag (from the server with --nats)",
+    usage: USAGE,
+    options: COMMON,
+    positionals: [0, 0],
+    examples: ['noa replicate status --nats nats://127.0.0.1:4222'],
+  }),
+  init: subcommand({
+    summary: 'create the stream, or fix its settings, for replicating <prefix>.>',
+    usage: USAGE,
+    options: {
+      ...COMMON,
+      replicas: {
+        type: 'string',
+        value: 'N',
+        description: 'copies of the stream in a cluster',
+        defaultText: '1 for a new stream; an existing one keeps its own',
+      },
+    },
+    positionals: [0, 0],
+    examples: ['noa replicate init --nats nats://127.0.0.1:4222 --replicas 3'],
+    exitCodes: { 1: 'the server cannot be reached, or the stream cannot be fixed in place' },
+  }),
+}
 
 type Sub = keyof typeof SPECS
 
-export async function run(args: string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = args
-  if (sub === '--help' || sub === '-h' || sub === 'help') {
-    await write(io.stdout, `${USAGE}\n`)
-    return 0
-  }
-  if (sub === undefined || !(sub in SPECS)) {
-    throw new UsageError(
-      sub === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(sub)}`,
-      USAGE,
-    )
-  }
-  const name = sub as Sub
-  const { values } = parseCommand(rest, { usage: USAGE, options: SPECS[name].options, positionals: [0, 0] })
+export const spec: GroupSpec = {
+  usage: USAGE,
+  subcommands: {
+    push: { spec: SPECS.push, run: (args, io) => replicate('push', args, io) },
+    pull: { spec: SPECS.pull, run: (args, io) => replicate('pull', args, io) },
+    status: { spec: SPECS.status, run: (args, io) => replicate('status', args, io) },
+    init: { spec: SPECS.init, run: (args, io) => replicate('init', args, io) },
+  },
+}
+
+export function run(args: string[], io: CliIo): Promise<number> {
+  return runSubcommand(args, io, spec)
+}
+
+async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> {
+  const { values } = parseCommand(rest, SPECS[name])
   const v = values as {
     root?: string
     json?: boolean
@@ -144,14 +225,6 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     }
   }
 }
-
-/**
- * A follower competes for the CPU with the agents whose appends it replicates; at nice 10 the
- * scheduler gives it about a tenth of a busy machine, so local durability comes first and the
- * lag (visible in `status`) absorbs the difference. Threads started later (the libuv pool, the
- * mirror's owner workers) inherit the priority.
- */
-const DEFAULT_NICE = 10
 
 function lowerPriority(nice: number, io: CliIo): void {
   if (nice === 0) return

@@ -1,22 +1,38 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { SnapshotEngine, type SnapshotResult } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
 import { describeNoEffect } from './describe.js'
 
-const spec = {
+export const spec = command({
   usage:
-    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [--root DIR] [--json]',
+    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    message: { type: 'string', short: 'm' },
-    'allow-empty': { type: 'boolean' },
-    strict: { type: 'boolean' },
+    message: { type: 'string', short: 'm', description: "the snapshot's message", defaultText: 'empty' },
+    'allow-empty': {
+      type: 'boolean',
+      description: 'write a snapshot even when nothing happened since the last one',
+    },
+    strict: {
+      type: 'boolean',
+      description:
+        'refuse entries that cannot apply (delete or rename of a missing path) instead of recording them',
+    },
   },
-  positionals: [1, 1] as [number, number],
-} as const
+  positionals: [1, 1],
+  details:
+    "Prints the snapshot's id; --json: {created, snapshotId, tree, parent, seq, entriesReplayed,\n" +
+    'noEffect, missingBlobs}. Entries that changed nothing and blobs not in the store are listed on\n' +
+    'stderr. With nothing new since the last snapshot, prints its id and writes nothing.\n' +
+    'noa snapshot prune drops older snapshots (see noa snapshot prune --keep-last).',
+  examples: ['noa snapshot agent-1 -m "tests pass"', 'noa snapshot prune agent-1 --keep-last 10'],
+  exitCodes: {
+    1: 'the workspace has no log, a snapshot it needs is missing, or (--strict) an entry cannot apply',
+  },
+})
 
 export function snapshotJson(r: SnapshotResult): Record<string, unknown> {
   return {
@@ -33,7 +49,7 @@ export function snapshotJson(r: SnapshotResult): Record<string, unknown> {
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   if (args[0] === 'prune') return (await import('./prune.js')).run(args.slice(1), io)
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [1, 1] })
+  const { values, positionals } = parseCommand(args, spec)
   const workspace = positionals[0] as string
   const root = rootOf(values)
   // Read-only checks first, so a bad workspace fails before any worker starts.

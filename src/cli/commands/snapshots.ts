@@ -1,13 +1,16 @@
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa snapshots <workspace> [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [1, 1] as [number, number],
-}
+  positionals: [1, 1],
+  details: 'One line per snapshot entry, newest first: id, kind (snapshot|fork|merge), seq, time, message.',
+  examples: ['noa snapshots agent-1 --json'],
+  exitCodes: { 1: 'the workspace has no log, or a snapshot it names is missing' },
+})
 
 /**
  * The workspace's snapshot entries, newest first, under a header: id, kind, the last seq the

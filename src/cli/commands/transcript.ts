@@ -11,7 +11,7 @@ import type { ContentBlock, Message, TranscriptRecord, Usage } from '../../trans
 import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
-import { JSON_OPTION, parseCommand, runSubcommand, UsageError } from '../args.js'
+import { type GroupSpec, JSON_OPTION, parseCommand, runSubcommand, subcommand } from '../args.js'
 import { type CliIo, json, jsonLines, readAll, write } from '../io.js'
 
 const SHOW = 'usage: noa transcript show <file> [--json]'
@@ -24,8 +24,67 @@ const ALL = `usage: noa transcript <show|resume|append|usage> …\n  ${[SHOW, RE
   .map((u) => u.replace('usage: ', ''))
   .join('\n  ')}`
 
+const SESSION = { positionals: [2, 2], complete: ['dir'] } as const
+
+const SPECS = {
+  show: subcommand({
+    summary: "a transcript's records one per line, with counts, usage and the last uuid",
+    usage: SHOW,
+    options: JSON_OPTION,
+    positionals: [1, 1],
+    complete: ['file'],
+    details: '--json: {records, messages, boundaries, usage, torn_tail, last_uuid}.',
+    examples: ['noa transcript show sessions/sid-1.jsonl'],
+    exitCodes: { 1: 'no such transcript, or a malformed one (<file>:<line>: <reason>)' },
+  }),
+  resume: subcommand({
+    summary: 'what resuming a session keeps: messages, dropped tool calls, the uuid to chain after',
+    usage: RESUME,
+    options: JSON_OPTION,
+    ...SESSION,
+    details: '--json: {messages, dropped, parent_uuid, usage}.',
+    examples: ['noa transcript resume sessions sid-1 --json'],
+    exitCodes: { 1: 'the session has no transcript, or a malformed one' },
+  }),
+  append: subcommand({
+    summary: "append messages from stdin to a session's transcript, continuing its uuid chain",
+    usage: APPEND,
+    options: {
+      agent: {
+        type: 'string',
+        value: 'AGENT_ID',
+        description: "append to this subagent's sidechain instead of the main transcript",
+        defaultText: 'the main transcript',
+      },
+      durable: { type: 'boolean', description: 'print each uuid once the record is on disk (fdatasync)' },
+    },
+    ...SESSION,
+    details: 'Every line is checked before any is written; each new uuid is printed once written.',
+    examples: [`echo '{"role":"user","content":"hello"}' | noa transcript append sessions sid-1 --durable`],
+    exitCodes: { 1: 'an invalid line (stdin:<line>: <reason>; nothing written), or the file is locked' },
+  }),
+  usage: subcommand({
+    summary: 'token usage of the main transcript and of each sidechain, and their total',
+    usage: USAGE_CMD,
+    options: JSON_OPTION,
+    ...SESSION,
+    examples: ['noa transcript usage sessions sid-1'],
+    exitCodes: { 1: 'the session has no transcript' },
+  }),
+}
+
+export const spec: GroupSpec = {
+  usage: ALL,
+  subcommands: {
+    show: { spec: SPECS.show, run: show },
+    resume: { spec: SPECS.resume, run: resumeCmd },
+    append: { spec: SPECS.append, run: append },
+    usage: { spec: SPECS.usage, run: usageCmd },
+  },
+}
+
 export function run(args: string[], io: CliIo): Promise<number> {
-  return runSubcommand(args, io, { show, resume: resumeCmd, append, usage: usageCmd }, ALL)
+  return runSubcommand(args, io, spec)
 }
 
 function usageJson(u: Usage): Usage {
@@ -96,11 +155,7 @@ function describeRecord(r: TranscriptRecord): { kind: string; what: string } {
 }
 
 async function show(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: SHOW,
-    options: JSON_OPTION,
-    positionals: [1, 1],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.show)
   const file = positionals[0] as string
   const t = await loadTranscript(file)
   if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
@@ -137,11 +192,7 @@ async function show(args: string[], io: CliIo): Promise<number> {
 }
 
 async function resumeCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: RESUME,
-    options: JSON_OPTION,
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.resume)
   const [dir, sessionId] = positionals as [string, string]
   const r = await resume(dir, sessionId)
   if (!r.exists) {
@@ -229,11 +280,7 @@ function parseInput(text: string): Input[] {
 }
 
 async function append(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: APPEND,
-    options: { agent: { type: 'string' }, durable: { type: 'boolean' } },
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.append)
   const [dir, sessionId] = positionals as [string, string]
   checkTranscriptId(sessionId)
   const agentId = values.agent
@@ -274,11 +321,7 @@ async function append(args: string[], io: CliIo): Promise<number> {
 }
 
 async function usageCmd(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, {
-    usage: USAGE_CMD,
-    options: JSON_OPTION,
-    positionals: [2, 2],
-  })
+  const { values, positionals } = parseCommand(args, SPECS.usage)
   const [dir, sessionId] = positionals as [string, string]
   const u = await sessionUsage(dir, sessionId)
   if (!u.main.exists && u.sidechains.length === 0) {

@@ -1,13 +1,16 @@
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa tree <snapshot_id> [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [1, 1] as [number, number],
-}
+  positionals: [1, 1],
+  details: 'One path<TAB>blob line per file, sorted by path (paths with control characters JSON-quoted).',
+  examples: ['noa tree <snapshot_id>'],
+  exitCodes: { 1: 'no such snapshot, or its tree is corrupt' },
+})
 
 /** One `path<TAB>blob` line per file, sorted by path (the tree's own order); --json: JSON lines. */
 export async function run(args: string[], io: CliIo): Promise<number> {

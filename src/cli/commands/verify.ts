@@ -2,14 +2,28 @@ import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { type StoreProblem, verifyStore } from '../../store/verify.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
-  options: { ...ROOT_OPTION, ...JSON_OPTION, objects: { type: 'boolean' } },
-  positionals: [0, Number.POSITIVE_INFINITY] as [number, number],
-} as const
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    objects: {
+      type: 'boolean',
+      description:
+        'also check that every object the logs reach is stored (missing blobs named with their seq)',
+    },
+  },
+  positionals: [0, Number.POSITIVE_INFINITY],
+  details:
+    'Reads every line of each log (all workspaces when none is named) without changing it, then\n' +
+    'checks that every snapshot and merge entry names a record of that workspace. One that does\n' +
+    'not, which a later snapshot has recorded as without effect, is a note, not a failure.',
+  examples: ['noa verify agent-1 agent-2', 'noa verify --objects'],
+  exitCodes: { 0: 'every log is consistent', 1: 'a log has a problem (file:line: reason on stderr)' },
+})
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
@@ -22,7 +36,7 @@ export function describe(r: VerifyReport): string {
  * reaches is stored and whole).
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseCommand(args, { ...spec, positionals: [0, Number.POSITIVE_INFINITY] })
+  const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
   const names = positionals.length > 0 ? positionals : workspaceNames(root)
   const engine = new SnapshotEngine({ root })

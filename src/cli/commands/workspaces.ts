@@ -1,12 +1,14 @@
 import { listWorkspaces } from '../../engine/logs.js'
-import { JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json } from '../io.js'
 
-const spec = {
+export const spec = command({
   usage: 'usage: noa workspaces [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
-  positionals: [0, 0] as [number, number],
-}
+  positionals: [0, 0],
+  details: 'One line per workspace: name, entries, last seq, bytes, and any torn tail.',
+  examples: ['noa workspaces --root /var/lib/noa --json'],
+})
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values } = parseCommand(args, spec)

@@ -1,0 +1,314 @@
+/**
+ * Opening files inside a folder that others can write into (a shared root, a transcript or
+ * memory folder). What git and PostgreSQL do with a data directory someone else may have
+ * touched: never follow a symlink planted where a file or folder of ours should be, never open
+ * a FIFO, socket or device as if it were a file (a FIFO would block the open forever), and say
+ * which path is wrong and why instead of surfacing a raw errno.
+ *
+ * - A file is opened with O_NOFOLLOW (a symlink as its last component fails the open, dangling
+ *   or not, with or without O_CREAT) and O_NONBLOCK (a FIFO opens at once instead of waiting for
+ *   a peer), then fstat-checked to be a regular file. O_NONBLOCK has no effect on regular files.
+ * - A folder below the base is lstat-checked component by component: a symlink or a file where
+ *   a folder should be is refused. The base itself (the root the user named) may be a symlink.
+ * - Files are created with mode 0666 and folders 0777, so the umask decides, as for any program.
+ */
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  type Stats,
+  statSync,
+} from 'node:fs'
+import { type FileHandle, open } from 'node:fs/promises'
+import { dirname, isAbsolute, relative, resolve, sep } from 'node:path'
+import { NoaError } from './errors.js'
+
+const { O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_APPEND, O_TRUNC } = constants
+
+export const FILE_MODE = 0o666
+export const DIR_MODE = 0o777
+
+export type FileKind =
+  | 'file'
+  | 'directory'
+  | 'symlink'
+  | 'FIFO'
+  | 'socket'
+  | 'block device'
+  | 'character device'
+  | 'unknown'
+
+export function kindOf(st: Stats): FileKind {
+  if (st.isFile()) return 'file'
+  if (st.isDirectory()) return 'directory'
+  if (st.isSymbolicLink()) return 'symlink'
+  if (st.isFIFO()) return 'FIFO'
+  if (st.isSocket()) return 'socket'
+  if (st.isBlockDevice()) return 'block device'
+  if (st.isCharacterDevice()) return 'character device'
+  return 'unknown'
+}
+
+function article(kind: FileKind): string {
+  return kind === 'unknown' ? 'something that is not a file' : `a ${kind}`
+}
+
+export function notRegularFile(path: string, kind: FileKind, what = 'file'): NoaError {
+  return new NoaError(
+    'NOA_NOT_REGULAR_FILE',
+    `${path} is ${article(kind)}, not a regular file: noa refuses to use it as a ${what}${kind === 'symlink' ? ' (it does not follow symlinks inside its folders)' : ''}`,
+    { file: path, kind },
+  )
+}
+
+export function notDirectory(path: string, kind: FileKind): NoaError {
+  return new NoaError(
+    'NOA_NOT_DIRECTORY',
+    `${path} is ${article(kind)}, not a folder: noa refuses to use it${kind === 'symlink' ? ' (it does not follow symlinks inside its folders)' : ''}`,
+    { file: path, kind },
+  )
+}
+
+export function nameTooLong(path: string): NoaError {
+  return new NoaError('NOA_NAME_TOO_LONG', `${path}: the name is too long for the filesystem`, { file: path })
+}
+
+function errnoOf(err: unknown): string | undefined {
+  return err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined
+}
+
+/** Turns the errno of a failed open into a named error where there is one; else returns err. */
+export function openError(err: unknown, path: string, what = 'file'): unknown {
+  switch (errnoOf(err)) {
+    case 'ELOOP':
+      return notRegularFile(path, 'symlink', what)
+    case 'ENXIO': // O_WRONLY|O_NONBLOCK on a FIFO with no reader, or a socket
+    case 'EOPNOTSUPP':
+    case 'ENOTREG': // the addon's refusal of a descriptor that is not a regular file
+      return notRegularFile(path, kindAt(path) ?? 'unknown', what)
+    case 'EISDIR':
+      return notRegularFile(path, 'directory', what)
+    case 'ENAMETOOLONG':
+      return nameTooLong(path)
+    case 'ENOTDIR':
+      return notDirectory(firstNonDirectory(path) ?? dirname(path), kindAt(firstNonDirectory(path)) ?? 'file')
+    default:
+      return err
+  }
+}
+
+function kindAt(path: string | undefined): FileKind | undefined {
+  if (path === undefined) return undefined
+  try {
+    return kindOf(lstatSync(path))
+  } catch {
+    return undefined
+  }
+}
+
+/** The first ancestor of path that exists and is not a directory (the cause of an ENOTDIR). */
+function firstNonDirectory(path: string): string | undefined {
+  const parts = resolve(path).split(sep)
+  let p = ''
+  for (let i = 1; i < parts.length; i++) {
+    p += sep + parts[i]
+    let st: Stats
+    try {
+      st = statSync(p)
+    } catch {
+      return undefined
+    }
+    if (!st.isDirectory()) return p
+  }
+  return undefined
+}
+
+export interface OpenFileOptions {
+  /** What the file is to noa, for messages ("workspace log", "memory note"). Default "file". */
+  what?: string
+  /** Creation mode before the umask (default 0666). */
+  mode?: number
+}
+
+/** fstat-checks an fd just opened; closes it and throws when it is not a regular file. */
+export function checkOpened(fd: number, path: string, what = 'file'): Stats {
+  let st: Stats
+  try {
+    st = fstatSync(fd)
+  } catch (err) {
+    closeSync(fd)
+    throw err
+  }
+  if (!st.isFile()) {
+    closeSync(fd)
+    throw notRegularFile(path, kindOf(st), what)
+  }
+  return st
+}
+
+/**
+ * open(2) of a regular file, never through a symlink in its last component and never blocking
+ * on a FIFO. `flags` are numeric open flags (`O_RDONLY`, `O_WRONLY | O_CREAT | O_EXCL`, ...).
+ */
+export function openFileSync(path: string, flags: number = O_RDONLY, options: OpenFileOptions = {}): number {
+  let fd: number
+  try {
+    fd = openSync(path, flags | O_NOFOLLOW | O_NONBLOCK, options.mode ?? FILE_MODE)
+  } catch (err) {
+    throw openError(err, path, options.what)
+  }
+  checkOpened(fd, path, options.what)
+  return fd
+}
+
+/** The same, as a FileHandle. */
+export async function openFile(
+  path: string,
+  flags: number = O_RDONLY,
+  options: OpenFileOptions = {},
+): Promise<FileHandle> {
+  let handle: FileHandle
+  try {
+    handle = await open(path, flags | O_NOFOLLOW | O_NONBLOCK, options.mode ?? FILE_MODE)
+  } catch (err) {
+    throw openError(err, path, options.what)
+  }
+  let st: Stats
+  try {
+    st = await handle.stat()
+  } catch (err) {
+    await handle.close()
+    throw err
+  }
+  if (!st.isFile()) {
+    await handle.close()
+    throw notRegularFile(path, kindOf(st), options.what)
+  }
+  return handle
+}
+
+/** Flags for the common cases, so callers need not import fs.constants. */
+export const READ = O_RDONLY
+export const WRITE_NEW = O_WRONLY | O_CREAT | O_EXCL
+export const WRITE_TRUNCATE = O_WRONLY | O_CREAT | O_TRUNC
+export const APPEND = O_WRONLY | O_APPEND
+export const APPEND_CREATE = O_WRONLY | O_APPEND | O_CREAT
+export const READ_WRITE = O_RDWR
+export const READ_WRITE_CREATE = O_RDWR | O_CREAT
+
+/**
+ * lstat of a path that should be a regular file: undefined when it does not exist, the stats when
+ * it is a file, a NOA_NOT_REGULAR_FILE naming what it is otherwise.
+ */
+export function statFile(path: string, what = 'file'): Stats | undefined {
+  let st: Stats
+  try {
+    st = lstatSync(path)
+  } catch (err) {
+    const code = errnoOf(err)
+    if (code === 'ENOENT') return undefined
+    if (code === 'ENAMETOOLONG') throw nameTooLong(path)
+    if (code === 'ENOTDIR') throw openError(err, path, what)
+    throw err
+  }
+  if (!st.isFile()) throw notRegularFile(path, kindOf(st), what)
+  return st
+}
+
+/** Whether `path` is `base` or below it (both resolved; no filesystem access). */
+export function isInside(base: string, path: string): boolean {
+  const r = relative(resolve(base), resolve(path))
+  return r === '' || (!r.startsWith(`..${sep}`) && r !== '..' && !isAbsolute(r))
+}
+
+/**
+ * Checks every existing component of `dir` below `base` (excluded) with lstat: each must be a
+ * real directory. Returns the first missing component (to create from), or null when `dir`
+ * exists. `dir` outside `base` is a programming error.
+ */
+export function checkDirsBelow(base: string, dir: string): string | null {
+  const b = resolve(base)
+  const d = resolve(dir)
+  if (!isInside(b, d)) throw new Error(`${d} is not inside ${b}`)
+  const rest = relative(b, d)
+  if (rest === '') return null
+  let p = b
+  for (const part of rest.split(sep)) {
+    p = `${p}${p.endsWith(sep) ? '' : sep}${part}`
+    let st: Stats
+    try {
+      st = lstatSync(p)
+    } catch (err) {
+      const code = errnoOf(err)
+      if (code === 'ENOENT') return p
+      if (code === 'ENAMETOOLONG') throw nameTooLong(p)
+      throw err
+    }
+    if (!st.isDirectory()) throw notDirectory(p, kindOf(st))
+  }
+  return null
+}
+
+/**
+ * mkdir -p of `dir` below `base`, checking every existing component (no symlinks, no files),
+ * mode 0777 before the umask. Returns the directories it created, outermost first (their parents
+ * need an fsync for the new entries to be durable).
+ */
+export function mkdirBelow(base: string, dir: string): string[] {
+  const first = checkDirsBelow(base, dir)
+  if (first === null) return []
+  const created: string[] = []
+  const d = resolve(dir)
+  let p = first
+  for (;;) {
+    try {
+      mkdirSync(p, { mode: DIR_MODE })
+      created.push(p)
+    } catch (err) {
+      const code = errnoOf(err)
+      if (code === 'ENAMETOOLONG') throw nameTooLong(p)
+      if (code !== 'EEXIST') throw err
+      // Made by someone else meanwhile: it must still be a real directory.
+      const st = lstatSync(p)
+      if (!st.isDirectory()) throw notDirectory(p, kindOf(st))
+    }
+    if (p === d) break
+    p = `${p}${sep}${relative(p, d).split(sep)[0]}`
+  }
+  return created
+}
+
+/**
+ * The root folder named by the user: it may be a symlink (the user chose it), but it must be a
+ * folder. `mustExist`: for commands that only read, a missing root is an error too.
+ */
+export function checkRoot(root: string, mustExist: boolean): void {
+  let st: Stats
+  try {
+    st = statSync(root)
+  } catch (err) {
+    const code = errnoOf(err)
+    if (code === 'ENOENT') {
+      if (!mustExist) return
+      throw new NoaError('NOA_BAD_ROOT', `no noa root at ${root} (the folder does not exist)`, { root })
+    }
+    if (code === 'ENOTDIR')
+      throw new NoaError('NOA_BAD_ROOT', `${root} cannot be a noa root: a part of its path is a file`, {
+        root,
+      })
+    if (code === 'ENAMETOOLONG') throw nameTooLong(root)
+    throw err
+  }
+  if (!st.isDirectory()) {
+    throw new NoaError(
+      'NOA_BAD_ROOT',
+      `${root} is ${article(kindOf(st))}, not a folder: it cannot be a noa root`,
+      {
+        root,
+      },
+    )
+  }
+}
