@@ -835,7 +835,15 @@ class Publisher {
     const worker = async () => {
       while (next < ids.length) {
         const id = ids[next++] as string
-        const sent = await publishObject(ctx, this.s.root, id)
+        let sent: number
+        try {
+          sent = await publishObject(ctx, this.s.root, id)
+        } catch (err) {
+          // Removed since the scan found it: gc takes only objects no log reaches, so nothing
+          // that follows in the stream needs it.
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+          throw err
+        }
         if (sent > 0) this.objectsSent++
         scanner.markPublished(id)
       }

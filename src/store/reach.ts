@@ -42,6 +42,8 @@ export interface ReachSink {
   object(kind: ObjectKind, id: string, from: Referrer): boolean
   /** A record or tree that should be there is not (or is damaged): `err` says which. */
   missing(kind: ObjectKind, id: string, from: Referrer, err: NoaError): void
+  /** Give each tree blob's path in `from` (verify names them; gc does not need the strings). */
+  paths?: boolean
 }
 
 /**
@@ -233,7 +235,9 @@ async function treeObjects(
     sink.missing('tree', record.tree, from, err)
     return
   }
-  for (let i = 0; i < tree.size; i++) {
-    sink.object('blob', tree.blobAt(i), { ...from, path: tree.pathAt(i) })
+  if (sink.paths) {
+    for (let i = 0; i < tree.size; i++) sink.object('blob', tree.blobAt(i), { ...from, path: tree.pathAt(i) })
+  } else {
+    for (let i = 0; i < tree.size; i++) sink.object('blob', tree.blobAt(i), from)
   }
 }

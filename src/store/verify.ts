@@ -33,6 +33,7 @@ export async function verifyStore(
   const seen = new MarkSet()
   const missingByRecord = new Map<string, Array<{ path: string; blob: string }>>()
   await walkWorkspace(engine, workspace, {
+    paths: true,
     object(kind, id, from) {
       if (!seen.add(id)) return false
       if (kind !== 'blob') return true // records and trees are read by the walk

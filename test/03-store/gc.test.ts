@@ -2,6 +2,7 @@
 import { spawn } from 'node:child_process'
 import { readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { PassThrough, Writable } from 'node:stream'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
@@ -70,7 +71,35 @@ describe('gc', () => {
         'would remove temp file $2\nwould remove $1 (15 bytes)\n',
       ),
     )
+    expect(dry.stderr).toBe('') // no progress when piped
     expect(objectIds(root)).toEqual(before)
+    // On a terminal, a progress line is drawn on stderr and erased at the end.
+    const { main } = await import('../../dist/src/cli/main.js')
+    let drawn = ''
+    const stdin = new PassThrough()
+    stdin.end()
+    const sink = (add: (s: string) => void) =>
+      new Writable({
+        write(chunk, _encoding, done) {
+          add(String(chunk))
+          done()
+        },
+      })
+    const status = await main(['gc', '--root', root], {
+      stdin,
+      stdout: sink(() => {}),
+      stderr: sink((t) => {
+        drawn += t
+      }),
+      env: process.env,
+      isTTY: true,
+    })
+    expect(status).toBe(0)
+    const erase = '\r\x1b[K'
+    expect(
+      drawn.split(erase).some((line) => /^gc: sweeping: \d+\/256 folders, 2 to remove$/.test(line)),
+    ).toBe(true)
+    expect(drawn.endsWith('\r\x1b[K')).toBe(true)
     const r = await engine.gc({ dryRun: false })
     expect(r).toMatchObject({ removed: 1, removedBytes: 15, temps: 1, young: 1, missing: 0, dryRun: false })
     expect(objectIds(root)).toEqual(before.filter((id) => id !== garbage))
