@@ -196,8 +196,9 @@ describe('gc', () => {
         runs++
       }
     })()
-    const ids = await writer
-    done = true
+    const ids = await writer.finally(() => {
+      done = true
+    })
     await gcLoop
     expect(runs).toBeGreaterThan(1)
     expect(removed).toBeGreaterThanOrEqual(50)
