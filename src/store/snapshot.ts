@@ -329,7 +329,8 @@ export class SnapshotEngine {
     let until: number | undefined
     if (m[2] !== undefined) {
       until = Number(m[2])
-      const last = lastSeqOf(this.root, existingLog(this.root, workspace) && workspace)
+      existingLog(this.root, workspace)
+      const last = lastSeqOf(this.root, workspace)
       if (!Number.isSafeInteger(until) || until > last) {
         throw new NoaError(
           'NOA_NOT_FOUND',

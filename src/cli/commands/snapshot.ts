@@ -27,7 +27,9 @@ export const spec = command({
     "Prints the snapshot's id; --json: {created, snapshotId, tree, parent, seq, entriesReplayed,\n" +
     'noEffect, missingBlobs}. Entries that changed nothing and blobs not in the store are listed on\n' +
     'stderr. With nothing new since the last snapshot, prints its id and writes nothing.\n' +
-    'noa snapshot prune drops older snapshots (see noa snapshot prune --keep-last).',
+    'noa snapshot prune drops older snapshots, recorded in the log (gc then frees their trees):\n' +
+    '--keep-last N keeps the newest N, --keep-within DURATION (1h, 7d) those made within it;\n' +
+    'the head, forks, merges and earlier prunes are always kept.',
   examples: ['noa snapshot agent-1 -m "tests pass"', 'noa snapshot prune agent-1 --keep-last 10'],
   exitCodes: {
     1: 'the workspace has no log, a snapshot it needs is missing, or (--strict) an entry cannot apply',
