@@ -71,6 +71,31 @@ int WriteAll(int fd, struct iovec* iov, int count) {
   return 0;
 }
 
+// Writes every byte of the iovecs at `offset` (pwritev), resuming after short writes and EINTR.
+// The descriptor must not be O_APPEND: Linux appends on such a descriptor whatever the offset.
+int PWriteAll(int fd, struct iovec* iov, int count, off_t offset) {
+  while (count > 0) {
+    int n = count > IOV_MAX ? IOV_MAX : count;
+    ssize_t written = pwritev(fd, iov, n, offset);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    offset += written;
+    size_t left = static_cast<size_t>(written);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      iov++;
+      count--;
+    }
+    if (count > 0 && left > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
 int DataSync(int fd) {
   while (fdatasync(fd) != 0) {
     if (errno != EINTR) return errno;
@@ -88,11 +113,25 @@ int FsSync(int fd) {
 #endif
 }
 
+// One log's part of a journal round: its iovecs are logIov[first, first + count).
+struct LogWrite {
+  int fd;
+  size_t first;
+  size_t count;
+  int err = 0;
+};
+
 struct Job {
   double id;
   int fd;
   int mode;
+  off_t offset = -1;  // -1: write (at the end of an O_APPEND file); otherwise pwritev at offset
   std::vector<struct iovec> iov;
+  // A journal round: once the journal write (and its sync) succeeded, each log's bytes are
+  // appended to it. A log's failure is its own; a journal failure fails the round.
+  std::vector<struct iovec> logIov;
+  std::vector<LogWrite> logs;
+  bool round = false;
   Napi::Reference<Napi::Value> keep;  // the buffers, alive until the job is delivered
   int err = 0;
   const char* syscall = nullptr;
@@ -182,10 +221,12 @@ class Instance {
       queue_.pop_front();
       lock.unlock();
 
-      int err = WriteAll(job->fd, job->iov.data(), static_cast<int>(job->iov.size()));
+      int count = static_cast<int>(job->iov.size());
+      int err = job->offset < 0 ? WriteAll(job->fd, job->iov.data(), count)
+                                : PWriteAll(job->fd, job->iov.data(), count, job->offset);
       if (err != 0) {
         job->err = err;
-        job->syscall = "write";
+        job->syscall = job->offset < 0 ? "write" : "pwrite";
       } else if (job->mode == kFdatasync) {
         err = DataSync(job->fd);
         if (err != 0) {
@@ -197,6 +238,11 @@ class Instance {
         if (err != 0) {
           job->err = err;
           job->syscall = "syncfs";
+        }
+      }
+      if (job->err == 0) {
+        for (auto& log : job->logs) {
+          log.err = WriteAll(log.fd, job->logIov.data() + log.first, static_cast<int>(log.count));
         }
       }
       bool first;
@@ -223,11 +269,23 @@ class Instance {
       Napi::HandleScope scope(env);
       Napi::Value err = env.Null();
       if (job->err != 0) err = SystemError(env, job->err, job->syscall, std::string()).Value();
+      // A round's third argument: null, or [index, error] pairs for the logs whose write failed.
+      Napi::Value logErrors = env.Null();
+      if (job->round && job->err == 0) {
+        Napi::Array failed = Napi::Array::New(env);
+        uint32_t k = 0;
+        for (size_t i = 0; i < job->logs.size(); i++) {
+          if (job->logs[i].err == 0) continue;
+          failed.Set(k++, Napi::Number::New(env, static_cast<double>(i)));
+          failed.Set(k++, SystemError(env, job->logs[i].err, "write", std::string()).Value());
+        }
+        if (k > 0) logErrors = failed;
+      }
       job->keep.Reset();
       double id = job->id;
       delete job;
       if (--self->pending_ == 0) self->tsfn_.Unref(env);
-      fn.Call({Napi::Number::New(env, id), err});
+      fn.Call({Napi::Number::New(env, id), err, logErrors});
       if (env.IsExceptionPending()) {
         // The handler must not throw; surface it as an uncaught exception in this thread.
         Napi::Error e = env.GetAndClearPendingException();
@@ -387,6 +445,28 @@ Napi::Value Write(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(total));
 }
 
+// pwrite(fd, data, offset) -> bytes written. All of it, or an error.
+Napi::Value Pwrite(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd;
+  if (!ArgFd(info, 0, &fd)) return env.Undefined();
+  std::vector<struct iovec> iov;
+  if (!ArgBuffers(info, 1, &iov)) return env.Undefined();
+  if (!info[2].IsNumber()) {
+    Napi::TypeError::New(env, "offset must be a number").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  off_t offset = static_cast<off_t>(info[2].As<Napi::Number>().Int64Value());
+  size_t total = 0;
+  for (auto& v : iov) total += v.iov_len;
+  int err = PWriteAll(fd, iov.data(), static_cast<int>(iov.size()), offset);
+  if (err != 0) {
+    SystemError(env, err, "pwrite", "").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Number::New(env, static_cast<double>(total));
+}
+
 Napi::Value Fdatasync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd;
@@ -501,6 +581,72 @@ Napi::Value Commit(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// commitRound(id, journalFd, journalData, journalOffset, mode, logFds, logData): on a pool
+// thread, pwrite all of journalData at journalOffset, sync it by mode (1 fdatasync, 0 none: the
+// descriptor is O_DSYNC), then append logData[i] (a Buffer or an array of Buffers) to logFds[i].
+// The completion handler receives (id, error|null, null | [index, error, ...] of failed logs).
+Napi::Value CommitRound(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Instance* inst = GetInstance(env);
+  if (!inst->HasHandler()) {
+    Napi::Error::New(env, "setCompletionHandler must be called before commitRound")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (!info[0].IsNumber() || !info[3].IsNumber() || !info[4].IsNumber() || !info[5].IsArray() ||
+      !info[6].IsArray()) {
+    Napi::TypeError::New(env, "commitRound(id, fd, data, offset, mode, fds[], data[])")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Job* job = new Job();
+  job->round = true;
+  job->id = info[0].As<Napi::Number>().DoubleValue();
+  job->offset = static_cast<off_t>(info[3].As<Napi::Number>().Int64Value());
+  job->mode = info[4].As<Napi::Number>().Int32Value();
+  if (!ArgFd(info, 1, &job->fd) || !ArgBuffers(info, 2, &job->iov)) {
+    delete job;
+    return env.Undefined();
+  }
+  if (job->offset < 0 || (job->mode != kNoSync && job->mode != kFdatasync)) {
+    delete job;
+    Napi::RangeError::New(env, "offset must be >= 0 and mode 0 (none) or 1 (fdatasync)")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Napi::Array fds = info[5].As<Napi::Array>();
+  Napi::Array datas = info[6].As<Napi::Array>();
+  uint32_t n = fds.Length();
+  if (datas.Length() != n) {
+    delete job;
+    Napi::RangeError::New(env, "logFds and logData differ in length").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  job->logs.reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    Napi::Value fdv = fds.Get(i);
+    Napi::Value dv = datas.Get(i);
+    if (!fdv.IsNumber() || !dv.IsBuffer()) {
+      delete job;
+      Napi::TypeError::New(env, "logFds must be numbers and logData Buffers").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Buffer<char> buf = dv.As<Napi::Buffer<char>>();
+    LogWrite w{fdv.As<Napi::Number>().Int32Value(), job->logIov.size(), 0};
+    if (buf.Length() > 0) {
+      job->logIov.push_back({buf.Data(), buf.Length()});
+      w.count = 1;
+    }
+    job->logs.push_back(w);
+  }
+  Napi::Array keep = Napi::Array::New(env, 2);
+  keep.Set(0u, info[2]);
+  keep.Set(1u, datas);
+  job->keep = Napi::Persistent(keep.As<Napi::Value>());
+  inst->Submit(env, job);
+  return env.Undefined();
+}
+
 Napi::Value SetMaxThreads(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || info[0].As<Napi::Number>().Int32Value() < 1) {
@@ -520,6 +666,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("openAppend", Napi::Function::New(env, OpenAppend, "openAppend"));
   exports.Set("flock", Napi::Function::New(env, Flock, "flock"));
   exports.Set("write", Napi::Function::New(env, Write, "write"));
+  exports.Set("pwrite", Napi::Function::New(env, Pwrite, "pwrite"));
   exports.Set("fdatasync", Napi::Function::New(env, Fdatasync, "fdatasync"));
   exports.Set("ftruncate", Napi::Function::New(env, Ftruncate, "ftruncate"));
   exports.Set("fsyncDir", Napi::Function::New(env, FsyncDir, "fsyncDir"));
@@ -528,6 +675,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setCompletionHandler",
               Napi::Function::New(env, SetCompletionHandler, "setCompletionHandler"));
   exports.Set("commit", Napi::Function::New(env, Commit, "commit"));
+  exports.Set("commitRound", Napi::Function::New(env, CommitRound, "commitRound"));
   exports.Set("setMaxThreads", Napi::Function::New(env, SetMaxThreads, "setMaxThreads"));
   exports.Set("poolStats", Napi::Function::New(env, PoolStats, "poolStats"));
   return exports;

@@ -95,6 +95,7 @@ export {
 export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './replicate/mirror.js'
 export {
   type PushedWorkspace,
+  type PushFailure,
   type PushOptions,
   type PushReport,
   replicatePush,
@@ -103,6 +104,7 @@ export {
   type Direction,
   type ReplicationStatus,
   replicationStatus,
+  type StatusFailure,
   type StatusOptions,
   type WorkspaceReplication,
 } from './replicate/status.js'

@@ -1,3 +1,5 @@
+import { isUtf8 } from 'node:buffer'
+
 /** Where a command reads and writes, so tests and embedders can run `main` in process. */
 export interface CliIo {
   stdin: NodeJS.ReadableStream
@@ -52,6 +54,46 @@ export function* jsonLines(
     }
     yield { line: i + 1, text: line, value }
   }
+}
+
+/** Where the first invalid UTF-8 sequence of `buf` starts (byte offset, 1-based line), or null. */
+export function invalidUtf8(buf: Uint8Array): { offset: number; line: number; column: number } | null {
+  if (isUtf8(buf)) return null
+  let i = 0
+  while (i < buf.length) {
+    const n = utf8Length(buf, i)
+    if (n === 0) break
+    i += n
+  }
+  let line = 1
+  let lineStart = 0
+  for (let j = buf.indexOf(0x0a); j >= 0 && j < i; j = buf.indexOf(0x0a, j + 1)) {
+    line++
+    lineStart = j + 1
+  }
+  return { offset: i, line, column: i - lineStart + 1 }
+}
+
+/** Length of the valid UTF-8 sequence at `i` (Go's utf8.Valid rules: no overlongs, no surrogates), 0 if none. */
+function utf8Length(buf: Uint8Array, i: number): number {
+  const b = buf[i] as number
+  if (b < 0x80) return 1
+  const cont = (k: number, lo = 0x80, hi = 0xbf) => {
+    const c = buf[i + k]
+    return c !== undefined && c >= lo && c <= hi
+  }
+  if (b >= 0xc2 && b <= 0xdf) return cont(1) ? 2 : 0
+  if (b >= 0xe0 && b <= 0xef) {
+    const lo = b === 0xe0 ? 0xa0 : 0x80
+    const hi = b === 0xed ? 0x9f : 0xbf
+    return cont(1, lo, hi) && cont(2) ? 3 : 0
+  }
+  if (b >= 0xf0 && b <= 0xf4) {
+    const lo = b === 0xf0 ? 0x90 : 0x80
+    const hi = b === 0xf4 ? 0x8f : 0xbf
+    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0
+  }
+  return 0
 }
 
 export function json(value: unknown): string {

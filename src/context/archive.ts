@@ -9,12 +9,13 @@
  * `parseArchive` (archive-reader.ts) reads a file back into the same document, so that
  * `renderArchive(parseArchive(text)) === text` for every file Norma or noa writes.
  */
-import { existsSync, rmSync } from 'node:fs'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow, statFile } from '../engine/files.js'
 import { goTrimSpace } from '../gocompat/index.js'
-import { mkdirDurable } from './state-file.js'
+import { mkdirSessionDir } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 
 /** An absorbed block's section in a tier 2 or 3 archive. */
@@ -255,7 +256,7 @@ export interface Archiver {
 
 /**
  * Norma's file archiver, made durable: the archive is written to `.noa-*.tmp` in its tier
- * folder, fsynced, given mode 0644 and renamed into place, and the folder is fsynced.
+ * folder, fsynced (0666 before the umask) and renamed into place, and the folder is fsynced.
  */
 export class FileArchiver implements Archiver {
   constructor(readonly root: string) {}
@@ -267,8 +268,8 @@ export class FileArchiver implements Archiver {
 
   write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
-    mkdirDurable(join(this.root, `tier${tier}`))
-    writeFileAtomic(p.abs, content, { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp' })
+    mkdirSessionDir(this.root, join(this.root, `tier${tier}`))
+    writeFileAtomic(p.abs, content, { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp', what: 'archive' })
     return p
   }
 
@@ -291,7 +292,9 @@ export class ReuseArchiver extends FileArchiver {
 
   override write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
-    if (existsSync(p.abs)) {
+    // Adopted only when it is a regular file in a real tier folder: a symlink there is refused.
+    checkDirsBelow(dirname(resolve(this.root)), dirname(p.abs))
+    if (statFile(p.abs, 'archive') !== undefined) {
       this.reused.push(p.abs)
       return p
     }

@@ -11,8 +11,10 @@
  * With `repair`, what can be derived is restored: a missing archive of the session's own root is
  * rendered again from the transcript and the state. Nothing else is ever rewritten.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs'
+import { closeSync, existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
+import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import type { Message } from '../transcript/types.js'
 import {
   type ArchiveDocument,
@@ -387,10 +389,19 @@ export function auditSession(options: AuditOptions): AuditReport {
     repaired: [],
     ok: true,
   }
+  try {
+    // A session folder that is a symlink or a file is never read through.
+    checkDirsBelow(base, root)
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    a.add('state-unreadable', err.message)
+    report.ok = false
+    return report
+  }
   const load = loadStateFile(stateFile, options.sessionId, root)
   report.exists = load.exists
   if (load.error) {
-    a.add('state-unreadable', load.error.details.reason as string)
+    a.add('state-unreadable', (load.error.details.reason as string | undefined) ?? load.error.message)
     report.ok = false
     return report
   }
@@ -449,8 +460,14 @@ export function auditSession(options: AuditOptions): AuditReport {
     const check: ArchiveCheck = { block: b, file, ownRoot: home.root === root, sessionId: home.sessionId }
     let text: string
     try {
-      if (!statSync(file).isFile()) throw Object.assign(new Error('not a file'), { code: 'EISDIR' })
-      text = readFileSync(file, 'utf8')
+      // Below real folders only, and never through a symlink or into a FIFO.
+      checkDirsBelow(dirname(home.root), dirname(file))
+      const fd = openFileSync(file, READ, { what: 'archive' })
+      try {
+        text = readFileSync(fd, 'utf8')
+      } finally {
+        closeSync(fd)
+      }
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code !== 'ENOENT') {

@@ -5,8 +5,9 @@
  * has blocks is cloned: new session id and root, nudge and stats reset, archive paths still
  * pointing into the ancestor's folder. noa records the ancestor in `derivedFrom`.
  */
-import { existsSync } from 'node:fs'
+import { lstatSync } from 'node:fs'
 import { join, resolve } from 'node:path'
+import { checkDirsBelow } from '../engine/files.js'
 import { cloneState } from './state.js'
 import { loadStateFile, STATE_FILE } from './state-file.js'
 import type { CompressionState } from './types.js'
@@ -65,8 +66,14 @@ export function inheritState(options: InheritOptions): InheritResult {
     else {
       const parentRoot = join(base, id)
       const file = join(parentRoot, STATE_FILE)
-      if (!existsSync(file)) {
-        skip('no state.json')
+      try {
+        // The ancestor's folder must be a real one: a symlink there is never read through.
+        if (checkDirsBelow(base, parentRoot) !== null || !lstatSync(file, { throwIfNoEntry: false })) {
+          skip('no state.json')
+          continue
+        }
+      } catch (err) {
+        skip(`unusable state: ${(err as Error).message}`)
         continue
       }
       const load = loadStateFile(file, id, parentRoot)

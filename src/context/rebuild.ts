@@ -8,7 +8,8 @@
  * archive was adopted takes its `createdAt` from the archive's `created:` line, so that the
  * rebuilt state is the one the live compressions saved, and agrees with its archives.
  */
-import { closeSync, openSync, readSync } from 'node:fs'
+import { closeSync, readSync } from 'node:fs'
+import { openFileSync, READ } from '../engine/files.js'
 import { type Archiver, ReuseArchiver } from './archive.js'
 import { applyCompression } from './compress.js'
 import { parseCompressArgs } from './compress-args.js'
@@ -53,7 +54,7 @@ export function succeededCalls(messages: readonly CoreMessage[]): Map<string, bo
 export function archiveCreatedAt(file: string): number | undefined {
   let head: string
   try {
-    const fd = openSync(file, 'r')
+    const fd = openFileSync(file, READ, { what: 'archive' })
     try {
       const buf = Buffer.alloc(4096)
       head = buf.toString('utf8', 0, readSync(fd, buf, 0, buf.length, 0))

@@ -4,9 +4,10 @@
  * error is kept in `loadError` (and passed to `onWarn`) and the session starts empty, as
  * Norma's does; a host that prefers to stop checks `loadError`.
  */
-import { closeSync, openSync, renameSync, statSync } from 'node:fs'
+import { closeSync, lstatSync, renameSync } from 'node:fs'
 import { join } from 'node:path'
 import { NoaError } from '../engine/errors.js'
+import { APPEND_CREATE, checkDirsBelow, openFileSync } from '../engine/files.js'
 import { loadNative } from '../engine/native.js'
 import { checkOptionKeys } from '../engine/options.js'
 import type { Message } from '../transcript/types.js'
@@ -24,7 +25,7 @@ import { rebuildState } from './rebuild.js'
 import { cloneState } from './state.js'
 import {
   loadStateFile,
-  mkdirDurable,
+  mkdirSessionDir,
   type StateLoad,
   saveState,
   sessionRoot,
@@ -77,8 +78,8 @@ const NO_LOCKING = new Set(['ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS'])
  * that two processes compressing one session do not lose each other's blocks.
  */
 export function withSessionLock<T>(root: string, fn: () => T): T {
-  mkdirDurable(root)
-  const fd = openSync(join(root, SESSION_LOCK_FILE), 'a', 0o644)
+  mkdirSessionDir(root)
+  const fd = openFileSync(join(root, SESSION_LOCK_FILE), APPEND_CREATE, { what: 'lock file' })
   try {
     try {
       loadNative().flock(fd, true, false)
@@ -136,6 +137,8 @@ export class ContextSession {
     this.clock = o.now ?? (() => new Date())
     this.zone = checkZone(o.zone ?? 'local')
     this.onWarn = o.onWarn
+    // A session folder that is a symlink (or a file) is refused before anything is read through it.
+    checkDirsBelow(this.baseDir, this.root)
     this.load = loadStateFile(this.stateFile, this.sessionId, this.root)
     if (this.load.error) this.warn(`state: ${this.load.error.message} — starting from an empty state`)
     let state = this.load.state
@@ -176,7 +179,9 @@ export class ContextSession {
     if (this.load.error && !this.setAside) {
       this.setAside = true
       try {
-        if (statSync(this.stateFile).isFile()) {
+        // lstat: only a regular file is kept aside; a symlink or anything else planted there is
+        // refused by the save below, never renamed or followed.
+        if (lstatSync(this.stateFile).isFile()) {
           const aside = `${this.stateFile}.unreadable-${Date.now()}`
           renameSync(this.stateFile, aside)
           this.warn(`state: the unreadable ${this.stateFile} was kept as ${aside}`)

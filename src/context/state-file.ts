@@ -14,10 +14,11 @@
  * Beyond Norma: the save is temp file + fsync + rename + directory fsync (Norma skips both
  * fsyncs), and load errors name the file.
  */
-import { mkdirSync, readFileSync } from 'node:fs'
+import { closeSync, readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
-import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
+import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import {
   bool,
   type GoNode,
@@ -122,26 +123,29 @@ export function encodeState(s: CompressionState): string {
   return marshalIndent({ obj: root })
 }
 
-/** mkdir -p, fsyncing the parent of each directory it made. */
-export function mkdirDurable(dir: string): void {
-  const first = mkdirSync(dir, { recursive: true, mode: 0o755 })
-  if (first === undefined) return
-  let d = dir
-  for (;;) {
-    const parent = dirname(d)
-    fsyncDir(parent)
-    if (d === first || parent === d) break
-    d = parent
-  }
+/**
+ * mkdir -p of a session folder `<baseDir>/<sessionId>` (or of `dir` inside it, a `tier<N>/`),
+ * fsyncing the parent of each folder made. `<baseDir>` is the caller's and may be a symlink;
+ * the session folder and everything below it must be real folders (NOA_NOT_DIRECTORY).
+ * Modes 0777 before the umask.
+ */
+export function mkdirSessionDir(root: string, dir: string = root): void {
+  mkdirDurable(dirname(resolve(root)), dir)
 }
 
 /**
  * Saves the state to `<archiveRoot>/state.json` (or `file`): temp `.noa-state-*.tmp` in the same
- * directory, fsync, mode 0644, rename, directory fsync. A crash leaves the old file or the new one.
+ * directory, fsync, rename, directory fsync (0666 before the umask: 0644 under the usual 022).
+ * A crash leaves the old file or the new one. A state.json that is a symlink, a folder or
+ * anything but a regular file is refused (NOA_NOT_REGULAR_FILE), never written through.
  */
 export function saveState(s: CompressionState, file = stateFileOf(s.archiveRoot)): string {
-  mkdirDurable(dirname(file))
-  return writeFileAtomic(file, encodeState(s), { tempPrefix: STATE_TEMP_PREFIX, tempSuffix: '.tmp' })
+  mkdirSessionDir(dirname(file))
+  return writeFileAtomic(file, encodeState(s), {
+    tempPrefix: STATE_TEMP_PREFIX,
+    tempSuffix: '.tmp',
+    what: 'state file',
+  })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,7 +467,10 @@ export interface StateLoad {
   state: CompressionState
   file: string
   exists: boolean
-  /** Why the file could not be used (NOA_BAD_STATE); `state` is then the initial state. */
+  /**
+   * Why the file could not be used (NOA_BAD_STATE; NOA_NOT_REGULAR_FILE for a symlink, FIFO or
+   * folder under its name, which is never followed); `state` is then the initial state.
+   */
   error?: NoaError
   unknownKeys: string[]
 }
@@ -476,7 +483,12 @@ export interface StateLoad {
 export function loadStateFile(file: string, sessionId: string, archiveRoot: string): StateLoad {
   let text: string
   try {
-    text = readFileSync(file, 'utf8')
+    const fd = openFileSync(file, READ, { what: 'state file' })
+    try {
+      text = readFileSync(fd, 'utf8')
+    } finally {
+      closeSync(fd)
+    }
   } catch (err) {
     const e = err as NodeJS.ErrnoException
     const exists = e.code !== 'ENOENT'
@@ -486,7 +498,9 @@ export function loadStateFile(file: string, sessionId: string, archiveRoot: stri
       exists,
       unknownKeys: [],
     }
-    if (exists) out.error = stateError(file, e.message, err)
+    if (err instanceof NoaError)
+      out.error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
+    else if (exists) out.error = stateError(file, e.message, err)
     return out
   }
   try {
@@ -507,5 +521,14 @@ export function loadStateFile(file: string, sessionId: string, archiveRoot: stri
 /** The state of session `sessionId` under `baseDir` (see loadStateFile). */
 export function loadState(baseDir: string, sessionId: string): StateLoad {
   const root = sessionRoot(baseDir, sessionId)
-  return loadStateFile(stateFileOf(root), sessionId, root)
+  const file = stateFileOf(root)
+  try {
+    // A session folder that is a symlink or a file is never read through.
+    checkDirsBelow(resolve(baseDir), root)
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    const error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
+    return { state: createInitialState(sessionId, root), file, exists: true, error, unknownKeys: [] }
+  }
+  return loadStateFile(file, sessionId, root)
 }

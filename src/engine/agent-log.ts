@@ -5,6 +5,7 @@
  * owner sends only after the fdatasync that covers the entry.
  */
 
+import { randomBytes } from 'node:crypto'
 import { realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
@@ -14,6 +15,7 @@ import { type AppendOptions, isRecordEntry, type ObjectChecks, STORE_APPEND } fr
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import { checkRoot, isInside } from './files.js'
+import { recoverJournals } from './journal-recovery.js'
 import {
   existingLog,
   listWorkspaces,
@@ -27,6 +29,7 @@ import {
 } from './logs.js'
 import { checkOptionKeys } from './options.js'
 import type {
+  AtomicPart,
   Durability,
   FromOwner,
   OpenReport,
@@ -50,9 +53,10 @@ export interface AgentLogOptions {
   /** Run a lone commit on the worker thread when nothing else is in flight. Default true. */
   inlineCommit?: boolean
   /**
-   * `fdatasync` (default): each commit flushes its own file. `syncfs`: each commit flushes the
-   * whole filesystem holding the log folder, every dirty page of every process on it, which is
-   * cheaper per entry only when many workspaces are busy and nothing else writes to that disk.
+   * `journal` (default): each worker commits everything queued for all its files with one write
+   * and one fdatasync of its preallocated journal, and makes the files themselves durable at
+   * checkpoints. `fdatasync`: each commit flushes its own file (the seed's literal behaviour).
+   * `syncfs`: each commit flushes the whole filesystem holding the log folder.
    */
   durability?: Durability
   /**
@@ -63,6 +67,8 @@ export interface AgentLogOptions {
   objects?: ObjectChecks
   /** Default of the append option `checkBlobs`: refuse writes whose blob is not stored. Default false. */
   checkBlobs?: boolean
+  /** Size of each worker's commit journal in bytes (a multiple of 4096). Default 16 MiB. */
+  journalSize?: number
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
@@ -77,6 +83,7 @@ const OPTION_KEYS = new Set([
   'durability',
   'objects',
   'checkBlobs',
+  'journalSize',
   'ioModule',
   'ioOptions',
 ])
@@ -130,9 +137,22 @@ function checkOptions(options: AgentLogOptions) {
   if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
     throw optionError('root', 'must be a non-empty string', options.root)
   }
-  const durability = options.durability ?? 'fdatasync'
-  if (durability !== 'fdatasync' && durability !== 'syncfs') {
-    throw optionError('durability', "must be 'fdatasync' or 'syncfs'", durability)
+  const durability = options.durability ?? 'journal'
+  if (durability !== 'journal' && durability !== 'fdatasync' && durability !== 'syncfs') {
+    throw optionError('durability', "must be 'journal', 'fdatasync' or 'syncfs'", durability)
+  }
+  const journalSize = options.journalSize ?? DEFAULT_JOURNAL_SIZE
+  if (
+    typeof journalSize !== 'number' ||
+    !Number.isSafeInteger(journalSize) ||
+    journalSize < MIN_JOURNAL_SIZE ||
+    journalSize % 4096 !== 0
+  ) {
+    throw optionError(
+      'journalSize',
+      `must be a multiple of 4096 of at least ${MIN_JOURNAL_SIZE}`,
+      journalSize,
+    )
   }
   if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
     throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
@@ -176,8 +196,12 @@ function checkOptions(options: AgentLogOptions) {
     durability: durability as Durability,
     objects,
     checkBlobs: options.checkBlobs ?? false,
+    journalSize,
   }
 }
+
+export const DEFAULT_JOURNAL_SIZE = 16 << 20
+const MIN_JOURNAL_SIZE = 256 << 10
 
 /** FNV-1a: a stable owner for a name, the same in every run. */
 function ownerIndex(name: string, n: number): number {
@@ -196,6 +220,9 @@ export class AgentLog {
   private readonly owners: Owner[]
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
+  private nextBatch = 1
+  /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
+  private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
   private readonly objects: ObjectChecks | undefined
   private readonly checkBlobs: boolean
@@ -223,6 +250,7 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    recoverJournals(o.root) // journals left by a process that died are replayed before anything
     const pool = new Piscina({
       filename: new URL('../workers/owner.js', import.meta.url).href,
       minThreads: o.workers,
@@ -231,6 +259,7 @@ export class AgentLog {
       idleTimeout: Number.POSITIVE_INFINITY,
     })
     const owners: Owner[] = []
+    const journalName = `${process.pid}-${randomBytes(4).toString('hex')}`
     const perWorker = Math.max(1, Math.floor(o.maxOpenFiles / o.workers))
     for (let index = 0; index < o.workers; index++) {
       const { port1, port2 } = new MessageChannel()
@@ -243,6 +272,8 @@ export class AgentLog {
         syncThreads: o.syncThreads,
         inlineCommit: o.inlineCommit,
         durability: o.durability,
+        journalSize: o.journalSize,
+        journalName,
         ioModule: options.ioModule,
         ioOptions: options.ioOptions,
       }
@@ -352,6 +383,79 @@ export class AgentLog {
       )
     }
     objects.checkRecords(workspace, entries, where)
+  }
+
+  /**
+   * Appends entries to several workspaces as one: after any crash, all of them are in their logs
+   * or none is. Each workspace's entries get consecutive seqs. The parts of every owner worker
+   * involved are prepared (each workspace waits until it is idle, then gets its seqs and is held),
+   * then committed in one journal frame of the first owner (one fdatasync), then written to their
+   * logs; the promise resolves once every part is in its log. Needs `durability: 'journal'`.
+   */
+  async appendAtomic(batch: Readonly<Record<string, readonly EntryInput[]>>): Promise<Record<string, Ack[]>> {
+    if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
+      throw new NoaError('NOA_BAD_ARGUMENT', 'appendAtomic takes an object: { workspace: [entries] }')
+    }
+    const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
+    for (const [workspace, entries] of Object.entries(batch)) {
+      checkWorkspace(workspace)
+      if (!Array.isArray(entries)) {
+        throw new NoaError('NOA_BAD_ARGUMENT', `appendAtomic: ${workspace} must map to an array of entries`)
+      }
+      if (entries.length === 0) continue
+      const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
+      this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
+      const owner = this.ownerOf(workspace)
+      let g = groups.get(owner)
+      if (!g) {
+        g = { ws: [], counts: [], bodies: [] }
+        groups.set(owner, g)
+      }
+      g.ws.push(workspace)
+      g.counts.push(bodies.length)
+      for (const b of bodies) g.bodies.push(b)
+    }
+    const owners = [...groups.keys()]
+    const coordinator = owners[0]
+    if (coordinator === undefined) return {}
+    const id = this.nextBatch++
+    const abortAll = () =>
+      Promise.allSettled(owners.map((o) => this.request(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
+    const prepared = await Promise.allSettled(
+      owners.map((o) => {
+        const g = groups.get(o) as { ws: string[]; counts: number[]; bodies: string[] }
+        return this.request(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
+      }),
+    )
+    const refused = prepared.find((r) => r.status === 'rejected')
+    if (refused) {
+      await abortAll()
+      throw (refused as PromiseRejectedResult).reason
+    }
+    const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
+    const others = owners.slice(1)
+    if (others.length > 0) this.coordinators.set(id, { owner: coordinator, left: others.length })
+    try {
+      await this.request(coordinator, (rid) => ({
+        t: 'atomicCommit',
+        id: rid,
+        batch: id,
+        foreign: parts.slice(1).flat(),
+      }))
+    } catch (err) {
+      this.coordinators.delete(id)
+      await abortAll()
+      throw err
+    }
+    await Promise.all(others.map((o) => this.request(o, (rid) => ({ t: 'apply', id: rid, batch: id }))))
+    const out: Record<string, Ack[]> = {}
+    for (const part of parts.flat()) {
+      out[part.ws] = Array.from({ length: part.count }, (_, k) => ({
+        seq: part.firstSeq + k,
+        ts: part.firstTs + k,
+      }))
+    }
+    return out
   }
 
   /**
@@ -633,6 +737,14 @@ export class AgentLog {
           if (!p) continue
           this.pending.delete(id)
           p.reject(deserializeError(msg.error))
+        }
+        break
+      }
+      case 'applied': {
+        const c = this.coordinators.get(msg.batch)
+        if (c && --c.left === 0) {
+          this.coordinators.delete(msg.batch)
+          c.owner.port.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
         }
         break
       }

@@ -5,25 +5,76 @@
  *
  * The pieces are exported for writers whose target is known only at the end (a blob streamed in
  * is named by its hash) or that write many files and want their fsyncs in flight together.
+ *
+ * In a folder others can write into (files.ts): temp files are created O_EXCL|O_NOFOLLOW (a name
+ * planted in advance fails the create instead of being written through), a target that exists
+ * and is not a regular file is refused rather than replaced, and with `base` every folder
+ * between it and the target is checked to be a real one. Modes are 0666 before the umask, as
+ * for any file a program creates; `readOnly` then clears the write bits of the mode the file
+ * actually got (so umask 077 gives 0400, umask 022 gives 0444).
  */
 
 import { randomBytes } from 'node:crypto'
-import { closeSync, fchmodSync, fsync, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs'
-import { type FileHandle, open, rm } from 'node:fs/promises'
-import { basename, dirname, join } from 'node:path'
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  fsync,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  renameSync,
+  rmSync,
+  type Stats,
+  statSync,
+  writeSync,
+} from 'node:fs'
+import type { FileHandle } from 'node:fs/promises'
+import { rm } from 'node:fs/promises'
+import { basename, dirname, join, resolve } from 'node:path'
+import { NoaError } from './errors.js'
+import {
+  checkDirsBelow,
+  DIR_MODE,
+  FILE_MODE,
+  type FileKind,
+  kindOf,
+  mkdirBelow,
+  nameTooLong,
+  notDirectory,
+  openFile,
+  openFileSync,
+  statFile,
+  WRITE_NEW,
+} from './files.js'
 
 export interface AtomicWriteOptions {
-  /** File mode of the result (default 0o644, set exactly, whatever the umask). */
+  /** Creation mode before the umask (default 0o666). */
   mode?: number
+  /** Clear the write bits once created: for files that are never changed in place (objects). */
+  readOnly?: boolean
   /** Prefix of the temp file name in the target's directory (default `.<name>.`). */
   tempPrefix?: string
   /** Suffix of the temp file name (default `.tmp`). */
   tempSuffix?: string
+  /**
+   * The folder the caller was given (a root): every folder from it down to the file's must be
+   * a real directory, not a symlink or anything else, and must exist. `base` itself may be a
+   * symlink (the user chose it).
+   */
+  base?: string
+  /** What the file is, for messages (default "file"). */
+  what?: string
 }
+
+const { O_RDONLY, O_DIRECTORY } = constants
 
 /** fsync a directory so that entries created, renamed or removed in it are durable. */
 export function fsyncDir(dir: string): void {
-  const fd = openSync(dir, 'r')
+  // O_DIRECTORY: a FIFO put where a folder was would otherwise block the open.
+  const fd = openSync(dir, O_RDONLY | O_DIRECTORY)
   try {
     fsyncSync(fd)
   } finally {
@@ -40,7 +91,7 @@ function fsyncAsync(fd: number): Promise<void> {
 export async function fsyncDirs(dirs: Iterable<string>): Promise<void> {
   await Promise.all(
     [...dirs].map(async (dir) => {
-      const fd = openSync(dir, 'r')
+      const fd = openSync(dir, O_RDONLY | O_DIRECTORY)
       try {
         await fsyncAsync(fd)
       } finally {
@@ -55,20 +106,54 @@ export function tempPath(dir: string, prefix: string, suffix = '.tmp'): string {
   return join(dir, `${prefix}${randomBytes(6).toString('hex')}${suffix}`)
 }
 
-/** Writes `data` to `file` atomically and durably; returns the path written. */
+/** Clears the write bits of the mode the file got (the umask already took its share). */
+function makeReadOnly(fd: number): void {
+  const mode = fstatSync(fd).mode & 0o7777
+  fchmodSync(fd, mode & ~0o222)
+}
+
+function checkFolder(dir: string, options: AtomicWriteOptions): void {
+  if (options.base === undefined) return
+  const missing = checkDirsBelow(options.base, dir)
+  if (missing !== null) {
+    throw new NoaError('NOA_NOT_FOUND', `folder ${missing} does not exist (to write ${dir})`, {
+      file: missing,
+    })
+  }
+}
+
+/** Creates a temp file for writing (O_EXCL|O_NOFOLLOW): its fd. */
+function createTemp(temp: string, options: AtomicWriteOptions): number {
+  const fd = openFileSync(temp, WRITE_NEW, { mode: options.mode ?? FILE_MODE, what: 'temp file' })
+  if (options.readOnly) {
+    try {
+      makeReadOnly(fd)
+    } catch (err) {
+      closeSync(fd)
+      rmSync(temp, { force: true })
+      throw err
+    }
+  }
+  return fd
+}
+
+/**
+ * Writes `data` to `file` atomically and durably; returns the path written. A target that is a
+ * symlink, a folder, a FIFO or a socket is refused (NOA_NOT_REGULAR_FILE) and left as it is.
+ */
 export function writeFileAtomic(
   file: string,
   data: string | Uint8Array,
   options: AtomicWriteOptions = {},
 ): string {
   const dir = dirname(file)
+  checkFolder(dir, options)
+  statFile(file, options.what)
   const temp = tempPath(dir, options.tempPrefix ?? `.${basename(file)}.`, options.tempSuffix)
-  const mode = options.mode ?? 0o644
-  const fd = openSync(temp, 'wx', mode)
+  const fd = createTemp(temp, options)
   let renamed = false
   try {
     try {
-      fchmodSync(fd, mode) // exact mode, whatever the umask
       const buf = typeof data === 'string' ? Buffer.from(data, 'utf8') : data
       let off = 0
       while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off)
@@ -97,15 +182,18 @@ export class TempFile {
   ) {}
 
   static async create(dir: string, options: AtomicWriteOptions = {}): Promise<TempFile> {
+    checkFolder(dir, options)
     const path = tempPath(dir, options.tempPrefix ?? '.tmp-', options.tempSuffix)
-    const mode = options.mode ?? 0o644
-    const handle = await open(path, 'wx', mode)
-    try {
-      await handle.chmod(mode)
-    } catch (err) {
-      await handle.close()
-      await rm(path, { force: true })
-      throw err
+    const handle = await openFile(path, WRITE_NEW, { mode: options.mode ?? FILE_MODE, what: 'temp file' })
+    if (options.readOnly) {
+      try {
+        const st = await handle.stat()
+        await handle.chmod(st.mode & 0o7777 & ~0o222)
+      } catch (err) {
+        await handle.close()
+        await rm(path, { force: true })
+        throw err
+      }
     }
     return new TempFile(path, handle)
   }
@@ -150,12 +238,11 @@ export async function writeTempFile(
   data: Uint8Array,
   options: AtomicWriteOptions = {},
 ): Promise<string> {
+  checkFolder(dir, options)
   const temp = tempPath(dir, options.tempPrefix ?? '.tmp-', options.tempSuffix)
-  const mode = options.mode ?? 0o644
-  const fd = openSync(temp, 'wx', mode)
+  const fd = createTemp(temp, options)
   let ok = false
   try {
-    fchmodSync(fd, mode) // exact mode, whatever the umask
     let off = 0
     while (off < data.length) off += writeSync(fd, data, off, data.length - off)
     await fsyncAsync(fd)
@@ -165,4 +252,59 @@ export async function writeTempFile(
     if (!ok) rmSync(temp, { force: true })
   }
   return temp
+}
+
+function errnoOf(err: unknown): string | undefined {
+  return err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined
+}
+
+/**
+ * Makes `dir` (below `base`) durably: `base` itself with `mkdir -p` if missing (the folder the
+ * user named: its own path is theirs to choose, symlinks included) and then every folder below
+ * it with mkdirBelow (no symlinked or file components), fsyncing the parent of each folder made.
+ * Modes 0777 before the umask. `dir` may be `base`.
+ */
+export function mkdirDurable(base: string, dir: string = base): void {
+  const b = resolve(base)
+  let st = statOrUndefined(b)
+  if (st === undefined) {
+    let first: string | undefined
+    try {
+      first = mkdirSync(b, { recursive: true, mode: DIR_MODE })
+    } catch (err) {
+      const code = errnoOf(err)
+      if (code === 'ENAMETOOLONG') throw nameTooLong(b)
+      if (code !== 'EEXIST' && code !== 'ENOTDIR') throw err
+    }
+    if (first !== undefined) {
+      // Each new folder is durable once its parent's entry for it is synced.
+      for (let d = b; ; d = dirname(d)) {
+        fsyncDir(dirname(d))
+        if (d === first || dirname(d) === d) break
+      }
+    }
+    st = statOrUndefined(b)
+  }
+  if (st === undefined || !st.isDirectory()) {
+    let kind: FileKind = 'file'
+    try {
+      kind = kindOf(st ?? lstatSync(b))
+    } catch {
+      // below a file: 'file' names it well enough
+    }
+    throw notDirectory(b, kind)
+  }
+  for (const made of mkdirBelow(b, dir)) fsyncDir(dirname(made))
+}
+
+/** stat (following symlinks: `base` is the user's); undefined when missing or below a file. */
+function statOrUndefined(path: string): Stats | undefined {
+  try {
+    return statSync(path)
+  } catch (err) {
+    const code = errnoOf(err)
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined
+    if (code === 'ENAMETOOLONG') throw nameTooLong(path)
+    throw err
+  }
 }

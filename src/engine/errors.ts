@@ -33,6 +33,7 @@ export type NoaErrorCode =
   | 'NOA_NOT_DIRECTORY'
   | 'NOA_NAME_TOO_LONG'
   | 'NOA_BAD_ROOT'
+  | 'NOA_JOURNAL'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

@@ -245,6 +245,7 @@ export function checkDirsBelow(base: string, dir: string): string | null {
       const code = errnoOf(err)
       if (code === 'ENOENT') return p
       if (code === 'ENAMETOOLONG') throw nameTooLong(p)
+      if (code === 'ENOTDIR') throw openError(err, p)
       throw err
     }
     if (!st.isDirectory()) throw notDirectory(p, kindOf(st))

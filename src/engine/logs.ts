@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
+import { recoverJournalsForRead } from './journal-recovery.js'
 
 function kindAt(file: string): string {
   try {
@@ -136,6 +137,7 @@ export interface WorkspaceScan {
 
 export async function scanWorkspaces(root: string): Promise<WorkspaceScan> {
   const { workspaces: names, problems } = scanLogDir(root)
+  recoverJournalsForRead(root)
   const workspaces: WorkspaceInfo[] = []
   for (const ws of names) {
     try {
@@ -183,7 +185,9 @@ export async function* readWorkspace(
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry> {
-  yield* readEntries(existingLog(root, workspace), options)
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  yield* readEntries(file, options)
 }
 
 export async function* readWorkspaceBatches(
@@ -191,7 +195,9 @@ export async function* readWorkspaceBatches(
   workspace: string,
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry[]> {
-  yield* readEntryBatches(existingLog(root, workspace), options)
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  yield* readEntryBatches(file, options)
 }
 
 /** The stored bytes from the line holding `fromSeq` on, exactly as on disk (complete lines only). */
@@ -201,9 +207,12 @@ export async function* readWorkspaceBytes(
   fromSeq = 1,
 ): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
 export async function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {
-  return verifyLog(existingLog(root, workspace))
+  const file = existingLog(root, workspace)
+  recoverJournalsForRead(root)
+  return verifyLog(file)
 }

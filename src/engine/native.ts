@@ -21,21 +21,49 @@ export const SYNC_FDATASYNC = 1
 export const SYNC_SYNCFS = 2
 export type SyncMode = typeof SYNC_NONE | typeof SYNC_FDATASYNC | typeof SYNC_SYNCFS
 
+export type CompletionHandler = (
+  id: number,
+  err: Error | null,
+  logErrors?: ReadonlyArray<number | Error> | null,
+) => void
+
 export interface NativeIo {
-  /** open(O_WRONLY|O_APPEND|O_CLOEXEC [|O_CREAT], 0644) [+ flock(LOCK_EX|LOCK_NB)] → fd */
+  /**
+   * open(O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK [|O_CREAT], 0666 before the umask),
+   * refused unless a regular file (code ENOTREG), [+ flock(LOCK_EX|LOCK_NB)] → fd
+   */
   openAppend(path: string, create: boolean, lock: boolean): number
   flock(fd: number, exclusive: boolean, nonBlocking: boolean): void
   /** Writes all of data, resuming after short writes; returns the byte count. */
   write(fd: number, data: Uint8Array | readonly Uint8Array[]): number
+  /** Writes all of data at `offset` (never on an O_APPEND descriptor); returns the byte count. */
+  pwrite(fd: number, data: Uint8Array | readonly Uint8Array[], offset: number): number
   fdatasync(fd: number): void
   ftruncate(fd: number, length: number): void
   fsyncDir(path: string): void
   syncfs(fd: number): void
   close(fd: number): void
-  /** Called on the loading thread with (id, error|null) for each finished commit. */
-  setCompletionHandler(handler: (id: number, err: Error | null) => void): void
+  /**
+   * Called on the loading thread for each finished commit: (id, error|null), and for a round a
+   * third argument, null or the [index, error] pairs (flattened) of the logs whose write failed.
+   */
+  setCompletionHandler(handler: CompletionHandler): void
   /** On one of the addon's pool threads: write data, then sync by mode. */
   commit(id: number, fd: number, data: Uint8Array | readonly Uint8Array[], mode: SyncMode): void
+  /**
+   * On a pool thread: pwrite journalData at journalOffset, fdatasync it (mode 1; 0: the
+   * descriptor syncs itself), then append logData[i] to logFds[i]. A journal failure fails the
+   * whole round before any log is written; a log's failure is reported for that log alone.
+   */
+  commitRound(
+    id: number,
+    journalFd: number,
+    journalData: readonly Uint8Array[],
+    journalOffset: number,
+    mode: typeof SYNC_NONE | typeof SYNC_FDATASYNC,
+    logFds: readonly number[],
+    logData: readonly Uint8Array[],
+  ): void
   setMaxThreads(n: number): void
   poolStats(): PoolStats
 }

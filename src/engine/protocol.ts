@@ -5,7 +5,7 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { SerializedError } from './errors.js'
 
-export type Durability = 'fdatasync' | 'syncfs'
+export type Durability = 'journal' | 'fdatasync' | 'syncfs'
 
 /** The piscina task that turns a pool thread into an owner for the pool's life. */
 export interface OwnerInit {
@@ -21,6 +21,9 @@ export interface OwnerInit {
   /** Run a lone commit on the worker thread itself when nothing else is in flight. */
   inlineCommit: boolean
   durability: Durability
+  /** Journal durability: the journal's size in bytes, and a name unique to this AgentLog. */
+  journalSize: number
+  journalName: string
   /** Test seam: a module whose default export wraps the I/O layer (see src/workers/io.ts). */
   ioModule?: string
   ioOptions?: unknown
@@ -90,7 +93,76 @@ export interface CloseMsg {
   id: number
 }
 
-export type ToOwner = AppendMsg | RawAppendMsg | ReplicaMsg | OpenMsg | ReleaseMsg | StatusMsg | CloseMsg
+/**
+ * appendAtomic, step 1 on every owner of one of its workspaces: once each workspace is idle,
+ * assign the entries their seq and ts, and hold the workspace (nothing else is appended to it)
+ * until the batch is committed or aborted. Replies with an AtomicPart per workspace.
+ */
+export interface PrepareMsg {
+  t: 'prepare'
+  id: number
+  batch: number
+  ws: string[]
+  counts: number[]
+  bodies: string[]
+}
+
+/** The bytes a prepared workspace will get, where, and what they were acknowledged as. */
+export interface AtomicPart {
+  ws: string
+  /** The log's inode (its journal record names it). */
+  ino: bigint
+  offset: number
+  data: Uint8Array
+  firstSeq: number
+  firstTs: number
+  count: number
+}
+
+/**
+ * Step 2, on one owner: commit its own prepared parts and the other owners' (`foreign`) in one
+ * journal frame, one fdatasync; its own parts then reach their logs. Replies once durable.
+ */
+export interface AtomicCommitMsg {
+  t: 'atomicCommit'
+  id: number
+  batch: number
+  foreign: AtomicPart[]
+}
+
+/** Step 3, on every other owner: the batch is durable; write the prepared parts to the logs. */
+export interface ApplyMsg {
+  t: 'apply'
+  id: number
+  batch: number
+}
+
+/** Instead of step 2 or 3: give the prepared parts up (nothing was written). */
+export interface AbortMsg {
+  t: 'abort'
+  id: number
+  batch: number
+}
+
+/** To the committing owner: another owner's parts of the batch are durable in its logs. */
+export interface UnpinMsg {
+  t: 'unpin'
+  batch: number
+}
+
+export type ToOwner =
+  | AppendMsg
+  | RawAppendMsg
+  | ReplicaMsg
+  | OpenMsg
+  | ReleaseMsg
+  | StatusMsg
+  | CloseMsg
+  | PrepareMsg
+  | AtomicCommitMsg
+  | ApplyMsg
+  | AbortMsg
+  | UnpinMsg
 
 /** Triples (request id, first seq, first ts); a request's k entries got seq..seq+k-1, ts..ts+k-1. */
 export interface AcksMsg {
@@ -111,7 +183,13 @@ export interface ReplyMsg {
   error?: SerializedError
 }
 
-export type FromOwner = AcksMsg | FailMsg | ReplyMsg
+/** From an owner that applied foreign-committed parts: they are durable in its logs now. */
+export interface AppliedMsg {
+  t: 'applied'
+  batch: number
+}
+
+export type FromOwner = AcksMsg | FailMsg | ReplyMsg | AppliedMsg
 
 /** What opening a workspace found and did (tail recovery). */
 export interface OpenReport {
@@ -134,5 +212,21 @@ export interface OwnerStatus {
   commits: number
   entries: number
   inlineCommits: number
+  /** Journal rounds, checkpoints, and commits made straight to a file (before the journal was allocated, or too large for it). */
+  rounds: number
+  checkpoints: number
+  directCommits: number
+  /** Times a round went back to the start of the journal. */
+  wraps: number
+  journal: {
+    state: 'none' | 'creating' | 'ready' | 'failed'
+    path: string
+    size: number
+    /** Live bytes (between the tail and the head). */
+    used: number
+    frames: number
+    /** Why allocating it failed, if it did (commits then go file by file). */
+    error: string | null
+  } | null
   pool: { threads: number; idle: number; maxThreads: number; queued: number; pending: number }
 }

@@ -4,8 +4,9 @@
  * note would publish a link to a missing file. flock is released by the kernel when a holder
  * dies, so a killed writer never leaves the directory locked.
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync } from 'node:fs'
 import { join } from 'node:path'
+import { APPEND_CREATE, openFileSync } from '../engine/files.js'
 import { loadNative } from '../engine/native.js'
 
 /** Not `.md`, so no reader (noa's or Norma's) takes it for a note. */
@@ -17,7 +18,8 @@ const NO_LOCKING = new Set(['ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS'])
 /** Runs `fn` holding the directory's exclusive lock (waiting for it). The directory must exist. */
 export function withDirLock<T>(dir: string, fn: () => T): T {
   const native = loadNative()
-  const fd = openSync(join(dir, LOCK_FILE), 'a', 0o644)
+  // Never through a symlink: a dangling `.memory.lock` link would otherwise create its target.
+  const fd = openFileSync(join(dir, LOCK_FILE), APPEND_CREATE, { what: 'lock file' })
   try {
     try {
       native.flock(fd, true, false)

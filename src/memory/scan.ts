@@ -3,8 +3,9 @@
  * and MEMORY.md, newest mtime first. Files that cannot be read are skipped, as in Norma, but
  * noa says which and why to a caller that asks.
  */
-import { closeSync, constants, type Dirent, fstatSync, openSync, readdirSync, readFileSync } from 'node:fs'
+import { closeSync, type Dirent, fstatSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { notDirectory, openFileSync, READ } from '../engine/files.js'
 import { type MemoryNote, parseMemory } from './note.js'
 
 export const INDEX_FILE = 'MEMORY.md'
@@ -58,12 +59,12 @@ function isNoteName(name: Buffer): boolean {
 /** Reads one note file; a thrown error means "skip it". */
 export function readNote(dir: string, file: string): MemoryNote {
   const path = join(dir, file)
-  // O_NONBLOCK: opening a FIFO named x.md must not wait for a writer; fstat on the same fd then
-  // decides, so content and mtime belong to the same file even if it is replaced meanwhile.
-  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK)
+  // Not through a symlink (Norma would follow one; noa skips it and says why), and a FIFO named
+  // x.md opens without waiting for a writer and is refused; fstat on the same fd then gives the
+  // mtime, so content and mtime belong to the same file even if it is replaced meanwhile.
+  const fd = openFileSync(path, READ, { what: 'memory note' })
   try {
     const st = fstatSync(fd, { bigint: true })
-    if (!st.isFile()) throw new Error(`${path} is not a regular file`)
     const text = readFileSync(fd).toString('utf8')
     const note: MemoryNote = {
       ...parseMemory(text, file),
@@ -84,7 +85,9 @@ export function scanDir(dir: string): ScanResult {
   try {
     entries = readdirSync(dir, { withFileTypes: true, encoding: 'buffer' })
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { notes: [], skipped: [] }
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') return { notes: [], skipped: [] }
+    if (code === 'ENOTDIR') throw notDirectory(dir, 'file')
     throw err
   }
   // os.ReadDir's order: file names compared as bytes.

@@ -14,18 +14,17 @@ import {
   closeSync,
   existsSync,
   fsyncSync,
+  futimesSync,
   lstatSync,
-  mkdirSync,
-  openSync,
   readdirSync,
   readFileSync,
   rmSync,
   unlinkSync,
-  utimesSync,
 } from 'node:fs'
-import { dirname, join, relative, sep } from 'node:path'
-import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
+import { join } from 'node:path'
+import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { nameTooLong, openFileSync, READ, statFile } from '../engine/files.js'
 import { goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
 import { withDirLock } from './lock.js'
@@ -79,6 +78,7 @@ export class MemoryStore {
     const m = checkMemory(input)
     this.ensureDir()
     return withDirLock(this.dir, () => {
+      this.checkIndexFile()
       this.removeStaleTemps()
       const file = holderOf(m.name, this.scan())?.file ?? this.freeFile(m.name)
       writeFileAtomic(join(this.dir, file), renderMemory(m))
@@ -91,6 +91,7 @@ export class MemoryStore {
   delete(name: string): string[] {
     const key = goTrimSpace(name)
     return this.locked(() => {
+      this.checkIndexFile()
       const notes = this.scan()
       const gone = notes.filter((n) => n.name === key)
       if (gone.length === 0) throw notFound(key, this.dir)
@@ -111,6 +112,7 @@ export class MemoryStore {
     const key = goTrimSpace(from)
     const { name } = checkMemory({ name: to })
     return this.locked(() => {
+      this.checkIndexFile()
       const notes = this.scan()
       const holders = notes.filter((n) => n.name === key)
       const old = holders[0]
@@ -151,10 +153,17 @@ export class MemoryStore {
    * built from a scan without writing anything, as Norma's Index does.
    */
   index(): string {
+    let fd: number
     try {
-      return readFileSync(join(this.dir, INDEX_FILE), 'utf8')
+      // A MEMORY.md that is a symlink, FIFO or folder "cannot be read": never followed.
+      fd = openFileSync(join(this.dir, INDEX_FILE), READ, { what: 'memory index' })
     } catch {
       return renderIndex(this.scan())
+    }
+    try {
+      return readFileSync(fd, 'utf8')
+    } finally {
+      closeSync(fd)
     }
   }
 
@@ -162,6 +171,7 @@ export class MemoryStore {
   rebuildIndex(): string {
     this.ensureDir()
     return withDirLock(this.dir, () => {
+      this.checkIndexFile()
       this.removeStaleTemps()
       return renderIndex(this.writeIndex())
     })
@@ -203,16 +213,17 @@ export class MemoryStore {
     return withDirLock(this.dir, fn)
   }
 
+  /** mkdir -p (0777 before the umask), each new folder's entry synced in its parent. */
   private ensureDir(): void {
-    const first = mkdirSync(this.dir, { recursive: true, mode: 0o755 })
-    if (first === undefined) return
-    // New directories are durable only once each parent's entry for them is synced.
-    fsyncDir(dirname(first))
-    let p = first
-    for (const part of relative(first, this.dir).split(sep).filter(Boolean)) {
-      fsyncDir(p)
-      p = join(p, part)
-    }
+    mkdirDurable(this.dir)
+  }
+
+  /**
+   * Refuses a MEMORY.md that is not a regular file (a symlink is never written through or
+   * replaced) before a note is written, so a write is not left half done by its index.
+   */
+  private checkIndexFile(): void {
+    statFile(join(this.dir, INDEX_FILE), 'memory index')
   }
 
   /** Temp files of writers that died mid-write (only writers holding the lock create them). */
@@ -254,17 +265,24 @@ function holderOf(name: string, notes: MemoryNote[]): MemoryNote | undefined {
 
 function entryExists(path: string): boolean {
   // lstat: a dangling symlink or a folder named like the file is taken too; never write over it.
-  return lstatSync(path, { throwIfNoEntry: false }) !== undefined
+  try {
+    return lstatSync(path, { throwIfNoEntry: false }) !== undefined
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw nameTooLong(path)
+    throw err
+  }
 }
 
 function keepMtime(path: string, old: MemoryNote): void {
   const ns = mtimeNs(old)
   if (ns === undefined) return
   const seconds = Number(ns) / 1e9
-  utimesSync(path, seconds, seconds)
-  // utimes changes only the inode; fsync makes the restored time durable with the rename.
-  const fd = openSync(path, 'r')
+  // On a descriptor opened without following a symlink: the file just renamed into place, or
+  // a refusal if something else took its name meanwhile.
+  const fd = openFileSync(path, READ, { what: 'memory note' })
   try {
+    futimesSync(fd, seconds, seconds)
+    // futimes changes only the inode; fsync makes the restored time durable with the rename.
     fsyncSync(fd)
   } finally {
     closeSync(fd)

@@ -7,9 +7,10 @@
  * workspace with what the stream holds before it publishes, and the mirror skips entries its
  * logs already have. A stale checkpoint therefore costs a little re-reading, not a duplicate.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
-import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
+import { closeSync, readFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
+import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 
 export const REPLICATION_DIR = 'replication'
 
@@ -65,16 +66,31 @@ export function checkpointPath(root: string, kind: Checkpoint['kind'], prefix: s
   return join(replicationDir(root), `${kind}.${prefix}.json`)
 }
 
-/** Creates `<root>/replication` (and the root) durably if missing. */
+/** Creates `<root>/replication` (and the root) durably if missing; a symlink there is refused. */
 export function ensureReplicationDir(root: string): string {
   const dir = replicationDir(root)
-  if (!existsSync(dir)) {
-    const rootExisted = existsSync(root)
-    mkdirSync(dir, { recursive: true })
-    fsyncDir(root)
-    if (!rootExisted) fsyncDir(join(root, '..'))
-  }
+  mkdirDurable(root, dir)
   return dir
+}
+
+/**
+ * A file of the replication folder (a checkpoint, the published-objects list): its text, or
+ * null when it does not exist. Never through a symlink, never from a FIFO (NOA_NOT_REGULAR_FILE).
+ */
+export function readReplicationFile(root: string, file: string, what: string): Buffer | null {
+  if (checkDirsBelow(root, dirname(file)) !== null) return null
+  let fd: number
+  try {
+    fd = openFileSync(file, READ, { what })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw err
+  }
+  try {
+    return readFileSync(fd)
+  } finally {
+    closeSync(fd)
+  }
 }
 
 function isCounter(v: unknown): v is number {
@@ -92,10 +108,12 @@ export function loadCheckpoint<K extends Checkpoint['kind']>(
   warn: (message: string) => void = () => {},
 ): Extract<Checkpoint, { kind: K }> | null {
   const file = checkpointPath(root, kind, prefix)
-  if (!existsSync(file)) return null
+  // What cannot be opened safely is refused (named); what opens but does not parse is a hint lost.
+  const bytes = readReplicationFile(root, file, 'checkpoint')
+  if (bytes === null) return null
   let data: unknown
   try {
-    data = JSON.parse(readFileSync(file, 'utf8'))
+    data = JSON.parse(bytes.toString('utf8'))
   } catch (err) {
     warn(`ignoring checkpoint ${file}: ${(err as Error).message}`)
     return null
@@ -131,5 +149,6 @@ export function saveCheckpoint(root: string, checkpoint: Checkpoint): void {
   writeFileAtomic(
     checkpointPath(root, checkpoint.kind, checkpoint.prefix),
     `${JSON.stringify(checkpoint, null, 1)}\n`,
+    { base: root, what: 'checkpoint' },
   )
 }

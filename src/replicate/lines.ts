@@ -3,8 +3,9 @@
  * parse, and a cursor that reads the line holding a given seq (sequentially when the seqs asked
  * for follow one another, by binary search otherwise).
  */
-import { type FileHandle, open } from 'node:fs/promises'
+import type { FileHandle } from 'node:fs/promises'
 import { parseCounters } from '../engine/entry.js'
+import { openFile, READ } from '../engine/files.js'
 import { seekSeq } from '../engine/reader.js'
 
 const NL = 0x0a
@@ -55,7 +56,7 @@ export class SeqCursor {
 
   /** The stored bytes (without `\n`) of the line with this seq, or null if the log has none. */
   async lineAt(seq: number): Promise<Buffer | null> {
-    this.handle ??= await open(this.file, 'r')
+    this.handle ??= await openFile(this.file, READ, { what: 'workspace log' })
     if (seq !== this.nextSeq) {
       this.pos = seekSeq(this.file, seq)
       this.bufLen = 0

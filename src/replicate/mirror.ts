@@ -10,13 +10,20 @@
  * checkpoint (the stream sequence up to which everything is durable here) is saved after the
  * appends it covers have returned, so a crash replays a little and loses nothing.
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync } from 'node:fs'
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { AgentLog } from '../engine/agent-log.js'
 import { NoaError } from '../engine/errors.js'
+import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
-import { loadCheckpoint, type PullCheckpoint, type PullPosition, saveCheckpoint } from './checkpoint.js'
+import {
+  ensureReplicationDir,
+  loadCheckpoint,
+  type PullCheckpoint,
+  type PullPosition,
+  saveCheckpoint,
+} from './checkpoint.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { ObjectSink } from './objects.js'
 import {
@@ -112,6 +119,8 @@ async function pullNow(options: PullOptions): Promise<PullReport> {
     })
   }
   const follow = options.follow ?? false
+  // A mirror may start from nothing, but not from a root that is a file.
+  checkRoot(root, false)
   const link = await openLink(options.nats, {
     name: `noa pull ${root}`,
     waitForServer: follow,
@@ -198,6 +207,8 @@ class Mirror {
       workspaces: same ? saved.workspaces : {},
     }
     this.done = this.checkpoint.streamSeq
+    // Where the checkpoint and the parts of large objects go is checked before anything is written.
+    ensureReplicationDir(this.s.root)
     await this.sink.start()
     try {
       await this.consume()
@@ -499,7 +510,7 @@ class Mirror {
   private readTail(st: WorkspaceState): void {
     let fd: number
     try {
-      fd = openSync(st.file, 'r')
+      fd = openFileSync(st.file, READ, { what: 'workspace log' })
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return
       throw err

@@ -15,13 +15,24 @@
  * object store checks the rebuilt tree whenever it is read, as on the origin.
  */
 import { createHash } from 'node:crypto'
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs'
-import { appendFile, type FileHandle, open, rename, rm } from 'node:fs/promises'
+import { closeSync, lstatSync, readdirSync, writeSync } from 'node:fs'
+import { type FileHandle, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { fsyncDir, writeFileAtomic } from '../engine/atomic.js'
+import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import {
+  APPEND_CREATE,
+  checkDirsBelow,
+  kindOf,
+  notDirectory,
+  openFile,
+  openFileSync,
+  READ,
+  statFile,
+  WRITE_TRUNCATE,
+} from '../engine/files.js'
 import { ObjectStore } from '../store/objects.js'
-import { ensureReplicationDir, replicationDir } from './checkpoint.js'
+import { ensureReplicationDir, readReplicationFile, replicationDir } from './checkpoint.js'
 import { sameBytes } from './lines.js'
 import { isWrongLastSequence, type Link, lastOnSubject, messageAt, replicationError } from './stream.js'
 import {
@@ -34,8 +45,8 @@ import {
 
 const SHARD_RE = /^[0-9a-f]{2}$/
 const REST_RE = /^[0-9a-f]{62}$/
-/** Same mode as the object store's own files: objects are immutable. */
-const OBJECT_MODE = 0o444
+/** As the object store's own files: 0666 before the umask, then the write bits cleared. */
+const OBJECT_WRITE = { readOnly: true, what: 'object' } as const
 /** A directory whose mtime is this close to the scan is read again next time (same-tick writes). */
 const RACY_MS = 2_000
 
@@ -49,7 +60,7 @@ export function objectFile(root: string, id: string): string {
 
 async function hashFile(file: string): Promise<{ hash: string; size: number }> {
   const h = createHash('sha256')
-  const handle = await open(file, 'r')
+  const handle = await openFile(file, READ, { what: 'object' })
   let size = 0
   try {
     const buf = Buffer.allocUnsafe(1 << 20)
@@ -65,10 +76,19 @@ async function hashFile(file: string): Promise<{ hash: string; size: number }> {
   return { hash: h.digest('hex'), size }
 }
 
+/** Something in the object store that is not what the store writes there, found by a scan. */
+export interface ObjectProblem {
+  file: string
+  code: string
+  message: string
+}
+
 /**
  * Finds objects not yet published. Shard directories whose mtime has not changed since they
  * were last read are not read again; the ids published are remembered in
  * `replication/push.<prefix>.objects` (one per line), so a restart does not send them again.
+ * A shard that is not a real folder (a symlink, a file) is not read and is reported in
+ * `problems`, once.
  */
 export class ObjectScanner {
   private readonly dir: string
@@ -76,6 +96,8 @@ export class ObjectScanner {
   private readonly published = new Set<string>()
   private readonly shardMtimes = new Map<string, number>()
   private pendingList: string[] = []
+  /** Shards (and objects) skipped because they are not what the store writes, by path. */
+  readonly problems = new Map<string, ObjectProblem>()
 
   constructor(
     readonly root: string,
@@ -90,21 +112,22 @@ export class ObjectScanner {
     this.published.clear()
     this.shardMtimes.clear()
     if (reset) {
-      if (existsSync(this.listFile)) {
+      if (lstatSync(this.listFile, { throwIfNoEntry: false })) {
         ensureReplicationDir(this.root)
-        writeFileAtomic(this.listFile, '')
+        writeFileAtomic(this.listFile, '', { base: this.root, what: 'published-objects list' })
       }
       return
     }
-    if (!existsSync(this.listFile)) return
-    for (const line of readFileSync(this.listFile, 'latin1').split('\n')) {
+    const bytes = readReplicationFile(this.root, this.listFile, 'published-objects list')
+    if (bytes === null) return
+    for (const line of bytes.toString('latin1').split('\n')) {
       if (/^[0-9a-f]{64}$/.test(line)) this.published.add(line)
     }
   }
 
   /** Whether the root has an object store at all (no scan to wait for when not). */
   present(): boolean {
-    return existsSync(this.dir)
+    return checkDirsBelow(this.root, this.dir) === null
   }
 
   get count(): number {
@@ -113,7 +136,7 @@ export class ObjectScanner {
 
   /** Ids present in the store and not yet published, in id order. */
   scan(): string[] {
-    if (!existsSync(this.dir)) return []
+    if (!this.present()) return []
     const now = Date.now()
     const found: string[] = []
     for (const shard of readdirSync(this.dir).sort()) {
@@ -121,8 +144,13 @@ export class ObjectScanner {
       const path = join(this.dir, shard)
       let mtime: number
       try {
-        const st = statSync(path)
-        if (!st.isDirectory()) continue
+        // lstat: a symlinked shard is never read through.
+        const st = lstatSync(path)
+        if (!st.isDirectory()) {
+          const err = notDirectory(path, kindOf(st))
+          this.problems.set(path, { file: path, code: err.code, message: err.message })
+          continue
+        }
         mtime = st.mtimeMs
       } catch {
         continue
@@ -152,7 +180,14 @@ export class ObjectScanner {
     const ids = this.pendingList
     this.pendingList = []
     ensureReplicationDir(this.root)
-    await appendFile(this.listFile, `${ids.join('\n')}\n`)
+    const fd = openFileSync(this.listFile, APPEND_CREATE, { what: 'published-objects list' })
+    try {
+      const buf = Buffer.from(`${ids.join('\n')}\n`, 'latin1')
+      let off = 0
+      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off)
+    } finally {
+      closeSync(fd)
+    }
   }
 }
 
@@ -188,7 +223,7 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
     }
   }
   const subject = objectSubject(ctx.prefix, id)
-  const handle = await open(file, 'r')
+  const handle = await openFile(file, READ, { what: 'object' })
   try {
     let offset = 0
     let expect = 0
@@ -285,7 +320,9 @@ export class ObjectSink {
 
   /** Removes temp files left by a crash (their objects arrive again from an earlier checkpoint). */
   async start(): Promise<void> {
-    if (existsSync(this.tempDir)) await rm(this.tempDir, { recursive: true, force: true })
+    // Checked first: a symlinked `replication/` or `tmp/` is refused, never emptied through.
+    if (checkDirsBelow(this.root, this.tempDir) === null)
+      await rm(this.tempDir, { recursive: true, force: true })
   }
 
   /** Lowest stream sequence that must be received again after a restart (Infinity: none). */
@@ -320,22 +357,22 @@ export class ObjectSink {
     if (offset === 0) {
       if (partial) await this.drop(id, partial)
       partial = undefined
-      if (existsSync(file)) return
+      if (this.has(id)) return
       if (data.length === size) {
         if (exact) this.check(id, createHash('sha256').update(data).digest('hex'), streamSeq)
         this.ensureShard(id)
-        writeFileAtomic(file, data, { mode: OBJECT_MODE })
+        writeFileAtomic(file, data, { ...OBJECT_WRITE, base: this.root })
         this.written++
         return
       }
-      mkdirSync(this.tempDir, { recursive: true })
+      mkdirDurable(this.root, this.tempDir)
       const temp = join(this.tempDir, `${id}.part`)
-      const handle = await open(temp, 'w', 0o600)
+      const handle = await openFile(temp, WRITE_TRUNCATE, { what: 'temp file' })
       partial = { size, received: 0, startSeq: streamSeq, temp, handle, hash: createHash('sha256'), exact }
       this.partials.set(id, partial)
     }
     if (!partial) {
-      if (existsSync(file)) return // a part of an object we have
+      if (this.has(id)) return // a part of an object we have
       throw replicationError(
         `object ${id}: part at offset ${offset} (stream seq ${streamSeq}) arrived without the parts before it`,
         { id, streamSeq },
@@ -354,7 +391,8 @@ export class ObjectSink {
     this.partials.delete(id)
     try {
       if (partial.exact) this.check(id, partial.hash.digest('hex'), streamSeq)
-      await partial.handle.chmod(OBJECT_MODE)
+      const mode = (await partial.handle.stat()).mode & 0o7777
+      await partial.handle.chmod(mode & ~0o222)
       await partial.handle.sync()
     } finally {
       await partial.handle.close()
@@ -375,14 +413,15 @@ export class ObjectSink {
     }
   }
 
+  /** Whether the object is stored; something else under its name is NOA_NOT_REGULAR_FILE. */
+  private has(id: string): boolean {
+    const file = objectFile(this.root, id)
+    if (checkDirsBelow(this.root, join(objectsDir(this.root), id.slice(0, 2))) !== null) return false
+    return statFile(file, 'object') !== undefined
+  }
+
   private ensureShard(id: string): void {
-    const objects = objectsDir(this.root)
-    const shard = join(objects, id.slice(0, 2))
-    if (existsSync(shard)) return
-    const created = !existsSync(objects)
-    mkdirSync(shard, { recursive: true })
-    if (created) fsyncDir(this.root)
-    fsyncDir(objects)
+    mkdirDurable(this.root, join(objectsDir(this.root), id.slice(0, 2)))
   }
 
   private async drop(id: string, p: PartialObject): Promise<void> {

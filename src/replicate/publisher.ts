@@ -22,15 +22,23 @@
  */
 
 import { setMaxListeners } from 'node:events'
-import { closeSync, existsSync, type FSWatcher, openSync, watch } from 'node:fs'
-import { type FileHandle, open, stat } from 'node:fs/promises'
-import { NoaError } from '../engine/errors.js'
-import { logDirOf, logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { closeSync, existsSync, type FSWatcher, watch } from 'node:fs'
+import { type FileHandle, lstat } from 'node:fs/promises'
+import { parseEntry } from '../engine/entry.js'
+import { isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
+import { checkRoot, openFile, openFileSync, READ } from '../engine/files.js'
+import { logDirOf, logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
-import { loadCheckpoint, type PushCheckpoint, type PushPosition, saveCheckpoint } from './checkpoint.js'
+import {
+  ensureReplicationDir,
+  loadCheckpoint,
+  type PushCheckpoint,
+  type PushPosition,
+  saveCheckpoint,
+} from './checkpoint.js'
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
-import { ObjectScanner, publishObject } from './objects.js'
+import { ObjectScanner, objectFile, publishObject } from './objects.js'
 import {
   Aborted,
   asNoaError,
@@ -91,6 +99,16 @@ export interface PushedWorkspace {
   entries: number
 }
 
+/** A workspace log (or object) that could not be published, and why. */
+export interface PushFailure {
+  /** Absent for a file that is not one workspace's log (an object, a shard folder). */
+  workspace?: string
+  file: string
+  /** NOA_CORRUPT_LOG, NOA_NOT_REGULAR_FILE, EACCES, … */
+  code: string
+  message: string
+}
+
 export interface PushReport {
   stream: string
   prefix: string
@@ -99,6 +117,12 @@ export interface PushReport {
   workspaces: PushedWorkspace[]
   /** Workspaces whose names cannot be a subject token sequence (`a..b`, `a.`). */
   skipped: Array<{ workspace: string; reason: string }>
+  /**
+   * Logs that are corrupt, unreadable or not regular files, and objects that could not be
+   * read: nothing of a failed workspace's round was published (its lines are all checked before
+   * the first is sent), and every other workspace was published whole. Empty when all went well.
+   */
+  failed: PushFailure[]
   durationMs: number
 }
 
@@ -140,6 +164,8 @@ async function pushNow(options: PushOptions): Promise<PushReport> {
   const concurrency = positive(options.concurrency, 'concurrency', 64)
   const pollMs = positive(options.pollMs, 'pollMs', 1000)
   const roundMs = options.roundMs === 0 ? 0 : positive(options.roundMs, 'roundMs', 10)
+  // A missing root (or one that is a file) is a named error, and nothing is created for it.
+  checkRoot(root, true)
   const link = await openLink(options.nats, {
     name: `noa push ${root}`,
     waitForServer: follow,
@@ -201,10 +227,45 @@ interface WorkspaceState {
   /** A round is using the handle. */
   inRound: boolean
   published: { from: number; to: number; entries: number } | null
+  /** Its log could not be published (see PushReport.failed): no more rounds in this run. */
+  failed: boolean
+  /** Lines in [checkedFrom, checked.offset) passed checkRange; seq and ts of the last one. */
+  checkedFrom: number
+  checked: { offset: number; seq: number; ts: number }
 }
 
 /** Thrown inside to unwind when the run is asked to stop. */
 class Stopped extends Error {}
+
+/**
+ * A problem of one workspace's own log (unreadable, not a regular file, corrupt): that workspace
+ * stops, every other goes on. Anything else (the server, the stream) still stops the run.
+ */
+class LogProblem extends Error {
+  constructor(readonly error: unknown) {
+    super(error instanceof Error ? error.message : String(error))
+  }
+}
+
+/** Runs a step that reads the local log; its failure is that workspace's, not the run's. */
+async function local<T>(fn: () => T | Promise<T>): Promise<T> {
+  try {
+    return await fn()
+  } catch (err) {
+    if (err instanceof Stopped || err instanceof LogProblem) throw err
+    throw new LogProblem(err)
+  }
+}
+
+function failureOf(err: unknown, file: string, workspace?: string): PushFailure {
+  const e = err as { code?: unknown; message?: unknown }
+  return {
+    ...(workspace !== undefined ? { workspace } : {}),
+    file,
+    code: typeof e?.code === 'string' ? e.code : 'ERROR',
+    message: typeof e?.message === 'string' ? e.message : String(err),
+  }
+}
 
 const NL = 0x0a
 /** Bytes read from a log at a time. */
@@ -215,10 +276,18 @@ const SCAN_EVERY_MS = 25
 const MAX_OPEN_LOGS = 512
 /** Room left in each object part for the subject and headers. */
 const PART_HEADROOM = 8 * 1024
+/** Object failures that are the object's own (it is skipped), not the run's. */
+const UNREADABLE_OBJECT = new Set<NoaErrorCode>([
+  'NOA_CORRUPT_OBJECT',
+  'NOA_NOT_REGULAR_FILE',
+  'NOA_NOT_DIRECTORY',
+])
 
 class Publisher {
   private readonly states = new Map<string, WorkspaceState>()
   private readonly skipped = new Map<string, string>()
+  /** By file: each problem is reported once however many rounds meet it. */
+  private readonly failed = new Map<string, PushFailure>()
   private readonly stop = new AbortController()
   private fatal: unknown = null
   private ref!: StreamRef
@@ -281,6 +350,8 @@ class Publisher {
       workspaces: sameStream ? saved.workspaces : {},
     }
     this.scanner?.load(!sameStream && saved !== null)
+    // Where the checkpoint goes is checked before anything is published, not after.
+    ensureReplicationDir(this.s.root)
 
     let watcher: FSWatcher | null = null
     let timer: NodeJS.Timeout | null = null
@@ -302,7 +373,7 @@ class Publisher {
           }
         }
         startWatch()
-        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        for (const ws of this.listLogs()) this.wake(ws)
         this.s.onEvent?.({
           type: 'following',
           message: `following ${logDir} into stream ${this.ref.name} (${this.s.prefix}.>)`,
@@ -325,7 +396,7 @@ class Publisher {
           else this.signal.addEventListener('abort', () => resolve(), { once: true })
         })
       } else {
-        for (const ws of workspaceNames(this.s.root)) this.wake(ws)
+        for (const ws of this.listLogs()) this.wake(ws)
       }
       await this.settle()
     } finally {
@@ -341,6 +412,7 @@ class Publisher {
     for (const st of [...this.states.values()].sort((a, b) => (a.ws < b.ws ? -1 : 1))) {
       if (st.published) workspaces.push({ workspace: st.ws, ...st.published })
     }
+    for (const p of this.scanner?.problems.values() ?? []) this.failed.set(p.file, p)
     return {
       stream: this.ref.name,
       prefix: this.s.prefix,
@@ -348,6 +420,7 @@ class Publisher {
       objects: this.objectsSent,
       workspaces,
       skipped: [...this.skipped].map(([workspace, reason]) => ({ workspace, reason })),
+      failed: [...this.failed.values()].sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0)),
       durationMs: performance.now() - started,
     }
   }
@@ -356,6 +429,29 @@ class Publisher {
   private fail(err: unknown): void {
     if (this.fatal === null) this.fatal = err
     this.stop.abort()
+  }
+
+  /**
+   * The workspaces with a regular log; every other entry of `agent-logs/` that is meant to be a
+   * log (a symlink, a FIFO, a folder named `<workspace>.log`) is a failure of the run, reported.
+   */
+  private listLogs(): string[] {
+    const { workspaces, problems } = scanLogDir(this.s.root)
+    for (const p of problems) {
+      if (p.code === 'NOA_BAD_WORKSPACE' || this.failed.has(p.file)) continue
+      this.failed.set(p.file, p)
+      this.s.onEvent?.({ type: 'warning', message: `${p.message}; not published` })
+    }
+    return workspaces
+  }
+
+  /** Stops one workspace whose log cannot be published; the run goes on with the others. */
+  private failWorkspace(st: WorkspaceState, err: unknown): void {
+    st.failed = true
+    void this.closeHandle(st)
+    const f = failureOf(err, st.file, st.ws)
+    this.failed.set(st.file, f)
+    this.s.onEvent?.({ type: 'skipped', workspace: st.ws, reason: `${f.message}; not published` })
   }
 
   /** Waits until no workspace task is running. */
@@ -402,6 +498,9 @@ class Publisher {
       ino: 0,
       inRound: false,
       published: null,
+      failed: false,
+      checkedFrom: 0,
+      checked: { offset: 0, seq: 0, ts: 0 },
     }
     this.states.set(ws, st)
     return st
@@ -416,7 +515,7 @@ class Publisher {
     } catch {
       return // not a workspace name
     }
-    if (!st) return
+    if (!st || st.failed) return
     st.dirty = true
     if (st.running) return
     const task = st
@@ -434,7 +533,8 @@ class Publisher {
       }
     })()
       .catch((err: unknown) => {
-        if (!(err instanceof Stopped)) this.fail(err)
+        if (err instanceof LogProblem) this.failWorkspace(task, err.error)
+        else if (!(err instanceof Stopped)) this.fail(err)
       })
       .finally(() => {
         task.running = null
@@ -443,15 +543,17 @@ class Publisher {
 
   private async poll(): Promise<void> {
     try {
-      for (const ws of workspaceNames(this.s.root)) {
+      for (const ws of this.listLogs()) {
         const st = this.state(ws)
-        if (!st) continue
-        const info = await stat(st.file).catch(() => null)
+        if (!st || st.failed) continue
+        const info = await lstat(st.file).catch(() => null)
         const size = info?.size ?? -1
         if (info && st.handle && !st.inRound && info.ino !== st.ino) {
           // The log was replaced: read the new file, from what the stream holds.
           await this.closeHandle(st)
           st.reconciled = false
+          st.checkedFrom = 0
+          st.checked = { offset: 0, seq: 0, ts: 0 }
         }
         if (size !== st.seenSize) {
           st.seenSize = size
@@ -483,10 +585,15 @@ class Publisher {
       this.handles.add(st)
       return st.handle
     }
-    const handle = await open(st.file, 'r').catch(() => null)
-    if (!handle) return null // removed, or not created yet
+    let handle: FileHandle
+    try {
+      handle = await openFile(st.file, READ, { what: 'workspace log' })
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null // removed, or not created yet
+      throw new LogProblem(err)
+    }
     st.handle = handle
-    st.ino = (await handle.stat()).ino
+    st.ino = (await local(() => handle.stat())).ino
     this.handles.add(st)
     for (const old of this.handles) {
       if (this.handles.size <= MAX_OPEN_LOGS) break
@@ -510,21 +617,84 @@ class Publisher {
     try {
       const handle = await this.handleOf(st)
       if (!handle) return
-      const end = (await handle.stat()).size
+      const end = (await local(() => handle.stat())).size
       // Nothing new since the last acknowledged entry (or the checkpoint's): no request at all.
       if (end === st.pos.offset || (st.reconciled && end < st.pos.offset)) return
       // Every byte below `end` is now on disk, whoever wrote it and whether or not its
       // writer's own fdatasync has returned.
-      await handle.datasync()
+      await local(() => handle.datasync())
       // Objects named by these lines were stored before the lines were written: a scan that
       // starts now sees them.
       await this.objectsBarrier(++this.tick)
       if (!st.reconciled) await this.reconcile(st, null)
+      // Every line about to be published is checked first: a corrupt log publishes nothing of
+      // this round, so what the stream gets of a workspace never depends on where the bad line is.
+      await local(() => this.checkRange(st, handle, end))
       // Again from the new position when the stream moved under us (see reconcile).
       let moved = true
       while (moved && st.pos.offset < end) moved = await this.publishRange(st, handle, end)
     } finally {
       st.inRound = false
+    }
+  }
+
+  /**
+   * Checks the complete lines from the position to `end` as verify would: each a valid entry,
+   * seqs consecutive, ts never going back. Lines checked by an earlier round are not read again.
+   * Throws NOA_CORRUPT_LOG naming the file and the byte offset of the first bad line.
+   */
+  private async checkRange(st: WorkspaceState, handle: FileHandle, end: number): Promise<void> {
+    const c = st.checked
+    let prev: { seq: number; ts: number } | null = null
+    let pos = st.pos.offset
+    if (c.offset > pos && st.checkedFrom <= pos) {
+      pos = c.offset
+      prev = { seq: c.seq, ts: c.ts }
+    } else st.checkedFrom = pos
+    const corrupt = (at: number, why: string) =>
+      new NoaError('NOA_CORRUPT_LOG', `${st.file} (line at byte ${at}): ${why}`, {
+        file: st.file,
+        offset: at,
+        workspace: st.ws,
+      })
+    let buf = Buffer.allocUnsafe(Math.min(READ_CHUNK, Math.max(1, end - pos)))
+    let filled = 0
+    while (pos + filled < end) {
+      if (filled === buf.length) {
+        const bigger = Buffer.allocUnsafe(buf.length * 2)
+        buf.copy(bigger, 0, 0, filled)
+        buf = bigger
+      }
+      const { bytesRead } = await handle.read(
+        buf,
+        filled,
+        Math.min(buf.length - filled, end - pos - filled),
+        pos + filled,
+      )
+      if (bytesRead === 0) break
+      filled += bytesRead
+      let i = 0
+      for (let nl = buf.indexOf(NL, 0); nl >= 0 && nl < filled; nl = buf.indexOf(NL, i)) {
+        const at = pos + i
+        if (nl === i) throw corrupt(at, 'empty line')
+        let seq: number
+        let ts: number
+        try {
+          ;({ seq, ts } = parseEntry(buf.toString('utf8', i, nl)))
+        } catch (err) {
+          throw corrupt(at, (err as Error).message)
+        }
+        if (prev && seq !== prev.seq + 1) throw corrupt(at, `seq ${seq} does not follow seq ${prev.seq}`)
+        if (prev && ts < prev.ts) throw corrupt(at, `ts ${ts} goes back (previous ${prev.ts})`)
+        prev = { seq, ts }
+        i = nl + 1
+        st.checked = { offset: pos + i, seq, ts }
+      }
+      if (i > 0) {
+        buf.copy(buf, 0, i, filled)
+        pos += i
+        filled -= i
+      }
     }
   }
 
@@ -541,7 +711,7 @@ class Publisher {
         buf = bigger
       }
       const want = Math.min(buf.length - filled, end - pos - filled)
-      const { bytesRead } = await handle.read(buf, filled, want, pos + filled)
+      const { bytesRead } = await local(() => handle.read(buf, filled, want, pos + filled))
       if (bytesRead === 0) return false
       filled += bytesRead
       let i = 0
@@ -555,10 +725,12 @@ class Publisher {
         try {
           counters = countersOf(line)
         } catch (err) {
-          throw new NoaError(
-            'NOA_CORRUPT_LOG',
-            `${st.file} (line at byte ${at}): ${(err as Error).message}; not published`,
-            { file: st.file, offset: at, workspace: st.ws },
+          throw new LogProblem(
+            new NoaError('NOA_CORRUPT_LOG', `${st.file} (line at byte ${at}): ${(err as Error).message}`, {
+              file: st.file,
+              offset: at,
+              workspace: st.ws,
+            }),
           )
         }
         const { seq, ts } = counters
@@ -574,9 +746,12 @@ class Publisher {
           continue
         }
         if (seq !== st.pos.seq + 1) {
-          throw replicationError(
-            `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
-            { workspace: st.ws, seq },
+          throw new LogProblem(
+            new NoaError(
+              'NOA_CORRUPT_LOG',
+              `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
+              { file: st.file, offset: at, workspace: st.ws, seq },
+            ),
           )
         }
         if (st.junction) throw this.diverged(st, seq, 'the log skipped the entry where it joins the stream')
@@ -698,13 +873,13 @@ class Publisher {
         { workspace: st.ws },
       )
     }
-    const localLast = this.localLastSeq(st)
+    const localLast = await local(() => this.localLastSeq(st))
     const junction = Math.min(localLast, serverSeq)
     if (junction > 0) {
-      const local = await lineAtSeq(st.file, junction)
+      const mine = await local(() => lineAtSeq(st.file, junction))
       const remote =
         junction === serverSeq ? last.data : ((await this.findEntry(st, junction, last.seq))?.data ?? null)
-      if (local === null || remote === null || !sameBytes(local, remote)) {
+      if (mine === null || remote === null || !sameBytes(mine, remote)) {
         throw this.diverged(
           st,
           junction,
@@ -716,7 +891,7 @@ class Publisher {
       st.pos = {
         seq: serverSeq,
         ts: counters.ts,
-        offset: seekSeq(st.file, serverSeq + 1),
+        offset: await local(() => seekSeq(st.file, serverSeq + 1)),
         streamSeq: last.seq,
       }
       st.junction = null
@@ -725,7 +900,7 @@ class Publisher {
       st.pos = {
         seq: serverSeq,
         ts: counters.ts,
-        offset: seekSeq(st.file, localLast + 1),
+        offset: await local(() => seekSeq(st.file, localLast + 1)),
         streamSeq: last.seq,
       }
       st.junction = { seq: serverSeq, data: Uint8Array.from(last.data) }
@@ -737,9 +912,10 @@ class Publisher {
   private localLastSeq(st: WorkspaceState): number {
     let fd: number
     try {
-      fd = openSync(st.file, 'r')
-    } catch {
-      return 0
+      fd = openFileSync(st.file, READ, { what: 'workspace log' })
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0
+      throw err
     }
     try {
       const tail = inspectTail(fd)
@@ -841,8 +1017,13 @@ class Publisher {
         } catch (err) {
           // Removed since the scan found it: gc takes only objects no log reaches, so nothing
           // that follows in the stream needs it.
-          if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
-          throw err
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT' || isNoaError(err, 'NOA_NOT_FOUND')) continue
+          // An object that cannot be read (damaged, or not a regular file) is reported and left
+          // out; the logs and the other objects go on.
+          if (!isNoaError(err) || !UNREADABLE_OBJECT.has(err.code)) throw err
+          const file = objectFile(this.s.root, id)
+          this.failed.set(file, failureOf(err, file))
+          continue
         }
         if (sent > 0) this.objectsSent++
         scanner.markPublished(id)

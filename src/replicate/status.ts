@@ -8,10 +8,11 @@
  * subject). Without one, the push checkpoint stands in for it: what the publisher had
  * acknowledged when it last saved (at most about a second old while `push --follow` runs).
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
 import { NoaError } from '../engine/errors.js'
-import { logPath, resolveRoot, workspaceNames } from '../engine/logs.js'
+import { checkRoot, openFileSync, READ } from '../engine/files.js'
+import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint } from './checkpoint.js'
 import { countersOf, lineAtSeq } from './lines.js'
@@ -64,6 +65,16 @@ export interface WorkspaceReplication {
   lagSeconds: number | null
   /** false for names that cannot be a subject (`a..b`, `a.`): never replicated. */
   replicable: boolean
+  /** Why the local log could not be read (its position is then unknown: seq 0, direction unknown). */
+  error?: { file: string; code: string; message: string }
+}
+
+/** A local log whose position could not be read. */
+export interface StatusFailure {
+  workspace?: string
+  file: string
+  code: string
+  message: string
 }
 
 export interface ReplicationStatus {
@@ -74,21 +85,50 @@ export interface ReplicationStatus {
   workspaces: WorkspaceReplication[]
   push: { savedAt: string } | null
   pull: { savedAt: string; streamSeq: number; pending: number } | null
+  /** Logs that could not be read (corrupt, unreadable, not regular files), each by file. */
+  failed: StatusFailure[]
 }
 
-function localPosition(root: string, ws: string): Position {
+/** The last entry of the local log: seq 0 when there is none, an error when it cannot be read. */
+function localPosition(root: string, ws: string): Position | { error: StatusFailure } {
+  const file = logPath(root, ws)
   let fd: number
   try {
-    fd = openSync(logPath(root, ws), 'r')
-  } catch {
-    return { seq: 0, ts: 0 }
+    fd = openFileSync(file, READ, { what: 'workspace log' })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { seq: 0, ts: 0 }
+    return { error: failureOf(err, file, ws) }
   }
   try {
     const tail = inspectTail(fd)
     return tail.lastLine === null ? { seq: 0, ts: 0 } : countersOf(Buffer.from(tail.lastLine, 'utf8'))
+  } catch (err) {
+    const e = err instanceof NoaError ? err : null
+    const message = e ? `${file}: ${e.message}` : (err as Error).message
+    return { error: { ...failureOf(err, file, ws), message } }
   } finally {
     closeSync(fd)
   }
+}
+
+function failureOf(err: unknown, file: string, workspace: string): StatusFailure {
+  const e = err as { code?: unknown; message?: unknown }
+  return {
+    workspace,
+    file,
+    code: typeof e?.code === 'string' ? e.code : 'ERROR',
+    message: typeof e?.message === 'string' ? e.message : String(err),
+  }
+}
+
+function byFile<T extends { file: string }>(list: T[]): T[] {
+  return list.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
+}
+
+function failuresOf(workspaces: readonly WorkspaceReplication[]): StatusFailure[] {
+  const out: StatusFailure[] = []
+  for (const w of workspaces) if (w.error) out.push({ workspace: w.workspace, ...w.error })
+  return out
 }
 
 function ageSeconds(ts: number, now: number): number {
@@ -99,17 +139,44 @@ function ageSeconds(ts: number, now: number): number {
 async function lagOf(
   root: string,
   ws: string,
-  local: Position,
+  position: Position | { error: StatusFailure },
   stream: Position | null,
   nextStreamTs: ((seq: number) => Promise<number | null>) | null,
   now: number,
 ): Promise<WorkspaceReplication> {
   const replicable = isSubjectSafe(ws)
+  if ('error' in position) {
+    const { file, code, message } = position.error
+    return {
+      workspace: ws,
+      local: { seq: 0, ts: 0 },
+      stream,
+      replicable,
+      direction: 'unknown',
+      lagEntries: null,
+      lagSeconds: null,
+      error: { file, code, message },
+    }
+  }
+  const local = position
   const base = { workspace: ws, local, stream, replicable }
   if (stream === null) return { ...base, direction: 'unknown', lagEntries: null, lagSeconds: null }
   if (local.seq === stream.seq) return { ...base, direction: 'in-sync', lagEntries: 0, lagSeconds: 0 }
   if (local.seq > stream.seq) {
-    const line = await lineAtSeq(logPath(root, ws), stream.seq + 1)
+    const file = logPath(root, ws)
+    let line: Buffer | null
+    try {
+      line = await lineAtSeq(file, stream.seq + 1)
+    } catch (err) {
+      // The last line read fine but an earlier one does not: the lag in seconds is unknown.
+      return {
+        ...base,
+        direction: 'push',
+        lagEntries: local.seq - stream.seq,
+        lagSeconds: null,
+        error: failureOf(err, file, ws),
+      }
+    }
     return {
       ...base,
       direction: 'push',
@@ -149,6 +216,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
   }
   const prefix = checkPrefix(options.prefix ?? DEFAULT_PREFIX)
   const root = resolveRoot(options.root)
+  checkRoot(root, true)
   const pushCp = loadCheckpoint(root, 'push', prefix)
   const pullCp = loadCheckpoint(root, 'pull', prefix)
   const push = pushCp ? { savedAt: pushCp.savedAt } : null
@@ -157,7 +225,9 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
     : null
   const at = new Date().toISOString()
   const now = nowMicros()
-  const local = workspaceNames(root)
+  const scan = scanLogDir(root)
+  const local = scan.workspaces
+  const unusable = scan.problems.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
 
   if (options.nats === undefined) {
     const names = [...new Set([...local, ...Object.keys(pushCp?.workspaces ?? {})])].sort()
@@ -174,6 +244,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       workspaces,
       push,
       pull,
+      failed: byFile([...unusable, ...failuresOf(workspaces)]),
     }
   }
 
@@ -217,7 +288,16 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       }
       return lagOf(root, ws, localPosition(root, ws), isSubjectSafe(ws) ? stream : null, nextStreamTs, now)
     })
-    return { prefix, stream: ref.name, source: 'server', at, workspaces, push, pull }
+    return {
+      prefix,
+      stream: ref.name,
+      source: 'server',
+      at,
+      workspaces,
+      push,
+      pull,
+      failed: byFile([...unusable, ...failuresOf(workspaces)]),
+    }
   } finally {
     await closeLink(link)
   }

@@ -14,23 +14,13 @@
  * same: a damaged object, or a damaged link of its chain, is an error naming the tree.
  */
 import { createHash } from 'node:crypto'
-import {
-  closeSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  readSync,
-  renameSync,
-  rmSync,
-  statSync,
-  utimesSync,
-} from 'node:fs'
-import { readFile } from 'node:fs/promises'
+import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { fsyncDir, fsyncDirs, TempFile, writeTempFile } from '../engine/atomic.js'
+import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason } from './replay.js'
 import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
@@ -38,8 +28,13 @@ import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
 const HASH_RE = /^[0-9a-f]{64}$/
 const NOA_ID_RE = /^noa_[0-9a-f]{64}$/
 const SNAPSHOT_HEADER = 'noa-snapshot 1\n'
-/** Objects are immutable: read-only files discourage editing them in place. */
-const OBJECT_MODE = 0o444
+/**
+ * Objects are immutable: once created (0666 before the umask, like any file) their write bits
+ * are cleared, which discourages editing them in place without widening what the umask allowed.
+ */
+const OBJECT_WRITE = { readOnly: true, what: 'object' } as const
+/** Chunk size of a streamed blob read. */
+const STREAM_CHUNK = 1 << 20
 /** Temp files written at once by a batch (their fsyncs run in libuv's pool). */
 const PARALLEL_WRITES = 16
 const TREE_CACHE = 4
@@ -271,6 +266,7 @@ function isSystemError(err: unknown, code: string): boolean {
 export class ObjectStore implements ObjectChecks {
   readonly root: string
   readonly dir: string
+  /** Folders made or checked (every component below the root a real directory). */
   private readonly knownDirs = new Set<string>()
   private readonly trees = new Map<string, Tree>()
   private readonly records = new Map<string, SnapshotRecord>()
@@ -288,9 +284,12 @@ export class ObjectStore implements ObjectChecks {
     return join(this.dir, id.slice(0, 2), id.slice(2))
   }
 
-  /** Whether an object is stored (by name only; reads check the content). */
+  /**
+   * Whether an object is stored (by name only; reads check the content). Something other than a
+   * regular file under the object's name is a NOA_NOT_REGULAR_FILE, never "stored".
+   */
   has(id: string): boolean {
-    return statSync(this.pathOf(checkObjectId(id)), { throwIfNoEntry: false }) !== undefined
+    return this.sizeOf(checkObjectId(id)) >= 0
   }
 
   /** ObjectChecks (for AgentLog.open({ objects })): whether a blob is stored. */
@@ -313,7 +312,7 @@ export class ObjectStore implements ObjectChecks {
       throw new NoaError('NOA_BAD_ARGUMENT', 'putBlob takes bytes, a string or an async iterable of chunks')
     }
     this.ensureDir(this.dir)
-    const temp = await TempFile.create(this.dir, { mode: OBJECT_MODE, tempPrefix: '.blob-' })
+    const temp = await TempFile.create(this.dir, { ...OBJECT_WRITE, tempPrefix: '.blob-' })
     let id: string
     let size = 0
     try {
@@ -330,14 +329,14 @@ export class ObjectStore implements ObjectChecks {
       await temp.abort()
       throw err
     }
-    if (this.sizeOf(id) === size) {
-      rmSync(temp.path, { force: true })
-      this.freshen(id)
-      return id
-    }
     const target = this.pathOf(id)
-    this.ensureDir(dirname(target))
     try {
+      if (this.sizeOf(id) === size) {
+        rmSync(temp.path, { force: true })
+        this.freshen(id)
+        return id
+      }
+      this.ensureDir(dirname(target))
       renameSync(temp.path, target)
     } catch (err) {
       rmSync(temp.path, { force: true })
@@ -350,6 +349,57 @@ export class ObjectStore implements ObjectChecks {
   /** A blob's bytes, checked against its hash. */
   async getBlob(id: string): Promise<Buffer> {
     return this.read(checkObjectId(id, 'blob hash'), `blob ${id}`)
+  }
+
+  /**
+   * A blob's bytes in chunks of at most 1 MiB, never the whole blob in memory. A large blob is
+   * hashed first and only then read out, so a damaged one yields nothing (NOA_CORRUPT_OBJECT);
+   * the bytes read out are hashed again, and a file changed in between fails after its last
+   * chunk.
+   */
+  async *streamBlob(id: string): AsyncGenerator<Buffer> {
+    checkObjectId(id, 'blob hash')
+    const what = `blob ${id}`
+    const file = this.pathOf(id)
+    this.checkDir(dirname(file))
+    let handle: Awaited<ReturnType<typeof openFile>>
+    try {
+      handle = await openFile(file, READ, { what: 'object' })
+    } catch (err) {
+      throw this.missing(err, id, what)
+    }
+    try {
+      const size = (await handle.stat()).size
+      if (size <= SYNC_READ) {
+        const bytes = await handle.readFile()
+        this.check(id, bytes, what)
+        if (bytes.length > 0) yield bytes
+        return
+      }
+      const buf = Buffer.allocUnsafe(STREAM_CHUNK)
+      const first = createHash('sha256')
+      for (let pos = 0; ; ) {
+        const { bytesRead } = await handle.read(buf, 0, buf.length, pos)
+        if (bytesRead === 0) break
+        first.update(buf.subarray(0, bytesRead))
+        pos += bytesRead
+      }
+      this.checkHash(id, first.digest('hex'), what)
+      const again = createHash('sha256')
+      for (let pos = 0; ; ) {
+        // A fresh buffer per chunk: the consumer may keep it after the next read.
+        const chunk = Buffer.allocUnsafe(STREAM_CHUNK)
+        const { bytesRead } = await handle.read(chunk, 0, chunk.length, pos)
+        if (bytesRead === 0) break
+        const out = chunk.subarray(0, bytesRead)
+        again.update(out)
+        pos += bytesRead
+        yield out
+      }
+      this.checkHash(id, again.digest('hex'), `${what} (changed while it was read out)`)
+    } finally {
+      await handle.close()
+    }
   }
 
   /**
@@ -381,7 +431,8 @@ export class ObjectStore implements ObjectChecks {
           entries.slice(i, i + PARALLEL_WRITES).map(async ({ id, data }, k) => {
             const dir = dirname(this.pathOf(id))
             this.ensureDir(dir)
-            temps[i + k] = await writeTempFile(dir, data, { mode: OBJECT_MODE, tempPrefix: '.obj-' })
+            // ensureDir checked the folders (once per store): no second lstat walk per object.
+            temps[i + k] = await writeTempFile(dir, data, { ...OBJECT_WRITE, tempPrefix: '.obj-' })
           }),
         )
       }
@@ -415,17 +466,50 @@ export class ObjectStore implements ObjectChecks {
     }
   }
 
-  /** An object file's bytes, unchecked. */
+  private checkHash(id: string, actual: string, what: string): void {
+    if (actual !== id) {
+      throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is corrupt: ${this.pathOf(id)} hashes to ${actual}`, {
+        object: id,
+        file: this.pathOf(id),
+      })
+    }
+  }
+
+  /** A failed open of an object: ENOENT is NOA_NOT_FOUND, anything else as it is. */
+  private missing(err: unknown, id: string, what: string): unknown {
+    if (!isSystemError(err, 'ENOENT')) return err
+    const file = this.pathOf(id)
+    return new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: id, file })
+  }
+
+  /**
+   * An object file's bytes, unchecked. Opened without following a symlink and checked to be a
+   * regular file, below folders checked to be real ones: an object store others can write
+   * into never makes noa read (or hang on) something outside it.
+   */
   private async readRaw(id: string, what: string): Promise<Buffer> {
     const file = this.pathOf(id)
+    this.checkDir(dirname(file))
+    let fd: number
     try {
-      const size = statSync(file).size
-      return size <= SYNC_READ ? readFileSync(file) : await readFile(file)
+      fd = openFileSync(file, READ, { what: 'object' })
     } catch (err) {
-      if (isSystemError(err, 'ENOENT')) {
-        throw new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: id, file })
-      }
-      throw err
+      throw this.missing(err, id, what)
+    }
+    let size: number
+    try {
+      size = fstatSync(fd).size
+      if (size <= SYNC_READ) return readFileSync(fd)
+    } finally {
+      closeSync(fd)
+    }
+    const handle = await openFile(file, READ, { what: 'object' }).catch((err: unknown) => {
+      throw this.missing(err, id, what)
+    })
+    try {
+      return await handle.readFile()
+    } finally {
+      await handle.close()
     }
   }
 
@@ -540,7 +624,7 @@ export class ObjectStore implements ObjectChecks {
       let n: number
       let fd: number
       try {
-        fd = openSync(file, 'r')
+        fd = openFileSync(file, READ, { what: 'object' })
       } catch (err) {
         if (isSystemError(err, 'ENOENT')) {
           const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
@@ -640,11 +724,17 @@ export class ObjectStore implements ObjectChecks {
     if (!NOA_ID_RE.test(id)) return null
     const hash = id.slice(4)
     let bytes: Buffer
+    let fd: number
     try {
-      bytes = readFileSync(this.pathOf(hash))
+      fd = openFileSync(this.pathOf(hash), READ, { what: 'object' })
     } catch (err) {
       if (isSystemError(err, 'ENOENT')) return null
       throw err
+    }
+    try {
+      bytes = readFileSync(fd)
+    } finally {
+      closeSync(fd)
     }
     if (!bytes.subarray(0, SNAPSHOT_HEADER.length).equals(Buffer.from(SNAPSHOT_HEADER))) return null
     this.check(hash, bytes, `snapshot ${id}`)
@@ -654,20 +744,28 @@ export class ObjectStore implements ObjectChecks {
     return record
   }
 
+  /** Size of a stored object, -1 when absent; something else under its name is refused. */
   private sizeOf(id: string): number {
-    return statSync(this.pathOf(id), { throwIfNoEntry: false })?.size ?? -1
+    const file = this.pathOf(id)
+    if (!this.checkDir(dirname(file))) return -1
+    return statFile(file, 'object')?.size ?? -1
   }
 
-  /** mkdir -p, with each new directory's entry fsynced in its parent. */
+  /**
+   * Whether a folder of the store exists, every component below the root a real directory
+   * (a symlinked `objects/` or shard is NOA_NOT_DIRECTORY). Remembered once true.
+   */
+  private checkDir(d: string): boolean {
+    if (this.knownDirs.has(d)) return true
+    if (checkDirsBelow(this.root, d) !== null) return false
+    this.knownDirs.add(d)
+    return true
+  }
+
+  /** mkdir -p below the root (no symlinked components), each new folder fsynced in its parent. */
   private ensureDir(d: string): void {
     if (this.knownDirs.has(d)) return
-    const created = mkdirSync(d, { recursive: true })
-    if (created !== undefined) {
-      for (let p = d; ; p = dirname(p)) {
-        fsyncDir(dirname(p))
-        if (p === created || dirname(p) === p) break
-      }
-    }
+    mkdirDurable(this.root, d)
     this.knownDirs.add(d)
   }
 }

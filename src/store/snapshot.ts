@@ -17,12 +17,12 @@
  * (records.ts), is passed over: the head is the newest entry that means something, and the
  * entries passed over are recorded in the next snapshot as having had no effect.
  */
-import { existsSync, statSync } from 'node:fs'
 import type { AgentLog } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
+import { statFile } from '../engine/files.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
@@ -429,7 +429,7 @@ export class SnapshotEngine {
           workspace,
           file,
         })
-      if (existsSync(file) && statSync(file).size > 0) throw exists() // refused before the log is touched
+      if ((statFile(file, 'workspace log')?.size ?? 0) > 0) throw exists() // refused before the log is touched
       if ((await log.openWorkspace(workspace)).lastSeq > 0) throw exists()
       const [entry] = await this.append(workspace, [{ op: 'snapshot', snapshot_id: record.id, message }])
       return { workspace, base: record.id, fromWorkspace: record.workspace, entry: entry as Ack }
@@ -601,7 +601,7 @@ export class SnapshotEngine {
   }
 
   private async rebuildTree(record: SnapshotRecord, depth: number): Promise<Tree | null> {
-    if (record.merged || !existsSync(logPath(this.root, record.workspace))) return null
+    if (record.merged || statFileOrNull(logPath(this.root, record.workspace)) === null) return null
     let base: Tree
     try {
       base = record.parent
@@ -810,4 +810,13 @@ export async function writeSeqs(
     }
   }
   return out
+}
+
+/** The file's stats, or null when it is missing or not a regular file. */
+function statFileOrNull(file: string): ReturnType<typeof statFile> | null {
+  try {
+    return statFile(file, 'workspace log') ?? null
+  } catch {
+    return null
+  }
 }

@@ -12,8 +12,8 @@
  * `strict: true` gives Norma's behavior back: any bad line, the torn one included, and any line
  * of 64 MiB or more (`bufio.ErrTooLong`) fails the load (still with file and line).
  */
-import { open } from 'node:fs/promises'
 import { NoaError } from '../engine/errors.js'
+import { openFile, READ } from '../engine/files.js'
 import { DecodeError, decodeRecord } from './decode.js'
 import type { TranscriptRecord } from './types.js'
 
@@ -147,9 +147,11 @@ export function parseTranscript(data: string | Uint8Array, options: ParseOptions
  * size the file has when the load starts: a line being appended meanwhile shows as a torn tail.
  */
 export async function loadTranscript(file: string, options: LoadOptions = {}): Promise<Transcript> {
-  let handle: Awaited<ReturnType<typeof open>>
+  let handle: Awaited<ReturnType<typeof openFile>>
   try {
-    handle = await open(file, 'r')
+    // A symlink, FIFO or folder under a transcript's name is refused (NOA_NOT_REGULAR_FILE):
+    // never read through to another file, never wait on a pipe.
+    handle = await openFile(file, READ, { what: 'transcript' })
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
       return { file, exists: false, records: [], lines: [], tornTail: null, bytes: 0 }
@@ -182,7 +184,7 @@ export async function loadTranscript(file: string, options: LoadOptions = {}): P
 /** Large files: a chunk at a time, a line spanning chunks joined once its `\n` is found. */
 async function parseChunks(
   p: LineParser,
-  handle: Awaited<ReturnType<typeof open>>,
+  handle: Awaited<ReturnType<typeof openFile>>,
   size: number,
 ): Promise<number> {
   let pos = 0

@@ -7,6 +7,7 @@ import type { Dirent } from 'node:fs'
 import { readdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { NoaError } from '../engine/errors.js'
+import { checkDirsBelow } from '../engine/files.js'
 
 /** Refuses ids that are empty, `.`/`..`, or hold a path separator or NUL. */
 export function checkTranscriptId(id: unknown, what = 'session id'): string {
@@ -35,9 +36,15 @@ export interface SidechainFile {
 
 const SIDECHAIN_NAME = /^agent-(.+)\.jsonl$/
 
-/** The sidechain transcripts of a session, by agent id in name order; none when the folder is missing. */
+/**
+ * The sidechain transcripts of a session, by agent id in name order; none when the folder is
+ * missing. `<sessionId>/` and `subagents/` must be real folders (a symlink there is
+ * NOA_NOT_DIRECTORY); an entry that is not a regular file is listed, so that reading it names
+ * the problem instead of hiding the file.
+ */
 export async function listSidechains(dir: string, sessionId: string): Promise<SidechainFile[]> {
   const folder = join(dir, checkTranscriptId(sessionId), 'subagents')
+  if (checkDirsBelow(dir, folder) !== null) return []
   let entries: Dirent[]
   try {
     entries = await readdir(folder, { withFileTypes: true })
@@ -49,8 +56,7 @@ export async function listSidechains(dir: string, sessionId: string): Promise<Si
   const out: SidechainFile[] = []
   for (const e of entries) {
     const m = SIDECHAIN_NAME.exec(e.name)
-    if (m && (e.isFile() || e.isSymbolicLink()))
-      out.push({ agentId: m[1] as string, file: join(folder, e.name) })
+    if (m) out.push({ agentId: m[1] as string, file: join(folder, e.name) })
   }
   return out.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
 }

@@ -8,7 +8,7 @@
  * - `unterminated`: a complete JSON line without its `\n` (another tool wrote it): keep it and
  *   write the missing `\n` first.
  */
-import { open } from 'node:fs/promises'
+import { openFile, READ } from '../engine/files.js'
 
 export type TailState = 'clean' | 'torn' | 'unterminated'
 
@@ -22,9 +22,10 @@ export interface TailInfo {
 const STEP = 64 * 1024
 
 export async function inspectTranscriptTail(file: string): Promise<TailInfo> {
-  let handle: Awaited<ReturnType<typeof open>>
+  let handle: Awaited<ReturnType<typeof openFile>>
   try {
-    handle = await open(file, 'r')
+    // Never through a symlink, never a FIFO: what is cut or appended to must be this file.
+    handle = await openFile(file, READ, { what: 'transcript' })
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'clean', size: 0, validLength: 0 }
     throw err

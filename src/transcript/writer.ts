@@ -19,10 +19,12 @@
  * also rejects with its own error; it is marked handled, so a caller that fires and forgets
  * (as Norma's callers do) does not crash the process.
  */
-import { appendFileSync, mkdirSync, truncateSync } from 'node:fs'
+import { closeSync, ftruncateSync, writeSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { AgentLog } from '../engine/agent-log.js'
+import { mkdirDurable } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
+import { APPEND_CREATE, openFileSync } from '../engine/files.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { encodeRecordBody, encodeRecordHead, USAGE_KEYS } from './encode.js'
 import { formatTimestamp, type NanoClock, newTranscriptId, nowNanos } from './ids.js'
@@ -103,6 +105,8 @@ function handled<T>(p: Promise<T>): Promise<T> {
 export class TranscriptWriter {
   /** Absolute path of the file written. */
   readonly path: string
+  /** The folder the writer was given (absolute): the only part of the path that may be a symlink. */
+  readonly dir: string
   readonly sessionId: string
   readonly agentId: string | undefined
   readonly mode: WriterMode
@@ -122,6 +126,8 @@ export class TranscriptWriter {
   private pumping = false
   private idleWaiters: Array<() => void> = []
   private prepared = false
+  /** The transcript's folders were made or checked (again after the file went missing). */
+  private foldersReady = false
   private closing: Promise<void> | undefined
 
   constructor(options: TranscriptWriterOptions) {
@@ -130,6 +136,7 @@ export class TranscriptWriter {
       throw optionError('dir', 'must be a non-empty string', options.dir)
     }
     this.path = resolve(transcriptPath(options.dir, options.sessionId, options.agentId))
+    this.dir = resolve(options.dir)
     this.sessionId = options.sessionId
     this.agentId = options.agentId
     this.isSidechain = options.agentId !== undefined
@@ -312,6 +319,11 @@ export class TranscriptWriter {
   }
 
   private async write(data: string): Promise<void> {
+    // The transcript's folders are made (or checked) first: a symlinked `<session>/` or
+    // `subagents/` is refused before anything is read or written through it. The tail is read
+    // without following a symlink, so a planted `.jsonl` link (dangling or not) fails here, in
+    // both modes, before any cut.
+    this.prepareFolders()
     const tail = this.prepared ? undefined : await inspectTranscriptTail(this.path)
     const prefix = tail?.state === 'unterminated' ? '\n' : ''
     const cut = tail?.state === 'torn' ? tail.size - tail.validLength : 0
@@ -321,15 +333,38 @@ export class TranscriptWriter {
       await log.appendToFile(this.path, prefix + data, { repairTail: tail?.state !== 'unterminated' })
     } else {
       // Synchronous, as Norma's Store.Append is: a page-cache write takes microseconds, where
-      // each asynchronous call would cost a thread-pool round trip.
-      mkdirSync(dirname(this.path), { recursive: true })
-      if (tail && cut > 0) truncateSync(this.path, tail.validLength)
-      appendFileSync(this.path, prefix + data, { mode: 0o644 })
+      // each asynchronous call would cost a thread-pool round trip. The cut and the append go
+      // through one descriptor opened without following a symlink (0666 before the umask).
+      let fd: number
+      try {
+        fd = openFileSync(this.path, APPEND_CREATE, { what: 'transcript' })
+      } catch (err) {
+        // Its folder was removed since it was checked: made (and checked) again, as Norma's
+        // MkdirAll before each append would.
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        this.foldersReady = false
+        this.prepareFolders()
+        fd = openFileSync(this.path, APPEND_CREATE, { what: 'transcript' })
+      }
+      try {
+        if (tail && cut > 0) ftruncateSync(fd, tail.validLength)
+        const buf = Buffer.from(prefix + data, 'utf8')
+        let off = 0
+        while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off)
+      } finally {
+        closeSync(fd)
+      }
     }
     if (tail) {
       this.prepared = true
       this.repairedTailBytes = cut
     }
+  }
+
+  private prepareFolders(): void {
+    if (this.foldersReady) return
+    mkdirDurable(this.dir, dirname(this.path))
+    this.foldersReady = true
   }
 
   private agentLog(): Promise<AgentLog> {

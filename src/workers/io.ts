@@ -1,20 +1,74 @@
 /**
- * The I/O layer an owner worker writes through. By default it is the addon itself; a test can
- * name a module (`AgentLog.open({ ioModule })`) whose default export wraps it, to count the
- * fdatasyncs or make one fail with EIO or ENOSPC.
+ * The I/O layer an owner worker writes through: the addon, plus the few file operations the
+ * journal's life needs (create, zero-fill, rename, unlink). A test can name a module
+ * (`AgentLog.open({ ioModule })`) whose default export wraps it, to count the fdatasyncs, record
+ * every operation for the crash-state explorer, or make one fail with EIO or ENOSPC.
  */
+import { constants, openSync, renameSync, rmdirSync, unlinkSync, write } from 'node:fs'
+import { openError } from '../engine/files.js'
 import { loadNative, type NativeIo } from '../engine/native.js'
 
-export type LogIo = NativeIo
+export interface LogIo extends NativeIo {
+  /** A new file, O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW, 0666 before the umask → fd. */
+  createFile(path: string): number
+  /** A descriptor for positional writes into an existing regular file (O_RDWR, never O_APPEND). */
+  openPositional(path: string): number
+  /** Writes zeros over [offset, offset + length) (on libuv's pool: it must not stall the worker). */
+  zeroFill(fd: number, offset: number, length: number): Promise<void>
+  rename(from: string, to: string): void
+  unlink(path: string): void
+  /** Removes an empty folder; false when it is not empty. */
+  rmdir(path: string): boolean
+}
 
 export type IoWrapper = (io: LogIo, options: unknown) => LogIo | Promise<LogIo>
 
-export async function loadIo(ioModule: string | undefined, options: unknown): Promise<LogIo> {
+const ZERO_CHUNK = 1 << 20
+
+function openChecked(path: string, flags: number): number {
+  try {
+    return openSync(path, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o666)
+  } catch (err) {
+    throw openError(err, path)
+  }
+}
+
+export function defaultIo(): LogIo {
   const native = loadNative()
-  if (ioModule === undefined) return native
+  return {
+    ...native,
+    createFile: (path) => openChecked(path, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL),
+    openPositional: (path) => openChecked(path, constants.O_RDWR),
+    async zeroFill(fd, offset, length) {
+      const zeros = Buffer.alloc(Math.min(ZERO_CHUNK, length))
+      for (let done = 0; done < length; done += zeros.length) {
+        const len = Math.min(zeros.length, length - done)
+        await new Promise<void>((resolve, reject) =>
+          write(fd, zeros, 0, len, offset + done, (err) => (err ? reject(err) : resolve())),
+        )
+      }
+    },
+    rename: (from, to) => renameSync(from, to),
+    unlink: (path) => unlinkSync(path),
+    rmdir(path) {
+      try {
+        rmdirSync(path)
+        return true
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOENT') return false
+        throw err
+      }
+    },
+  }
+}
+
+export async function loadIo(ioModule: string | undefined, options: unknown): Promise<LogIo> {
+  const io = defaultIo()
+  if (ioModule === undefined) return io
   const mod = (await import(ioModule)) as { default?: IoWrapper }
   if (typeof mod.default !== 'function') {
     throw new TypeError(`ioModule ${ioModule} must export a default function (io, options) => io`)
   }
-  return mod.default(native, options)
+  return mod.default(io, options)
 }

@@ -1,31 +1,62 @@
 /**
  * The owner worker. For the life of the pool it is the only writer of the workspaces routed to
- * it: it holds their fds (O_APPEND, flocked), assigns seq and ts, and group-commits whatever is
- * queued for a file into one write + one fdatasync. Commits of different files go to the addon's
- * thread pool, so many fdatasyncs are in flight at once; a lone commit on an otherwise idle
- * worker runs on this thread, which saves two thread hops on the serial path.
+ * it: it holds their fds (O_APPEND, flocked) and assigns seq and ts.
+ *
+ * Journal durability (the default): a commit round takes everything queued for every file the
+ * worker owns and writes it to the worker's journal as one frame, one pwritev + one fdatasync of
+ * blocks written before (no size to commit), then appends the same bytes to each file and acks.
+ * One round is in flight at a time; whatever arrives meanwhile goes in the next (group commit
+ * across files). Checkpoints fdatasync the files off the ack path and free journal space. Until
+ * the journal is allocated (in the background, at the first append), and for a batch too large
+ * for a frame, a commit is one write + one fdatasync of the file itself, as in `fdatasync` mode,
+ * where commits of different files run on the addon's thread pool, many fdatasyncs in flight.
+ * A lone commit on an otherwise idle worker runs on this thread: two thread hops fewer on the
+ * serial path.
  */
-import { mkdirSync } from 'node:fs'
+import { existsSync, fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { formatLine } from '../engine/entry.js'
 import { NoaError, serializeError, withPath } from '../engine/errors.js'
 import { checkOpened, mkdirBelow, openError } from '../engine/files.js'
+import {
+  type EncodedFrame,
+  encodeFrame,
+  encodeHeader,
+  FLAG_END,
+  FRAME_HEADER,
+  type FramePart,
+  HEADER_SLOTS,
+  recordHeader,
+  SECTOR,
+  setRecord,
+  wrapFrame,
+} from '../engine/journal-format.js'
+import { journalDir, recoverJournalsLocked, scanJournal, withRootLock } from '../engine/journal-recovery.js'
 import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
 import type {
+  AbortMsg,
+  ApplyMsg,
+  AtomicCommitMsg,
+  AtomicPart,
   FromOwner,
   OpenReport,
   OwnerInit,
   OwnerStatus,
+  PrepareMsg,
   RawAppendOptions,
   ToOwner,
 } from '../engine/protocol.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
 import { type LogIo, loadIo } from './io.js'
+import { type FrameFile, Journal } from './journal.js'
 
 const EMPTY = Buffer.alloc(0)
+/** A checkpoint starts when this share of the journal is live, or its oldest frame is this old. */
+const CHECKPOINT_FILL = 0.25
+const CHECKPOINT_AGE_MS = 1000
 
 interface Req {
   id: number
@@ -34,10 +65,35 @@ interface Req {
   count: number
   /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
   replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
+  /** Part of an appendAtomic batch: built alone and held until the batch commits or aborts. */
+  atomic?: number
+}
+
+/** This owner's share of an appendAtomic batch. */
+interface Atomic {
+  replyId: number
+  /** Workspaces still to prepare. */
+  expected: number
+  prepared: Batch[]
+  state: 'preparing' | 'prepared' | 'committing' | 'done' | 'failed'
+  /** Parts applied here after another owner committed them, not yet durable in their logs. */
+  syncing: number
+}
+
+/** An appendAtomic batch committed here: own prepared parts and other owners' parts, one frame. */
+interface AtomicGroup {
+  batch: number
+  replyId: number
+  own: Batch[]
+  foreign: FramePart[]
+  /** Holds the frame in the journal until the other owners' logs are durable. */
+  pin: FrameFile | null
 }
 
 interface Batch {
   file: OwnedFile
+  /** appendAtomic: the batch id it prepares. */
+  atomic?: number
   reqs: Req[]
   /** (id, firstSeq, firstTs) per request. */
   acks: number[]
@@ -46,10 +102,39 @@ interface Batch {
   lastTs: number
 }
 
+interface Round {
+  id: number
+  batches: Batch[]
+  groups: AtomicGroup[]
+  frame: EncodedFrame
+  offset: number
+  /** A wrap marker was written at the old head (it used the lsn before the frame's). */
+  wrapped: boolean
+}
+
+type Job =
+  | { kind: 'files'; batches: Batch[] }
+  | { kind: 'round'; round: Round }
+  | { kind: 'sync'; file: OwnedFile; lsn: number }
+  | { kind: 'foreign'; file: OwnedFile; batch: number }
+  | { kind: 'header'; tail: { lsn: number; offset: number; drop: number }; generation: number }
+
 class OwnedFile {
   fd = -1
-  /** Bytes known durable: the file is cut back to this after a failed commit. */
+  /** Bytes known durable (in the file or the journal): the file is cut back to this after a failed commit. */
   size = 0
+  /** Its journal record header (target name and inode), made when it is opened. */
+  record: Buffer | null = null
+  ino = 0n
+  /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
+  foreign: Array<{ offset: number; data: Buffer }> = []
+  /** The newest journal frame with its bytes, and the newest one whose bytes are durable in the file. */
+  lastLsn = 0
+  syncedLsn = 0
+  /** A checkpoint fdatasync of it is in flight (it must not be closed meanwhile). */
+  syncing = false
+  /** Journaled bytes that did not reach the file (its write or fdatasync failed): written again when it is reopened. */
+  unapplied = false
   lastSeq = 0
   lastTs = 0
   queue: Req[] = []
@@ -66,7 +151,12 @@ class OwnedFile {
   ) {}
 
   get idle(): boolean {
-    return this.inFlight === null && this.queue.length === 0
+    return this.inFlight === null && this.queue.length === 0 && !this.syncing
+  }
+
+  /** Journaled bytes not yet durable in the file itself. */
+  get dirty(): boolean {
+    return this.lastLsn > this.syncedLsn
   }
 }
 
@@ -78,7 +168,17 @@ class Owner {
   private readonly ready = new Set<OwnedFile>()
   /** Files with appends queued that could not be opened yet (open-file bound reached). */
   private readonly waiting = new Set<OwnedFile>()
-  private readonly jobs = new Map<number, Batch[]>()
+  private readonly jobs = new Map<number, Job>()
+  private readonly journal: Journal | null
+  /** Batches built (seq assigned) for the journal and not yet in a round. */
+  private pending: Array<Batch | AtomicGroup> = []
+  private readonly atomics = new Map<number, Atomic>()
+  private readonly pins = new Map<number, FrameFile>()
+  private round: Round | null = null
+  private checkpoint: { left: number } | null = null
+  /** A round waits for a checkpoint to free journal space. */
+  private needSpace = false
+  private timer: NodeJS.Timeout | null = null
   private nextJob = 1
   private inFlight = 0
   private pumpScheduled = false
@@ -86,14 +186,31 @@ class Owner {
   private acksScheduled = false
   private logDirReady = false
   private closing = false
-  private stats = { commits: 0, entries: 0, inlineCommits: 0 }
+  private stats = {
+    commits: 0,
+    entries: 0,
+    inlineCommits: 0,
+    rounds: 0,
+    checkpoints: 0,
+    directCommits: 0,
+    wraps: 0,
+  }
 
   constructor(
     private readonly init: OwnerInit,
     private readonly io: LogIo,
   ) {
     io.setMaxThreads(init.syncThreads)
-    io.setCompletionHandler((id, err) => this.completed(id, err))
+    io.setCompletionHandler((id, err, logErrors) => this.completed(id, err, logErrors ?? null))
+    this.journal =
+      init.durability === 'journal'
+        ? new Journal(
+            init.root,
+            journalDir(init.root),
+            `${init.journalName}-w${init.index}`,
+            init.journalSize,
+          )
+        : null
   }
 
   handle(msg: ToOwner): void {
@@ -136,18 +253,46 @@ class Owner {
           break
         }
         this.whenIdle(file, () => {
-          this.closeFile(file)
-          this.post({ t: 'reply', id: msg.id, value: true })
+          const err = this.closeFile(file)
+          if (err) this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
+          else this.post({ t: 'reply', id: msg.id, value: true })
         })
         break
       }
       case 'status':
         this.post({ t: 'reply', id: msg.id, value: this.status() })
         break
+      case 'prepare':
+        this.prepare(msg)
+        break
+      case 'atomicCommit':
+        this.atomicCommit(msg)
+        break
+      case 'apply':
+        this.apply(msg)
+        break
+      case 'abort':
+        this.abort(msg)
+        break
+      case 'unpin': {
+        const pin = this.pins.get(msg.batch)
+        if (pin) pin.syncedLsn = Number.POSITIVE_INFINITY
+        this.pins.delete(msg.batch)
+        if (this.needSpace && this.checkpoint === null) this.startCheckpoint()
+        break
+      }
       case 'close':
         this.closing = true
         this.whenAllIdle(() => {
-          for (const file of [...this.lru.keys()]) this.closeFile(file)
+          let kept = false
+          for (const file of [...this.lru.keys()]) if (this.closeFile(file) !== null) kept = true
+          if (this.timer) clearInterval(this.timer)
+          const j = this.journal
+          // Clean: every file durable, the journal removed. Otherwise it stays for the next opener.
+          if (j && j.state === 'ready') {
+            if (kept) j.abandon()
+            else j.remove()
+          }
           this.post({ t: 'reply', id: msg.id, value: this.status() })
           this.onClosed?.()
         })
@@ -249,20 +394,59 @@ class Owner {
         continue
       }
       const batch = this.build(file)
-      if (batch) batches.push(batch)
+      if (batch?.atomic !== undefined) this.prepared(batch)
+      else if (batch) batches.push(batch)
     }
     this.ready.clear()
+    const j = this.journal
+    if (j !== null && j.state === 'ready') {
+      for (const batch of batches) {
+        // A batch too large for a frame is committed to its file directly (write + fdatasync).
+        if (batch.data.length + FRAME_HEADER + 512 > j.maxFrame) this.commitOne(batch, false)
+        else this.pending.push(batch)
+      }
+      this.startRound()
+      return
+    }
     if (batches.length === 0) return
+    // The journal pays for itself from the second commit on: a process that commits once (a
+    // one-shot `noa append`) never allocates one.
+    if (j !== null && j.state === 'none' && this.stats.commits > 0 && !this.closing) this.createJournal(j)
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
-    if (this.init.durability === 'syncfs') this.commitRound(batches, inline)
+    if (this.init.durability === 'syncfs') this.commitSyncfsRound(batches, inline)
     else for (const batch of batches) this.commitOne(batch, inline)
   }
 
-  /** fdatasync mode: each file's batch is written and flushed on its own. */
+  /** Allocates the journal in the background; commits go to the files directly meanwhile. */
+  private createJournal(j: Journal): void {
+    j.create(this.io).then(() => {
+      if (this.closing) {
+        this.checkAllIdle()
+        return
+      }
+      if (j.state !== 'ready') {
+        // Atomic groups waiting for it cannot be committed file by file.
+        for (const item of this.pending) {
+          if (!('own' in item)) continue
+          for (const b of item.own) this.finish(b, j.error, true)
+          this.post({ t: 'reply', id: item.replyId, error: serializeError(j.error) })
+        }
+        this.pending = this.pending.filter((item) => !('own' in item))
+        return
+      }
+      this.timer = setInterval(() => this.maybeCheckpoint(), CHECKPOINT_AGE_MS / 4)
+      this.timer.unref()
+      this.pump()
+      this.startRound()
+    })
+  }
+
+  /** A commit straight to its file: one write + one fdatasync (the `fdatasync` mode's commit). */
   private commitOne(batch: Batch, inline: boolean): void {
     this.stats.commits++
+    if (this.journal) this.stats.directCommits++
     if (!inline) {
-      this.submit([batch], batch.file.fd, batch.data, SYNC_FDATASYNC)
+      this.submit({ kind: 'files', batches: [batch] }, batch.file.fd, batch.data, SYNC_FDATASYNC)
       return
     }
     this.stats.inlineCommits++
@@ -281,7 +465,7 @@ class Owner {
    * syncfs mode: every ready file's batch is written here (page cache only), then one syncfs
    * makes the whole round durable: one flush for many workspaces instead of one each.
    */
-  private commitRound(batches: Batch[], inline: boolean): void {
+  private commitSyncfsRound(batches: Batch[], inline: boolean): void {
     const written: Batch[] = []
     for (const batch of batches) {
       try {
@@ -295,7 +479,7 @@ class Owner {
     if (first === undefined) return
     this.stats.commits++
     if (!inline) {
-      this.submit(written, first.file.fd, EMPTY, SYNC_SYNCFS)
+      this.submit({ kind: 'files', batches: written }, first.file.fd, EMPTY, SYNC_SYNCFS)
       return
     }
     this.stats.inlineCommits++
@@ -309,16 +493,357 @@ class Owner {
     this.flushAcks()
   }
 
-  private submit(batches: Batch[], fd: number, data: Buffer, mode: SyncMode): void {
+  private submit(job: Job, fd: number, data: Buffer, mode: SyncMode): void {
     const id = this.nextJob++
-    this.jobs.set(id, batches)
+    this.jobs.set(id, job)
     this.inFlight++
     this.io.commit(id, fd, data, mode)
   }
 
-  private build(file: OwnedFile): Batch | null {
-    let reqs = file.queue
+  /**
+   * One journal round: as many pending batches as fit in a frame, written to the journal at its
+   * head with one pwritev and one fdatasync; then each batch's bytes are appended to its file,
+   * and only then are they acknowledged. One round at a time: what arrives meanwhile waits for
+   * the next, which is how many appends share one sync.
+   */
+  private startRound(): void {
+    const j = this.journal as Journal
+    if (this.round !== null || this.pending.length === 0 || this.needSpace || j.state !== 'ready') return
+    const parts: FramePart[] = []
+    const taken: Batch[] = []
+    const groups: AtomicGroup[] = []
+    let items = 0
+    let length = FRAME_HEADER
+    for (const item of this.pending) {
+      const own = 'own' in item ? item.own : [item]
+      let size = 0
+      for (const b of own) size += (b.file.record as Buffer).length + b.data.length
+      if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
+      if (items > 0 && length + size > j.maxFrame) break
+      items++
+      length += size
+      for (const b of own) {
+        parts.push({ header: setRecord(b.file.record as Buffer, b.file.size, b.data.length), data: b.data })
+        taken.push(b)
+      }
+      if ('own' in item) {
+        for (const f of item.foreign) parts.push(f)
+        groups.push(item)
+      }
+    }
+    const padded = Math.ceil(length / SECTOR) * SECTOR
+    if (padded > j.maxFrame && groups.length > 0 && items === 1) {
+      // An atomic batch is one frame, or nothing.
+      this.pending = this.pending.slice(1)
+      const err = new NoaError(
+        'NOA_BAD_ARGUMENT',
+        `an atomic batch of ${length} bytes does not fit in one journal frame (${j.maxFrame} bytes): split it, or give the log a larger journalSize`,
+      )
+      const g = groups[0] as AtomicGroup
+      for (const b of g.own) this.finish(b, err, true)
+      this.post({ t: 'reply', id: g.replyId, error: serializeError(err) })
+      this.startRound()
+      return
+    }
+    const place = j.place(padded)
+    if (place === null) {
+      // The live part of the journal reaches the head: a checkpoint must free space first.
+      this.needSpace = true
+      this.startCheckpoint()
+      return
+    }
+    this.pending = this.pending.slice(items)
+    const wrapped = place.wrapAt !== null
+    if (wrapped || place.offset < j.head) this.stats.wraps++
+    const frame = encodeFrame(j.id, j.nextLsn + (wrapped ? 1 : 0), FLAG_END, parts)
+    const round: Round = { id: this.nextJob++, batches: taken, groups, frame, offset: place.offset, wrapped }
+    this.round = round
+    this.stats.rounds++
+    this.stats.commits++
+    try {
+      // The marker that sends replay back to the start: page cache only, the round's fdatasync covers it.
+      if (place.wrapAt !== null) this.io.pwrite(j.fd, wrapFrame(j.id, j.nextLsn).pieces, place.wrapAt)
+    } catch (err) {
+      this.roundDone(round, err, null)
+      return
+    }
+    if (this.init.inlineCommit && this.inFlight === 0 && taken.length === 1 && groups.length === 0) {
+      this.stats.inlineCommits++
+      this.inlineRound(j, round)
+      return
+    }
+    this.jobs.set(round.id, { kind: 'round', round })
+    this.inFlight++
+    this.io.commitRound(
+      round.id,
+      j.fd,
+      frame.pieces,
+      place.offset,
+      SYNC_FDATASYNC,
+      taken.map((b) => b.file.fd),
+      taken.map((b) => b.data),
+    )
+  }
+
+  /** The serial path: the lone round written and synced on this thread, no hop to the pool. */
+  private inlineRound(j: Journal, round: Round): void {
+    let error: unknown = null
+    let logErrors: Array<number | Error> | null = null
+    try {
+      this.io.pwrite(j.fd, round.frame.pieces, round.offset)
+      this.io.fdatasync(j.fd)
+    } catch (err) {
+      error = err
+    }
+    if (error === null) {
+      round.batches.forEach((batch, i) => {
+        try {
+          this.io.write(batch.file.fd, batch.data)
+        } catch (err) {
+          logErrors ??= []
+          logErrors.push(i, err as Error)
+        }
+      })
+    }
+    this.roundDone(round, error, logErrors)
+    this.flushAcks()
+  }
+
+  private roundDone(round: Round, err: unknown, logErrors: ReadonlyArray<number | Error> | null): void {
+    const j = this.journal as Journal
+    this.round = null
+    if (err !== null) {
+      // Nothing reached the files. The frame's space is reused by the next round (same lsn),
+      // so no invalid frame is ever left between valid ones.
+      withPath(err, j.path)
+      for (const batch of round.batches) this.finish(batch, err)
+      for (const g of round.groups) {
+        this.atomics.delete(g.batch)
+        this.post({ t: 'reply', id: g.replyId, error: serializeError(err) })
+      }
+    } else {
+      const files: FrameFile[] = round.batches.map((b) => b.file)
+      for (const g of round.groups) if (g.pin) files.push(g.pin)
+      j.written(round.frame, round.offset, files, round.wrapped)
+      const failed = new Map<number, Error>()
+      if (logErrors)
+        for (let i = 0; i < logErrors.length; i += 2)
+          failed.set(logErrors[i] as number, logErrors[i + 1] as Error)
+      round.batches.forEach((batch, i) => {
+        batch.file.lastLsn = round.frame.lsn
+        const logErr = failed.get(i)
+        if (logErr) this.committedUnwritten(batch, logErr)
+        else this.finish(batch, null)
+      })
+      for (const g of round.groups) {
+        this.atomics.delete(g.batch)
+        if (g.pin) this.pins.set(g.batch, g.pin)
+        this.post({ t: 'reply', id: g.replyId, value: true })
+      }
+      this.maybeCheckpoint()
+    }
+    this.startRound()
+    if (this.ready.size > 0 && !this.pumpScheduled) {
+      this.pumpScheduled = true
+      queueMicrotask(() => this.pump())
+    }
+  }
+
+  /**
+   * The round is durable in the journal, but its bytes did not reach this file (ENOSPC, EIO):
+   * the entries are committed (a crash replays them from the journal), so they are
+   * acknowledged; the file refuses further appends until it is reopened, which writes them again.
+   */
+  private committedUnwritten(batch: Batch, err: Error): void {
+    const file = batch.file
+    withPath(err, file.path)
+    try {
+      this.io.ftruncate(file.fd, file.size) // no partial line left for readers
+    } catch {
+      // the journal holds the bytes either way
+    }
+    this.finish(batch, null)
+    file.unapplied = true
+    file.poisoned = new NoaError(
+      'NOA_WORKSPACE_POISONED',
+      `${this.describe(file)} refuses appends: its last commit is durable in the journal but could not be written to ${file.path} (${err.message}); reopen it (recover) to write it there and continue`,
+      { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
+    )
+    const queued = file.queue
     file.queue = []
+    this.fail(queued, file.poisoned)
+  }
+
+  private describe(file: OwnedFile): string {
+    return file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
+  }
+
+  /** Starts a checkpoint when enough of the journal is live or its oldest frame is old enough. */
+  private maybeCheckpoint(): void {
+    const j = this.journal
+    if (j === null || j.state !== 'ready' || this.checkpoint !== null) return
+    const oldest = j.frames[0]
+    if (oldest === undefined) return
+    if (j.used() > j.size * CHECKPOINT_FILL || performance.now() - oldest.at > CHECKPOINT_AGE_MS) {
+      this.startCheckpoint()
+    }
+  }
+
+  /**
+   * A checkpoint: fdatasync every open file with journaled bytes not yet durable in it (many at
+   * once, on the addon's pool, while rounds go on), then write the header naming the new tail.
+   */
+  private startCheckpoint(): void {
+    const j = this.journal as Journal
+    if (this.checkpoint !== null) return
+    this.stats.checkpoints++
+    const targets = new Set<OwnedFile>()
+    for (const frame of j.frames) {
+      for (const f of frame.files) {
+        if (f instanceof OwnedFile && f.dirty && f.fd >= 0 && !f.unapplied && !f.syncing) targets.add(f)
+      }
+    }
+    this.checkpoint = { left: targets.size }
+    if (targets.size === 0) {
+      this.writeHeader()
+      return
+    }
+    for (const file of targets) {
+      file.syncing = true
+      this.submit({ kind: 'sync', file, lsn: file.lastLsn }, file.fd, EMPTY, SYNC_FDATASYNC)
+    }
+  }
+
+  private syncDone(file: OwnedFile, lsn: number, err: Error | null): void {
+    file.syncing = false
+    if (err === null) {
+      if (lsn > file.syncedLsn) file.syncedLsn = lsn
+    } else {
+      // Its bytes stay in the journal (the tail cannot pass them) until it is reopened.
+      withPath(err, file.path)
+      file.unapplied = true
+      file.poisoned = new NoaError(
+        'NOA_WORKSPACE_POISONED',
+        `${this.describe(file)} refuses appends after a failed checkpoint fdatasync (${err.message}); its entries are kept in the journal; reopen it (recover) to write them again`,
+        { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
+      )
+    }
+    this.settled(file)
+    const c = this.checkpoint as { left: number }
+    if (--c.left === 0) this.writeHeader()
+  }
+
+  /** The header naming the new tail, written and fdatasynced before the space before it is reused. */
+  private writeHeader(): void {
+    const j = this.journal as Journal
+    const tail = j.reclaimable()
+    if (tail === null) {
+      this.checkpointDone()
+      return
+    }
+    const generation = j.generation + 1
+    const bytes = encodeHeader({
+      journalId: j.id,
+      size: j.size,
+      generation,
+      tailLsn: tail.lsn,
+      tailOffset: tail.offset >= j.size ? 4096 : tail.offset,
+    })
+    const id = this.nextJob++
+    this.jobs.set(id, { kind: 'header', tail, generation })
+    this.inFlight++
+    this.io.commitRound(id, j.fd, [bytes], HEADER_SLOTS[generation % 2] as number, SYNC_FDATASYNC, [], [])
+  }
+
+  private headerDone(
+    tail: { lsn: number; offset: number; drop: number },
+    generation: number,
+    err: Error | null,
+  ): void {
+    const j = this.journal as Journal
+    if (err === null) {
+      j.generation = generation
+      j.reclaimed(tail)
+    }
+    // A failed header write leaves the other slot, with the older tail, as the valid one.
+    this.checkpointDone()
+  }
+
+  private checkpointDone(): void {
+    this.checkpoint = null
+    if (this.needSpace) {
+      const j = this.journal as Journal
+      const first = this.pending[0]
+      if (first === undefined || j.place(this.frameSize(first)) !== null) {
+        this.needSpace = false
+      } else {
+        // Still no room. An atomic batch's other owner will unpin its frame soon (it is making
+        // its parts durable): wait for that. Files whose writes failed pin it until recovered.
+        const blocking = j.frames[0]?.files ?? []
+        const lsn = j.frames[0]?.lsn ?? 0
+        const waitingForPin = blocking.some((f) => !(f instanceof OwnedFile) && f.syncedLsn < lsn)
+        const dirty = blocking.some((f) => f instanceof OwnedFile && f.dirty && !f.unapplied)
+        if (dirty) this.startCheckpoint()
+        else if (!waitingForPin) {
+          this.needSpace = false
+          this.journalFull(j)
+        }
+      }
+    }
+    this.startRound()
+    if (this.closing) this.checkAllIdle()
+  }
+
+  /** Bytes a pending batch or atomic group takes in a frame, padded. */
+  private frameSize(item: Batch | AtomicGroup): number {
+    let size = FRAME_HEADER
+    const own = 'own' in item ? item.own : [item]
+    for (const b of own) size += (b.file.record?.length ?? 0) + b.data.length
+    if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
+    return Math.ceil(size / SECTOR) * SECTOR
+  }
+
+  /**
+   * No space, and none can be freed: the oldest frames belong to files whose bytes did not reach
+   * them (failed write or fdatasync). Pending appends fail, naming those files, rather than wait.
+   */
+  private journalFull(j: Journal): void {
+    const pinned = new Set<string>()
+    for (const f of j.frames[0]?.files ?? []) {
+      if (f instanceof OwnedFile && f.dirty) pinned.add(f.path)
+      else if (!(f instanceof OwnedFile) && f.syncedLsn < (j.frames[0]?.lsn ?? 0))
+        pinned.add('an atomic batch another worker is still writing')
+    }
+    const err = new NoaError(
+      'NOA_JOURNAL',
+      `the commit journal ${j.path} is full: its oldest entries are for ${[...pinned].join(', ')}, whose writes failed; reopen (recover) them to free it`,
+      { journal: j.path },
+    )
+    const items = this.pending
+    this.pending = []
+    for (const item of items) {
+      if ('own' in item) {
+        for (const b of item.own) this.finish(b, err, true)
+        this.atomics.delete(item.batch)
+        this.post({ t: 'reply', id: item.replyId, error: serializeError(err) })
+      } else {
+        this.finish(item, err, true)
+      }
+    }
+  }
+
+  private build(file: OwnedFile): Batch | null {
+    // An atomic part is built alone (it waits for its batch); what is queued before it goes first.
+    const cut = file.queue.findIndex((r) => r.atomic !== undefined)
+    let reqs = cut === 0 ? file.queue.slice(0, 1) : cut > 0 ? file.queue.slice(0, cut) : file.queue
+    file.queue = cut >= 0 ? file.queue.slice(reqs.length) : []
+    const atomic = reqs[0]?.atomic
+    if (atomic !== undefined && this.atomics.get(atomic)?.state !== 'preparing') {
+      // Its batch failed or was aborted meanwhile: nothing to build.
+      if (file.queue.length > 0) queueMicrotask(() => this.markReady(file))
+      else this.settled(file)
+      return null
+    }
     const acks: number[] = []
     let text = ''
     let seq = file.lastSeq
@@ -367,22 +892,42 @@ class Owner {
       }
     }
     const batch: Batch = { file, reqs, acks, data: Buffer.from(text, 'utf8'), lastSeq: seq, lastTs: ts }
+    if (atomic !== undefined) batch.atomic = atomic
     file.inFlight = batch
     return batch
   }
 
-  private completed(id: number, err: Error | null): void {
-    const batches = this.jobs.get(id)
-    if (!batches) return
+  private completed(id: number, err: Error | null, logErrors: ReadonlyArray<number | Error> | null): void {
+    const job = this.jobs.get(id)
+    if (!job) return
     this.jobs.delete(id)
     this.inFlight--
-    for (const batch of batches) this.finish(batch, err)
+    switch (job.kind) {
+      case 'files':
+        for (const batch of job.batches) this.finish(batch, err)
+        break
+      case 'round':
+        this.roundDone(job.round, err, logErrors)
+        break
+      case 'sync':
+        this.syncDone(job.file, job.lsn, err)
+        break
+      case 'foreign':
+        this.foreignSynced(job.file, job.batch, err)
+        break
+      case 'header':
+        this.headerDone(job.tail, job.generation, err)
+        break
+    }
   }
 
-  private finish(batch: Batch, err: unknown): void {
+  /** `untouched`: the batch was refused before anything was written (nothing to cut back). */
+  private finish(batch: Batch, err: unknown, untouched = false): void {
     const file = batch.file
     file.inFlight = null
-    if (err === null) {
+    if (untouched) {
+      this.fail(batch.reqs, err)
+    } else if (err === null) {
       file.size += batch.data.length
       file.lastSeq = batch.lastSeq
       file.lastTs = batch.lastTs
@@ -432,8 +977,171 @@ class Owner {
   }
 
   private fail(reqs: Req[], err: unknown): void {
-    if (reqs.length === 0) return
-    this.post({ t: 'fail', ids: reqs.map((r) => r.id), error: serializeError(err) })
+    const ids: number[] = []
+    for (const r of reqs) {
+      if (r.atomic !== undefined) this.atomicFailed(r.atomic, err)
+      else ids.push(r.id)
+    }
+    if (ids.length > 0) this.post({ t: 'fail', ids, error: serializeError(err) })
+  }
+
+  // appendAtomic. The caller's thread drives the steps (prepare everywhere, commit on one
+  // owner, apply on the others); see AgentLog.appendAtomic.
+
+  private prepare(msg: PrepareMsg): void {
+    const a: Atomic = {
+      replyId: msg.id,
+      expected: msg.ws.length,
+      prepared: [],
+      state: 'preparing',
+      syncing: 0,
+    }
+    this.atomics.set(msg.batch, a)
+    let b = 0
+    for (let i = 0; i < msg.ws.length; i++) {
+      const count = msg.counts[i] as number
+      const bodies = msg.bodies.slice(b, b + count)
+      b += count
+      this.enqueue(this.wsFile(msg.ws[i] as string), { id: 0, bodies, count, atomic: msg.batch })
+    }
+  }
+
+  /** A workspace's part is built and held: once all of this owner's are, the caller hears of them. */
+  private prepared(batch: Batch): void {
+    const a = this.atomics.get(batch.atomic as number)
+    if (!a || a.state !== 'preparing') {
+      this.release(batch)
+      return
+    }
+    a.prepared.push(batch)
+    if (a.prepared.length < a.expected) return
+    a.state = 'prepared'
+    const parts: AtomicPart[] = a.prepared.map((p) => ({
+      ws: p.file.key,
+      ino: p.file.ino,
+      offset: p.file.size,
+      data: p.data,
+      firstSeq: p.acks[1] as number,
+      firstTs: p.acks[2] as number,
+      count: p.reqs[0]?.count ?? 0,
+    }))
+    this.post({ t: 'reply', id: a.replyId, value: parts })
+  }
+
+  /** Gives a held part up: nothing was written, its seqs are free again. */
+  private release(batch: Batch): void {
+    const file = batch.file
+    if (file.inFlight === batch) file.inFlight = null
+    if (file.queue.length > 0) this.markReady(file)
+    else this.settled(file)
+  }
+
+  private atomicFailed(batch: number, err: unknown): void {
+    const a = this.atomics.get(batch)
+    if (!a || a.state === 'done' || a.state === 'failed') return
+    const replying = a.state === 'preparing'
+    // Dropped: parts of it still queued are skipped when built (their batch is unknown).
+    this.atomics.delete(batch)
+    a.state = 'failed'
+    for (const p of a.prepared) this.release(p)
+    a.prepared = []
+    if (replying) this.post({ t: 'reply', id: a.replyId, error: serializeError(err) })
+  }
+
+  private atomicCommit(msg: AtomicCommitMsg): void {
+    const a = this.atomics.get(msg.batch)
+    const j = this.journal
+    if (!a || a.state !== 'prepared' || j === null || j.state === 'failed') {
+      const err =
+        !a || a.state !== 'prepared'
+          ? new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)
+          : j === null
+            ? new NoaError(
+                'NOA_BAD_OPTION',
+                "appendAtomic needs the commit journal (durability: 'journal')",
+                {
+                  field: 'durability',
+                },
+              )
+            : (j.error as Error)
+      if (a) this.atomicFailed(msg.batch, err)
+      this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
+      return
+    }
+    if (j.state === 'none') this.createJournal(j) // the group waits in pending until it is ready
+    a.state = 'committing'
+    const foreign: FramePart[] = msg.foreign.map((p) => ({
+      header: setRecord(recordHeader(p.ws, p.ino), p.offset, p.data.length),
+      data: Buffer.from(p.data.buffer, p.data.byteOffset, p.data.length),
+    }))
+    const group: AtomicGroup = {
+      batch: msg.batch,
+      replyId: msg.id,
+      own: a.prepared,
+      foreign,
+      pin: foreign.length > 0 ? { syncedLsn: 0 } : null,
+    }
+    this.pending.push(group)
+    this.startRound()
+  }
+
+  /** Another owner committed the batch: write the held parts, and make them durable after. */
+  private apply(msg: ApplyMsg): void {
+    const a = this.atomics.get(msg.batch)
+    if (!a || a.state !== 'prepared') {
+      this.post({
+        t: 'reply',
+        id: msg.id,
+        error: serializeError(new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)),
+      })
+      return
+    }
+    a.state = 'done'
+    for (const batch of a.prepared) {
+      const file = batch.file
+      try {
+        this.io.write(file.fd, batch.data)
+      } catch (err) {
+        // Committed in the other owner's journal: acknowledged, written again when reopened.
+        file.foreign.push({ offset: file.size, data: batch.data })
+        this.committedUnwritten(batch, err as Error)
+        continue
+      }
+      this.finish(batch, null)
+      a.syncing++
+      this.submit({ kind: 'foreign', file, batch: msg.batch }, file.fd, EMPTY, SYNC_FDATASYNC)
+    }
+    this.post({ t: 'reply', id: msg.id, value: true })
+    if (a.syncing === 0) this.atomics.delete(msg.batch)
+  }
+
+  private foreignSynced(file: OwnedFile, batch: number, err: Error | null): void {
+    const a = this.atomics.get(batch)
+    if (err !== null) {
+      withPath(err, file.path)
+      file.unapplied = true
+      file.poisoned = new NoaError(
+        'NOA_WORKSPACE_POISONED',
+        `${this.describe(file)} refuses appends after a failed fdatasync (${err.message}); reopen it (recover) to continue`,
+        { workspace: file.key, file: file.path },
+      )
+    }
+    this.settled(file)
+    if (!a) return
+    if (--a.syncing > 0) return
+    this.atomics.delete(batch)
+    // Only when every part is durable in its log may the committing owner reuse the frame.
+    if (!file.unapplied) this.post({ t: 'applied', batch })
+  }
+
+  private abort(msg: AbortMsg): void {
+    const a = this.atomics.get(msg.batch)
+    if (a && (a.state === 'preparing' || a.state === 'prepared')) {
+      a.state = 'failed'
+      for (const p of a.prepared) this.release(p)
+      this.atomics.delete(msg.batch)
+    }
+    this.post({ t: 'reply', id: msg.id, value: true })
   }
 
   private ensureOpen(file: OwnedFile): void {
@@ -442,8 +1150,23 @@ class Owner {
       this.lru.set(file, true)
       return
     }
-    if (file.kind === 'ws') this.openWorkspace(file)
-    else this.openRaw(file)
+    // Opening a file and replaying the journals of dead processes happen under the root lock:
+    // a dead process's journal may hold the only copy of entries of this very file.
+    const open = () => (file.kind === 'ws' ? this.openWorkspace(file) : this.openRaw(file))
+    if (file.kind === 'ws' && !this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
+    if (file.kind === 'ws' || existsSync(this.init.root)) {
+      withRootLock(this.init.root, () => {
+        recoverJournalsLocked(this.init.root)
+        open()
+      })
+    } else {
+      open() // a file outside a root that does not exist: there is no journal to replay
+    }
+    if (this.journal !== null) {
+      const target = file.kind === 'ws' ? file.key : file.path
+      file.ino = fstatSync(file.fd, { bigint: true }).ino
+      file.record = recordHeader(target, file.ino)
+    }
     this.lru.set(file, true)
   }
 
@@ -451,8 +1174,7 @@ class Owner {
   private roomToOpen(): boolean {
     if (this.lru.size < this.init.maxOpenFiles) return true
     for (const file of this.lru.keys()) {
-      if (file.idle && file.idleWaiters.length === 0) {
-        this.closeFile(file)
+      if (file.idle && file.idleWaiters.length === 0 && this.closeFile(file) === null) {
         if (this.lru.size < this.init.maxOpenFiles) return true
       }
     }
@@ -496,7 +1218,6 @@ class Owner {
 
   private openWorkspace(file: OwnedFile): void {
     if (!this.logDirReady) {
-      mkdirAnyDurable(this.io, this.init.root) // the root the user named: created as named
       mkdirDurable(this.io, this.init.root, this.init.logDir)
       this.logDirReady = true
     }
@@ -548,8 +1269,16 @@ class Owner {
     return { truncatedBytes, size: tail.validLength, lastSeq, lastTs }
   }
 
-  private closeFile(file: OwnedFile): void {
+  /**
+   * Closes a file (releasing its lock) once its journaled bytes are durable in it: fdatasync, or
+   * for bytes that never reached it, written again from the journal first. If that fails the
+   * file stays open and locked (the journal holds its only copy; no other writer may take it)
+   * and the error is returned.
+   */
+  private closeFile(file: OwnedFile): Error | null {
     if (file.fd >= 0) {
+      const err = this.makeDurable(file)
+      if (err !== null) return err
       try {
         this.io.close(file.fd)
       } catch {
@@ -559,6 +1288,40 @@ class Owner {
     }
     this.lru.delete(file)
     this.forget(file)
+    return null
+  }
+
+  private makeDurable(file: OwnedFile): Error | null {
+    if (!file.dirty && !file.unapplied) return null
+    try {
+      if (file.unapplied) this.reapply(file)
+      else this.io.fdatasync(file.fd)
+    } catch (err) {
+      return withPath(err, file.path) as Error
+    }
+    file.syncedLsn = file.lastLsn
+    file.unapplied = false
+    return null
+  }
+
+  /** Writes a file's records again from the live journal at their offsets, then fdatasyncs it. */
+  private reapply(file: OwnedFile): void {
+    const j = this.journal as Journal
+    const scanned = scanJournal(j.fd)
+    if (scanned === null)
+      throw new NoaError('NOA_JOURNAL', `${j.path} has no valid header`, { journal: j.path })
+    const target = file.kind === 'ws' ? file.key : file.path
+    // A second descriptor without O_APPEND (pwrite on an O_APPEND one appends on Linux); the
+    // owner's descriptor keeps the lock.
+    const fd = this.io.openPositional(file.path)
+    try {
+      for (const r of scanned.records) if (r.target === target) this.io.pwrite(fd, r.data, r.offset)
+      for (const part of file.foreign) this.io.pwrite(fd, part.data, part.offset)
+      this.io.fdatasync(fd)
+    } finally {
+      this.io.close(fd)
+    }
+    file.foreign = []
   }
 
   /** Drops all state: the next use reopens the file and recovers its tail again. */
@@ -593,6 +1356,13 @@ class Owner {
 
   private checkAllIdle(): void {
     if (this.allIdleWaiter === null) return
+    // A round, a checkpoint or the journal's allocation still running: its completion calls back.
+    if (this.round !== null || this.pending.length > 0 || this.checkpoint !== null) return
+    if (this.journal?.state === 'creating') {
+      this.journal.abort() // not needed any more: closing does not wait for its zero-fill
+      return
+    }
+    if (this.atomics.size > 0) return
     for (const file of [...this.ws.values(), ...this.raw.values()]) if (!file.idle) return
     const fn = this.allIdleWaiter
     this.allIdleWaiter = null
@@ -606,6 +1376,14 @@ class Owner {
       workspaces: [...this.ws.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       rawFiles: [...this.raw.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       ...this.stats,
+      journal: this.journal && {
+        state: this.journal.state,
+        path: this.journal.path,
+        size: this.journal.size,
+        used: this.journal.state === 'ready' ? this.journal.used() : 0,
+        frames: this.journal.frames.length,
+        error: this.journal.error?.message ?? null,
+      },
       pool: this.io.poolStats(),
     }
   }

@@ -18,7 +18,7 @@ async function seqs(file: string): Promise<number[]> {
   return out
 }
 
-describe('injected I/O faults', () => {
+describe('injected I/O faults, file by file (durability: fdatasync)', () => {
   for (const inlineCommit of [true, false]) {
     const how = inlineCommit ? 'inline' : 'pool'
     it(`a failed write (ENOSPC, partly written) rejects its batch and cuts the file back (${how})`, async () => {
@@ -28,6 +28,7 @@ describe('injected I/O faults', () => {
         root,
         workers: 1,
         inlineCommit,
+        durability: 'fdatasync',
         ioModule: FAULTY,
         ioOptions: { trace, failWriteAt: 2, code: 'ENOSPC', partial: true },
       })
@@ -55,6 +56,7 @@ describe('injected I/O faults', () => {
         root,
         workers: 1,
         inlineCommit,
+        durability: 'fdatasync',
         ioModule: FAULTY,
         ioOptions: { failSyncAt: 2, code: 'EIO' },
       })
@@ -79,7 +81,13 @@ describe('injected I/O faults', () => {
   it('every ack comes after an fdatasync of its file', async () => {
     const root = tempDir()
     const trace = join(root, 'trace')
-    const log = await AgentLog.open({ root, workers: 1, ioModule: FAULTY, ioOptions: { trace } })
+    const log = await AgentLog.open({
+      root,
+      workers: 1,
+      durability: 'fdatasync',
+      ioModule: FAULTY,
+      ioOptions: { trace },
+    })
     try {
       for (let i = 0; i < 5; i++) await log.append('w', write(i))
       await Promise.all(Array.from({ length: 20 }, (_, i) => log.append(`w${i % 4}`, write(i))))
@@ -90,7 +98,9 @@ describe('injected I/O faults', () => {
     // Each write is followed by the fdatasync of the same fd before that fd is written again.
     const pending = new Map<string, number>()
     for (const op of ops) {
-      const [kind, fd] = op.split(' ') as [string, string]
+      const words = op.split(' ')
+      const kind = words[0] as string
+      const fd = (kind === 'fdatasync' ? words[2] : words[1]) as string
       if (kind === 'write') {
         expect(pending.get(fd) ?? 0).toBe(0)
         pending.set(fd, 1)

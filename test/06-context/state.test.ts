@@ -165,7 +165,9 @@ describe('loading', () => {
     }
     const base = tempDir()
     mkdirSync(join(base, 's1', 'state.json'), { recursive: true })
-    expect(loadState(base, 's1').error?.message).toMatch(/EISDIR/)
+    const load = loadState(base, 's1')
+    expect(load.error?.code).toBe('NOA_NOT_REGULAR_FILE')
+    expect(load.error?.message).toMatch(/is a directory, not a regular file/)
   })
 
   it('null maps keep the initial empty maps; nextBlockId below 1 becomes 1; bad tier keys are dropped', () => {

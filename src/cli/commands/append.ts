@@ -3,7 +3,7 @@ import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.
 import { NoaError } from '../../engine/errors.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
 
 export const spec = command({
   usage: 'usage: noa append <workspace> [--no-blob-check] [--root DIR] < entries.jsonl',
@@ -24,7 +24,7 @@ export const spec = command({
     'prints {"seq":N,"ts":T} once it is durable.',
   examples: [`echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`],
   exitCodes: {
-    1: 'an invalid line, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), or a refused append',
+    1: 'an invalid line or invalid UTF-8, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), or a refused append',
   },
 })
 
@@ -35,10 +35,21 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
   const root = rootOf(values)
-  const text = (await readAll(io.stdin)).toString('utf8')
+  const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
-  const refuse = (line: number, reason: string) =>
-    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line })
+  const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
+    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line, ...details })
+  // Decoding would turn each bad sequence into U+FFFD, so two different byte paths could be
+  // stored as one: refused instead.
+  const bad = invalidUtf8(bytes)
+  if (bad) {
+    throw refuse(
+      bad.line,
+      `invalid UTF-8 at byte offset ${bad.offset} of stdin (byte ${bad.column} of the line)`,
+      { offset: bad.offset },
+    )
+  }
+  const text = bytes.toString('utf8')
   const entries: EntryInput[] = []
   const lines: number[] = []
   for (const { line, value } of jsonLines(text, refuse)) {

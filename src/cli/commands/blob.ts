@@ -1,4 +1,7 @@
-import { createReadStream, statSync } from 'node:fs'
+import { statSync } from 'node:fs'
+import { type FileHandle, open } from 'node:fs/promises'
+import { NoaError } from '../../engine/errors.js'
+import { checkRoot, kindOf, nameTooLong, notRegularFile } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
@@ -15,20 +18,56 @@ export const spec = command({
   exitCodes: { 1: 'the file cannot be read, or the blob is missing or corrupt' },
 })
 
+/**
+ * The file to put, opened before anything is written to the store, so a missing one is a named
+ * error and leaves no temp file. It is the user's own path, outside the root: symlinks are
+ * followed and a pipe (`<(cmd)`) is read, as `cat` would.
+ */
+async function openInput(path: string): Promise<FileHandle> {
+  let handle: FileHandle
+  try {
+    handle = await open(path, 'r')
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') throw new NoaError('NOA_NOT_FOUND', `blob put: no file ${path}`, { file: path })
+    if (code === 'ENAMETOOLONG') throw nameTooLong(path)
+    throw err
+  }
+  const st = await handle.stat()
+  if (st.isDirectory()) {
+    await handle.close()
+    throw notRegularFile(path, kindOf(st), 'blob')
+  }
+  return handle
+}
+
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const [action, arg] = positionals as [string, string]
-  const store = new ObjectStore(rootOf(values))
+  const root = rootOf(values)
   if (action === 'put') {
+    checkRoot(root, false)
+    const store = new ObjectStore(root)
     // Streamed: a large file is hashed while it is written, never held whole in memory.
-    const hash = await store.putBlob(arg === '-' ? io.stdin : createReadStream(arg))
+    let hash: string
+    if (arg === '-') hash = await store.putBlob(io.stdin)
+    else {
+      const handle = await openInput(arg)
+      try {
+        hash = await store.putBlob(handle.createReadStream({ autoClose: false }))
+      } finally {
+        await handle.close()
+      }
+    }
     const bytes = statSync(store.pathOf(hash)).size
     await write(io.stdout, values.json ? json({ blob: hash, bytes }) : `${hash}\n`)
     return 0
   }
   if (action === 'get') {
     if (values.json) throw new UsageError('blob get prints the bytes; --json is for put', spec.usage)
-    await write(io.stdout, await store.getBlob(arg))
+    checkRoot(root, true)
+    // Streamed too: a chunk at a time, after the whole blob was checked against its hash.
+    for await (const chunk of new ObjectStore(root).streamBlob(arg)) await write(io.stdout, chunk)
     return 0
   }
   throw new UsageError(`unknown action ${JSON.stringify(action)} (put or get)`, spec.usage)

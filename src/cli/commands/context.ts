@@ -4,7 +4,7 @@
  * stderr and the initial state, exit 3; the other commands warn and go on from the initial
  * state, as Norma does. `audit` exits 1 with one `<file>: <reason>` line per problem.
  */
-import { readFileSync } from 'node:fs'
+import { closeSync, readFileSync } from 'node:fs'
 import type { ArchiveDocument } from '../../context/archive.js'
 import { parseArchive } from '../../context/archive-reader.js'
 import { auditSession } from '../../context/audit.js'
@@ -14,6 +14,7 @@ import { ContextSession, withSessionLock } from '../../context/session.js'
 import { encodeState, loadState, sessionRoot } from '../../context/state-file.js'
 import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
 import { NoaError } from '../../engine/errors.js'
+import { openFileSync, READ } from '../../engine/files.js'
 import { goTrimSpace } from '../../gocompat/index.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
@@ -420,7 +421,13 @@ async function archiveCmd(args: string[], io: CliIo): Promise<number> {
   const file = positionals[0] as string
   let text: string
   try {
-    text = readFileSync(file, 'utf8')
+    // Not through a symlink and never blocking on a FIFO, as every archive read.
+    const fd = openFileSync(file, READ, { what: 'archive' })
+    try {
+      text = readFileSync(fd, 'utf8')
+    } finally {
+      closeSync(fd)
+    }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
       throw new NoaError('NOA_NOT_FOUND', `${file}: no such archive`, { file })

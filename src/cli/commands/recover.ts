@@ -1,9 +1,10 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
-import { workspaceNames } from '../../engine/logs.js'
+import { type LogProblem, problemOf, scanLogDir } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, json } from '../io.js'
-import { describe } from './verify.js'
+import { type CliIo, json, write } from '../io.js'
+import { reportProblems } from '../problems.js'
+import { describe, safeLogPath } from './verify.js'
 
 export const spec = command({
   usage: 'usage: noa recover [workspace…] [--root DIR] [--json]',
@@ -11,27 +12,38 @@ export const spec = command({
   positionals: [0, Number.POSITIVE_INFINITY],
   details:
     'Opens each workspace (all when none is named) in its owner: takes the lock, cuts a torn\n' +
-    'last line, then verifies the whole log.',
+    'last line, then verifies the whole log. One that fails does not stop the others; every\n' +
+    'failure, and every entry of agent-logs/ that is not a regular log, is named at the end.',
   examples: ['noa recover agent-1'],
   exitCodes: { 0: 'every workspace is consistent', 1: 'a workspace is not consistent or cannot be opened' },
 })
 
-/** Opens each workspace in its owner (lock, cut a torn tail), then verifies it in full. */
+/**
+ * Opens each workspace in its owner (lock, cut a torn tail), then verifies it in full. One that
+ * fails does not stop the others; every failure is named again at the end (exit 1).
+ */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
   for (const ws of positionals) checkWorkspace(ws)
-  const names = positionals.length > 0 ? positionals : workspaceNames(root)
+  const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
+  const problems: LogProblem[] = []
+  for (const p of scan.problems) {
+    problems.push(p)
+    if (values.json && p.code !== 'NOA_BAD_WORKSPACE') {
+      await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
+    }
+  }
   const log = await AgentLog.open({ root })
-  let ok = true
   try {
-    for (const ws of names) {
+    for (const ws of scan.workspaces) {
       try {
         const opened = await log.recover(ws)
         const verified = await log.verify(ws)
-        ok &&= verified.ok
+        if (!verified.ok)
+          problems.push({ file: verified.file, code: 'NOA_CORRUPT_LOG', message: describe(verified) })
         if (values.json) {
-          io.stdout.write(json({ workspace: ws, ok: verified.ok, recovered: opened, verified }))
+          await write(io.stdout, json({ workspace: ws, ok: verified.ok, recovered: opened, verified }))
           continue
         }
         const did = opened.created
@@ -40,15 +52,20 @@ export async function run(args: string[], io: CliIo): Promise<number> {
             ? `cut a torn tail of ${opened.truncatedBytes} bytes`
             : 'nothing to repair'
         const line = `${ws}: ${did}; ${verified.ok ? 'consistent, ' : 'NOT consistent: '}${describe(verified)}\n`
-        ;(verified.ok ? io.stdout : io.stderr).write(line)
+        await write(verified.ok ? io.stdout : io.stderr, line)
       } catch (err) {
-        ok = false
-        if (values.json) io.stdout.write(json({ workspace: ws, ok: false, error: (err as Error).message }))
-        else io.stderr.write(`${ws}: ${(err as Error).message}\n`)
+        const p = problemOf(err, safeLogPath(root, ws))
+        problems.push(p)
+        if (values.json)
+          await write(
+            io.stdout,
+            json({ workspace: ws, ok: false, file: p.file, code: p.code, error: p.message }),
+          )
+        else await write(io.stderr, `${ws}: ${p.message}\n`)
       }
     }
   } finally {
     await log.close()
   }
-  return ok ? 0 : 1
+  return reportProblems(io, 'recover', problems, 'could not be recovered')
 }

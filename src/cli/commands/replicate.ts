@@ -73,7 +73,9 @@ const SPECS = {
     options: { ...COMMON, ...FOLLOW },
     positionals: [0, 0],
     examples: ['noa replicate push --nats nats://127.0.0.1:4222 --follow'],
-    exitCodes: { 1: 'the server cannot be reached, or the stream refuses the entries' },
+    exitCodes: {
+      1: 'the server cannot be reached, the stream refuses the entries, or a log could not be published (the healthy ones were; each bad file is named)',
+    },
   }),
   pull: subcommand({
     summary: 'mirror the stream into local workspace logs and objects',
@@ -89,6 +91,7 @@ const SPECS = {
     options: COMMON,
     positionals: [0, 0],
     examples: ['noa replicate status --nats nats://127.0.0.1:4222'],
+    exitCodes: { 1: 'a log could not be read (each is named; the others are shown)' },
   }),
   init: subcommand({
     summary: 'create the stream, or fix its settings, for replicating <prefix>.>',
@@ -174,6 +177,8 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
                 .join('')}${r.skipped.map((s) => `  ${s.workspace}: skipped, ${s.reason}\n`).join('')}`,
             )
           }
+          // The healthy workspaces were pushed whole; what could not be is listed last, exit 1.
+          return reportFailures(io, `replicate push`, r.failed, 'not published')
         } else {
           const r = await replicatePull(options)
           if (v.json) await write(io.stdout, json(r))
@@ -192,7 +197,7 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
       const r = await replicationStatus({ root: rootOf(v), prefix, stream: v.stream, nats })
       if (v.json) {
         await write(io.stdout, json(r))
-        return 0
+        return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
       }
       const rows = r.workspaces.map((w) => [
         w.workspace,
@@ -211,7 +216,7 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
           ? `stream ${r.stream} (${prefix}.>), read from the server`
           : `the push checkpoint${r.push ? ` saved ${r.push.savedAt}` : ' (none: nothing pushed yet)'}; give --nats for the server's view`
       await write(io.stdout, `${source}\n${fmt(head)}${rows.map(fmt).join('')}`)
-      return 0
+      return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
     }
     case 'init': {
       const replicas = intOption(v.replicas, 'replicas', USAGE, 1)
@@ -224,6 +229,23 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
       return 0
     }
   }
+}
+
+/** Lists on stderr the files a whole-root command could not handle; 1 when there are any. */
+async function reportFailures(
+  io: CliIo,
+  what: string,
+  failed: ReadonlyArray<{ file: string; message: string }>,
+  consequence: string,
+): Promise<number> {
+  if (failed.length === 0) return 0
+  await write(
+    io.stderr,
+    `noa ${what}: ${failed.length} file${failed.length === 1 ? '' : 's'} could not be used (${consequence}):\n${failed
+      .map((f) => `  ${f.file}: ${f.message}\n`)
+      .join('')}`,
+  )
+  return 1
 }
 
 function lowerPriority(nice: number, io: CliIo): void {

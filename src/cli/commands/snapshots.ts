@@ -1,3 +1,4 @@
+import { checkRoot } from '../../engine/files.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
@@ -18,7 +19,9 @@ export const spec = command({
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const root = rootOf(values)
+  checkRoot(root, true)
+  const engine = new SnapshotEngine({ root })
   const list = await engine.listSnapshots(positionals[0] as string)
   if (values.json) {
     await write(io.stdout, json(list))

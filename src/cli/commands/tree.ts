@@ -1,3 +1,4 @@
+import { checkRoot } from '../../engine/files.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, write } from '../io.js'
@@ -15,7 +16,9 @@ export const spec = command({
 /** One `path<TAB>blob` line per file, sorted by path (the tree's own order); --json: JSON lines. */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const root = rootOf(values)
+  checkRoot(root, true)
+  const engine = new SnapshotEngine({ root })
   const tree = await engine.tree(positionals[0] as string)
   let out = ''
   for (const [path, blob] of tree.entries()) {

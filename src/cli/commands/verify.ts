@@ -1,9 +1,10 @@
-import { verifyWorkspace, workspaceNames } from '../../engine/logs.js'
+import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { type StoreProblem, verifyStore } from '../../store/verify.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, json } from '../io.js'
+import { type CliIo, json, write } from '../io.js'
+import { reportProblems } from '../problems.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
@@ -19,10 +20,15 @@ export const spec = command({
   positionals: [0, Number.POSITIVE_INFINITY],
   details:
     'Reads every line of each log (all workspaces when none is named) without changing it, then\n' +
-    'checks that every snapshot and merge entry names a record of that workspace. One that does\n' +
-    'not, which a later snapshot has recorded as without effect, is a note, not a failure.',
+    'checks that every snapshot and merge entry names a record of that workspace (one that does\n' +
+    'not, which a later snapshot has recorded as without effect, is a note, not a failure). One\n' +
+    'log that fails does not stop the others; every failure, and every entry of agent-logs/ that\n' +
+    'is not a regular log, is named again at the end.',
   examples: ['noa verify agent-1 agent-2', 'noa verify --objects'],
-  exitCodes: { 0: 'every log is consistent', 1: 'a log has a problem (file:line: reason on stderr)' },
+  exitCodes: {
+    0: 'every log is consistent',
+    1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
+  },
 })
 
 export function describe(r: VerifyReport): string {
@@ -30,51 +36,86 @@ export function describe(r: VerifyReport): string {
   return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
 }
 
+function storeLine(p: StoreProblem): string {
+  const seq = p.seq !== undefined && !p.reason.includes(`seq ${p.seq}`) ? `seq ${p.seq}: ` : ''
+  const next =
+    p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot'
+      ? '; the next noa snapshot records it as no effect'
+      : ''
+  return `${seq}${p.reason}${next}`
+}
+
 /**
- * The engine's line scan of each log, then the store's checks of what the log names: every
- * snapshot and merge entry names a record of this workspace (with --objects, every object it
- * reaches is stored and whole).
+ * Verifies each workspace in full, going on past one that fails (corrupt, unreadable, not a
+ * regular file); every failure is named again at the end and the exit code is 1. Without
+ * names: every entry of `agent-logs/`, what is not a regular log included. On top of the
+ * engine's line scan, the store's checks of what each log names (records, and with --objects
+ * every object it reaches).
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
-  const names = positionals.length > 0 ? positionals : workspaceNames(root)
+  const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
   const engine = new SnapshotEngine({ root })
-  let ok = true
-  for (const ws of names) {
-    const report = await verifyWorkspace(root, ws)
-    let problems: StoreProblem[] = []
-    if (report.ok) problems = await verifyStore(engine, ws, { objects: values.objects ?? false })
-    const failures = problems.filter((p) => p.recordedBy === undefined)
-    const notes = problems.filter((p) => p.recordedBy !== undefined)
-    const good = report.ok && failures.length === 0
-    ok &&= good
-    if (values.json) {
-      io.stdout.write(json({ workspace: ws, ...report, ok: good, store: problems }))
+  const problems: LogProblem[] = []
+  for (const p of scan.problems) {
+    problems.push(p)
+    if (values.json && p.code !== 'NOA_BAD_WORKSPACE') {
+      await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
+    }
+  }
+  for (const ws of scan.workspaces) {
+    let report: VerifyReport
+    let found: StoreProblem[] = []
+    try {
+      report = await verifyWorkspace(root, ws)
+      if (report.ok) found = await verifyStore(engine, ws, { objects: values.objects ?? false })
+    } catch (err) {
+      const p = problemOf(err, safeLogPath(root, ws))
+      problems.push(p)
+      if (values.json)
+        await write(
+          io.stdout,
+          json({ workspace: ws, file: p.file, ok: false, code: p.code, error: p.message }),
+        )
+      else await write(io.stderr, `${ws}: ${p.message}\n`)
       continue
     }
-    if (!report.ok) {
-      io.stderr.write(`${ws}: ${describe(report)}\n`)
-      continue
-    }
-    const noted = notes
+    const failures = found.filter((p) => p.recordedBy === undefined)
+    const notes = found
+      .filter((p) => p.recordedBy !== undefined)
       .map((p) => `  note: seq ${p.seq}: ${p.reason}; recorded as no effect by ${p.recordedBy}\n`)
       .join('')
-    if (good) {
-      io.stdout.write(
-        `${ws}: ok, ${describe(report)}${values.objects ? ', every object it reaches stored' : ''}\n${noted}`,
+    if (!report.ok) problems.push({ file: report.file, code: 'NOA_CORRUPT_LOG', message: describe(report) })
+    for (const p of failures)
+      problems.push({ file: report.file, code: 'NOA_BAD_RECORD', message: `${report.file}: ${storeLine(p)}` })
+    const good = report.ok && failures.length === 0
+    if (values.json) {
+      await write(io.stdout, json({ workspace: ws, ...report, ok: good, store: found }))
+    } else if (!report.ok) {
+      await write(io.stderr, `${ws}: ${describe(report)}\n`)
+    } else if (good) {
+      await write(
+        io.stdout,
+        `${ws}: ok, ${describe(report)}${values.objects ? ', every object it reaches stored' : ''}\n${notes}`,
       )
-      continue
+    } else {
+      await write(
+        io.stderr,
+        `${ws}: ${describe(report)}; ${failures.length} problem${failures.length === 1 ? '' : 's'} with what it names:\n${failures
+          .map((p) => `  ${storeLine(p)}\n`)
+          .join('')}${notes}`,
+      )
     }
-    problems = failures
-    io.stderr.write(
-      `${ws}: ${describe(report)}; ${problems.length} problem${problems.length === 1 ? '' : 's'} with what it names:\n${problems
-        .map(
-          (p) =>
-            `  ${p.seq !== undefined && !p.reason.includes(`seq ${p.seq}`) ? `seq ${p.seq}: ` : ''}${p.reason}${p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot' ? '; the next noa snapshot records it as no effect' : ''}\n`,
-        )
-        .join('')}${noted}`,
-    )
   }
-  return ok ? 0 : 1
+  return reportProblems(io, 'verify', problems, 'failed verification')
+}
+
+/** The log's path for a report; a name that is not a workspace name has none. */
+export function safeLogPath(root: string, ws: string): string {
+  try {
+    return logPath(root, ws)
+  } catch {
+    return ws
+  }
 }

@@ -1,0 +1,224 @@
+/**
+ * The commit journal's bytes (the design of SQLite's and PostgreSQL's write-ahead logs, for
+ * noa's append-only files). One journal per owner worker, `<root>/journal/<name>.jnl`, allocated
+ * and written once at full size, then overwritten in place cyclically, so a commit's sync has no
+ * file size to commit.
+ *
+ *   [0, 512)      header slot A  ┐ the one with the valid checksum and the higher generation
+ *   [512, 1024)   header slot B  ┘ says where replay starts (tail lsn and offset)
+ *   [4096, size)  frames, each a multiple of 512 bytes, written at the head and reused after a
+ *                 checkpoint has made the logs they cover durable
+ *
+ * A frame holds records, each the bytes appended to one file (a workspace log, or a file written
+ * through `appendToFile`) at a byte offset, with that file's inode, so that replaying a record
+ * into a file that was since replaced is refused rather than done. Every frame has
+ * a CRC32C over all of its bytes after the checksum field, the journal's random id and a
+ * log sequence number (lsn) one above its predecessor's; replay reads from the header's tail
+ * while frames are valid and consecutive, so a torn frame, a frame of an earlier cycle or a
+ * zero-filled block all end the valid prefix. The frames of one commit round are applied only
+ * when the round's last frame (flag END) is valid: a round is atomic.
+ */
+import { crc32c } from '@node-rs/crc32'
+
+export const SECTOR = 512
+export const DATA_START = 4096
+export const HEADER_SLOTS = [0, 512] as const
+
+const HEADER_MAGIC = Buffer.from('NOAJHDR1', 'latin1')
+const FRAME_MAGIC = 0x31464a4e // 'NJF1' little-endian
+export const FRAME_HEADER = 32
+export const RECORD_HEADER = 32
+const HEADER_BYTES = 64
+
+export const FLAG_END = 1
+export const FLAG_WRAP = 2
+
+export const REC_DATA = 1
+
+export interface JournalHeader {
+  journalId: number
+  size: number
+  generation: number
+  tailLsn: number
+  tailOffset: number
+}
+
+/** 48-bit unsigned values (lsns, offsets): exact in a JS number, and 2^48 bytes is plenty. */
+function put48(buf: Buffer, value: number, at: number): void {
+  buf.writeUIntLE(value, at, 6)
+  buf.writeUInt16LE(0, at + 6)
+}
+
+function get48(buf: Buffer, at: number): number {
+  if (buf.readUInt16LE(at + 6) !== 0) return -1
+  return buf.readUIntLE(at, 6)
+}
+
+export function encodeHeader(h: JournalHeader): Buffer {
+  const buf = Buffer.alloc(SECTOR)
+  HEADER_MAGIC.copy(buf, 0)
+  buf.writeUInt32LE(1, 12) // version
+  buf.writeUInt32LE(h.journalId >>> 0, 16)
+  put48(buf, h.size, 24)
+  put48(buf, h.generation, 32)
+  put48(buf, h.tailLsn, 40)
+  put48(buf, h.tailOffset, 48)
+  buf.writeUInt32LE(crc32c(buf.subarray(12, HEADER_BYTES)) >>> 0, 8)
+  return buf
+}
+
+export function decodeHeader(buf: Buffer): JournalHeader | null {
+  if (buf.length < HEADER_BYTES || !buf.subarray(0, 8).equals(HEADER_MAGIC)) return null
+  if (buf.readUInt32LE(8) !== crc32c(buf.subarray(12, HEADER_BYTES)) >>> 0) return null
+  if (buf.readUInt32LE(12) !== 1) return null
+  const h = {
+    journalId: buf.readUInt32LE(16),
+    size: get48(buf, 24),
+    generation: get48(buf, 32),
+    tailLsn: get48(buf, 40),
+    tailOffset: get48(buf, 48),
+  }
+  if (h.size < 0 || h.generation < 0 || h.tailLsn < 1 || h.tailOffset < DATA_START) return null
+  if (h.tailOffset % SECTOR !== 0 || h.tailOffset >= h.size) return null
+  return h
+}
+
+/** The newest valid header of the two slots, or null when neither is valid. */
+export function newestHeader(slotA: Buffer, slotB: Buffer): JournalHeader | null {
+  const a = decodeHeader(slotA)
+  const b = decodeHeader(slotB)
+  if (a && b) return a.generation >= b.generation ? a : b
+  return a ?? b
+}
+
+export interface JournalRecord {
+  /** A workspace name (its log is `agent-logs/<name>.log`), or an absolute path. */
+  target: string
+  /** The file's inode when the record was made. */
+  ino: bigint
+  /** Byte offset in the file. */
+  offset: number
+  data: Buffer
+}
+
+/**
+ * The fixed part of a record (type, target length, data length, inode, offset) and the target's
+ * name. Made once per open file; `setRecord` fills in each round's offset and length.
+ */
+export function recordHeader(target: string, ino: bigint): Buffer {
+  const name = Buffer.from(target, 'utf8')
+  const buf = Buffer.alloc(RECORD_HEADER + name.length)
+  buf.writeUInt8(REC_DATA, 0)
+  buf.writeUInt16LE(name.length, 2)
+  buf.writeBigUInt64LE(ino, 8)
+  name.copy(buf, RECORD_HEADER)
+  return buf
+}
+
+/** A copy of a record header with this round's offset and data length. */
+export function setRecord(header: Buffer, offset: number, length: number): Buffer {
+  const buf = Buffer.allocUnsafe(header.length)
+  header.copy(buf)
+  buf.writeUInt32LE(length, 4)
+  put48(buf, offset, 16)
+  return buf
+}
+
+/** A frame under construction: pieces to write with one pwritev, and their checksum. */
+export interface EncodedFrame {
+  pieces: Buffer[]
+  length: number
+  lsn: number
+}
+
+export interface FramePart {
+  header: Buffer
+  data: Buffer | null
+}
+
+/**
+ * Builds a frame from record parts (header + data each). The data buffers are the same ones the
+ * owner appends to the logs: the frame is written with pwritev, never copied together.
+ */
+export function encodeFrame(
+  journalId: number,
+  lsn: number,
+  flags: number,
+  parts: readonly FramePart[],
+): EncodedFrame {
+  let length = FRAME_HEADER
+  for (const p of parts) length += p.header.length + (p.data?.length ?? 0)
+  const padded = Math.ceil(length / SECTOR) * SECTOR
+  const head = Buffer.alloc(FRAME_HEADER)
+  head.writeUInt32LE(FRAME_MAGIC, 0)
+  head.writeUInt32LE(padded, 8)
+  head.writeUInt32LE(journalId >>> 0, 12)
+  put48(head, lsn, 16)
+  head.writeUInt32LE(flags, 24)
+  head.writeUInt32LE(parts.length, 28)
+  const pieces: Buffer[] = [head]
+  let crc = crc32c(head.subarray(8))
+  for (const p of parts) {
+    pieces.push(p.header)
+    crc = crc32c(p.header, crc)
+    if (p.data && p.data.length > 0) {
+      pieces.push(p.data)
+      crc = crc32c(p.data, crc)
+    }
+  }
+  if (padded > length) {
+    const pad = zeros(padded - length)
+    pieces.push(pad)
+    crc = crc32c(pad, crc)
+  }
+  head.writeUInt32LE(crc >>> 0, 4)
+  return { pieces, length: padded, lsn }
+}
+
+let ZEROS = Buffer.alloc(SECTOR)
+function zeros(n: number): Buffer {
+  if (ZEROS.length < n) ZEROS = Buffer.alloc(n)
+  return ZEROS.subarray(0, n)
+}
+
+/** The 512-byte marker written at the head when the next frame does not fit before the end. */
+export function wrapFrame(journalId: number, lsn: number): EncodedFrame {
+  return encodeFrame(journalId, lsn, FLAG_WRAP, [])
+}
+
+export interface DecodedFrame {
+  lsn: number
+  flags: number
+  length: number
+  records: JournalRecord[]
+}
+
+/**
+ * Decodes the frame at the start of `buf` if it is whole and valid for this journal and lsn;
+ * null otherwise (the end of the valid prefix). `buf` may be longer than the frame.
+ */
+export function decodeFrame(buf: Buffer, journalId: number, lsn: number): DecodedFrame | null {
+  if (buf.length < FRAME_HEADER || buf.readUInt32LE(0) !== FRAME_MAGIC) return null
+  const length = buf.readUInt32LE(8)
+  if (length < SECTOR || length % SECTOR !== 0 || length > buf.length) return null
+  if (buf.readUInt32LE(12) !== journalId >>> 0 || get48(buf, 16) !== lsn) return null
+  if (buf.readUInt32LE(4) !== crc32c(buf.subarray(8, length)) >>> 0) return null
+  const flags = buf.readUInt32LE(24)
+  const count = buf.readUInt32LE(28)
+  const records: JournalRecord[] = []
+  let at = FRAME_HEADER
+  for (let i = 0; i < count; i++) {
+    if (at + RECORD_HEADER > length) return null
+    const type = buf.readUInt8(at)
+    const nameLen = buf.readUInt16LE(at + 2)
+    const dataLen = buf.readUInt32LE(at + 4)
+    const ino = buf.readBigUInt64LE(at + 8)
+    const offset = get48(buf, at + 16)
+    const nameEnd = at + RECORD_HEADER + nameLen
+    if (type !== REC_DATA || offset < 0 || nameEnd + dataLen > length) return null
+    const target = buf.toString('utf8', at + RECORD_HEADER, nameEnd)
+    records.push({ target, ino, offset, data: buf.subarray(nameEnd, nameEnd + dataLen) })
+    at = nameEnd + dataLen
+  }
+  return { lsn, flags, length, records }
+}
