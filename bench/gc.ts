@@ -152,7 +152,8 @@ export async function gcBench(opts: { quick: boolean; dir: string }): Promise<Be
       },
     ]
   } finally {
-    rmSync(root, { recursive: true, force: true })
+    // A million small files: rm(1) unlinks them several times faster than Node's recursive rm.
+    if (spawnSync('rm', ['-rf', root]).status !== 0) rmSync(root, { recursive: true, force: true })
   }
 }
 
