@@ -1,6 +1,7 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
+import { checkRoot } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
@@ -65,6 +66,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     entries.push(value as EntryInput)
     lines.push(line)
   }
+  checkRoot(root, false) // a root that is a file is named as such, before the store is asked
   const store = new ObjectStore(root)
   const where = (i: number) => `stdin:${lines[i]}`
   const withLine = (err: unknown): never => {
