@@ -1,5 +1,5 @@
 export * from './context/index.js'
-export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,
@@ -9,7 +9,7 @@ export {
   writeFileAtomic,
   writeTempFile,
 } from './engine/atomic.js'
-export type { AppendOptions, ObjectChecks } from './engine/checks.js'
+export type { ObjectChecks } from './engine/checks.js'
 export { nextTs, nowMicros } from './engine/clock.js'
 export {
   type Ack,
@@ -33,6 +33,7 @@ export {
 export { isNoaError, NoaError, type NoaErrorCode, type NoaErrorDetails } from './engine/errors.js'
 export {
   DEFAULT_ROOT,
+  type ListOptions,
   listWorkspaces,
   logDirOf,
   logPath,
@@ -45,10 +46,16 @@ export {
   workspaceInfo,
   workspaceNames,
 } from './engine/logs.js'
-export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
+export { loadNative, type NativeIo, nativeCandidates, nativePath } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
-export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
+export {
+  inspectTail,
+  type VerifyOptions,
+  type VerifyProblem,
+  type VerifyReport,
+  verifyLog,
+} from './engine/recovery.js'
 export { goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
@@ -114,7 +121,9 @@ export {
   type InitReport,
   initStream,
   type NatsTarget,
+  type ProgressSink,
   type ReplicationEvent,
+  type ReplicationProgress,
   streamProblems,
 } from './replicate/stream.js'
 export {

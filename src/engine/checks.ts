@@ -20,15 +20,6 @@ export interface ObjectChecks {
   checkRecords(workspace: string, entries: readonly EntryInput[], where: (i: number) => string): void
 }
 
-export interface AppendOptions {
-  /**
-   * Refuse a `write` whose blob is not stored (NOA_MISSING_BLOB), checked through the log's
-   * `objects`. Default: the log's `checkBlobs` option (false unless set). Hosts that upload
-   * blobs after appending leave it off.
-   */
-  checkBlobs?: boolean
-}
-
 /**
  * The store's own path into the engine: appends snapshot and merge entries without asking
  * `objects` (the store has just written the records they name, or names a fork base that is

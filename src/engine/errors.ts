@@ -34,6 +34,8 @@ export type NoaErrorCode =
   | 'NOA_NAME_TOO_LONG'
   | 'NOA_BAD_ROOT'
   | 'NOA_JOURNAL'
+  | 'NOA_ABORTED'
+  | 'NOA_SEQ_MISMATCH'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

@@ -4,7 +4,8 @@ import { NoaError } from '../../engine/errors.js'
 import { checkRoot } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readAll, write } from '../io.js'
+import { meter, percent, rate } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa append <workspace> [--no-blob-check] [--root DIR] < entries.jsonl',
@@ -36,6 +37,13 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
   const root = rootOf(values)
+  // A user who typed the command alone would otherwise see it wait without a word.
+  if (io.stdinIsTTY) {
+    await write(
+      io.stderr,
+      `noa append: reading JSONL entries for ${workspace} from stdin until Ctrl-D (one per line, e.g. {"op":"delete","path":"src/old.ts"}; noa append --help for the format)\n`,
+    )
+  }
   const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
   const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
@@ -93,16 +101,33 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     withLine(err)
   }
   const log = await AgentLog.open({ root, objects: store })
+  const shown = meter(io)
+  const started = performance.now()
+  // Once the reader of the acks has gone (`| head -1`), the rest is still appended: stopping
+  // there would leave the input half written, with nothing to say so.
+  let printing = true
   try {
     for (let i = 0; i < entries.length; ) {
       // A run of merge entries goes out with the snapshot entry after it (they are checked together).
       let end = Math.min(i + CHUNK, entries.length)
       while (end < entries.length && entries[end - 1]?.op === 'merge') end++
       const acks = await log.appendMany(workspace, entries.slice(i, end))
-      await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
       i = end
+      const done = i
+      shown.update(
+        () =>
+          `appending to ${workspace}: ${done}/${entries.length} entries durable ${percent(done, entries.length)} (${rate(done, started)}/s)`,
+      )
+      if (!printing) continue
+      try {
+        await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
+      } catch (err) {
+        if (!isClosedPipeError(err)) throw err
+        printing = false
+      }
     }
   } finally {
+    shown.done()
     await log.close()
   }
   return 0

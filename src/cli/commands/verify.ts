@@ -5,6 +5,7 @@ import { type StoreProblem, verifyStore } from '../../store/verify.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
+import { meter, percent } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
@@ -30,6 +31,11 @@ export const spec = command({
     1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
   },
 })
+
+/** Bytes as MB with one decimal (progress lines). */
+export function mb(bytes: number): string {
+  return `${(bytes / 1e6).toFixed(1)} MB`
+}
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
@@ -64,13 +70,19 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
     }
   }
-  for (const ws of scan.workspaces) {
+  const shown = meter(io)
+  const n = scan.workspaces.length
+  for (const [i, ws] of scan.workspaces.entries()) {
     let report: VerifyReport
     let found: StoreProblem[] = []
     try {
-      report = await verifyWorkspace(root, ws)
+      report = await verifyWorkspace(root, ws, {
+        onProgress: (bytes, size) =>
+          shown.update(() => `verifying ${ws} (${i + 1}/${n}): ${percent(bytes, size)} of ${mb(size)}`),
+      })
       if (report.ok) found = await verifyStore(engine, ws, { objects: values.objects ?? false })
     } catch (err) {
+      shown.done()
       const p = problemOf(err, safeLogPath(root, ws))
       problems.push(p)
       if (values.json)
@@ -81,6 +93,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       else await write(io.stderr, `${ws}: ${p.message}\n`)
       continue
     }
+    shown.done()
     const failures = found.filter((p) => p.recordedBy === undefined)
     const notes = found
       .filter((p) => p.recordedBy !== undefined)
