@@ -255,7 +255,7 @@ async function transcriptPhase(log: AgentLog, dir: string) {
   await next.close()
   const ok = r.messages.length === CONVERSATION.length && added.parent_uuid === r.parentUuid
   say(
-    `   ${CONVERSATION.length} messages written, resumed ${r.messages.length} (${fmt(r.usage.input_tokens)} input tokens), the next record chains after ${r.parentUuid?.slice(0, 8)}…`,
+    `   ${CONVERSATION.length} messages written, resumed ${r.messages.length} (${fmt(Number(r.usage.input_tokens))} input tokens), the next record chains after ${r.parentUuid?.slice(0, 8)}…`,
   )
   return { ok, sessionId, records: CONVERSATION.length + 1 }
 }

@@ -56,7 +56,7 @@ export {
   type VerifyReport,
   verifyLog,
 } from './engine/recovery.js'
-export { goToLower, goTrimSpace } from './gocompat/index.js'
+export { type GoInt, goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -221,7 +221,7 @@ export {
   type TreeChange,
 } from './store/tree.js'
 export { type StoreProblem, verifyStore } from './store/verify.js'
-export { formatRecord } from './transcript/format.js'
+export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,
   type IdOptions,
@@ -282,6 +282,7 @@ export {
   isBoundaryMarker,
   lastBoundaryIndex,
   lastUuid,
+  type MessagesOptions,
   messages,
   pairToolBlocks,
   parseBoundaryMeta,
