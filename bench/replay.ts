@@ -110,10 +110,10 @@ async function run(quick: boolean, root: string): Promise<BenchRow[]> {
       const isWarm = i < increments
       const engine = isWarm ? host : new SnapshotEngine({ log })
       const [ms, r] = await timed(() => engine.snapshot(WS, { message: `increment ${i}` }))
-      replayed = r.entries_replayed
+      replayed = r.entriesReplayed
       ;(isWarm ? warm : cold).push(ms)
       say(
-        `incremental snapshot ${i + 1} (${isWarm ? 'warm' : 'cold'}): ${ms.toFixed(1)} ms (${r.entries_replayed} entries replayed)`,
+        `incremental snapshot ${i + 1} (${isWarm ? 'warm' : 'cold'}): ${ms.toFixed(1)} ms (${r.entriesReplayed} entries replayed)`,
       )
     }
   } finally {

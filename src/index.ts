@@ -1,5 +1,5 @@
 export * from './context/index.js'
-export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,
@@ -9,6 +9,7 @@ export {
   writeFileAtomic,
   writeTempFile,
 } from './engine/atomic.js'
+export type { ObjectChecks } from './engine/checks.js'
 export { nextTs, nowMicros } from './engine/clock.js'
 export {
   type Ack,
@@ -132,7 +133,27 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export type { CheckoutOptions, CheckoutResult } from './store/checkout.js'
+export {
+  type DiffEntry,
+  type DiffResult,
+  type DiffSide,
+  type DiffStatus,
+  diffRefs,
+  type FileDiff,
+  fileDiff,
+} from './store/diff.js'
+export {
+  collectGarbage,
+  DEFAULT_GRACE_MS,
+  type GcItem,
+  type GcOptions,
+  type GcProgress,
+  type GcResult,
+  parseDuration,
+} from './store/gc.js'
 export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './store/heads.js'
+export { drawGraph, type HistoryKind, type HistoryNode, historyOf } from './store/history.js'
 export {
   type ConflictPolicy,
   type ConflictSide,
@@ -147,6 +168,7 @@ export {
   encodeSnapshotRecord,
   MAX_DELTA_DEPTH,
   ObjectStore,
+  type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,
   type StoredObject,
@@ -154,16 +176,33 @@ export {
   snapshotEntry,
 } from './store/objects.js'
 export {
+  MarkSet,
+  type ObjectKind,
+  type ReachSink,
+  type Referrer,
+  snapshotObjects,
+  walkRoots,
+} from './store/reach.js'
+export { checkRecordEntries, type RecordProblem, scanRecords } from './store/records.js'
+export {
+  type ApplyOptions,
   applyEntries,
   type ChangeMark,
   type ChangeOp,
+  NO_EFFECT_REASONS,
+  type NoEffect,
+  type NoEffectReason,
   type ReplayProgress,
   replaySegment,
 } from './store/replay.js'
 export {
   type ForkResult,
   type Head,
+  type MissingBlob,
+  type PruneOptions,
+  type PruneResult,
   type ReplayOptions,
+  type ResolvedRef,
   SnapshotEngine,
   type SnapshotEngineOptions,
   type SnapshotInfo,
@@ -181,6 +220,7 @@ export {
   TreeBuilder,
   type TreeChange,
 } from './store/tree.js'
+export { type StoreProblem, verifyStore } from './store/verify.js'
 export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,

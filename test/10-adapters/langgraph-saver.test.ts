@@ -206,7 +206,7 @@ describe('NoaSaver', () => {
       const engine = new SnapshotEngine({ root })
       const head = await engine.head('lg.f')
       expect((await engine.tree(head?.record.id as string)).get('notes.md')).toBe('0'.repeat(64))
-      expect(head?.record.parent).toBe((await engine.listSnapshots('lg.f'))[1]?.snapshot_id)
+      expect(head?.record.parent).toBe((await engine.listSnapshots('lg.f'))[1]?.snapshotId)
       await expectConsistent(root, 'lg.f')
     } finally {
       await saver.close()
