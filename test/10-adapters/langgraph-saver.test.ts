@@ -7,7 +7,7 @@ import { symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { emptyCheckpoint, uuid6 } from '@langchain/langgraph-checkpoint'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, NoaError, readWorkspace, SnapshotEngine } from '../../dist/src/index.js'
+import { AgentLog, NoaError, ObjectStore, readWorkspace, SnapshotEngine } from '../../dist/src/index.js'
 import { NoaSaver } from '../../dist/src/langgraph/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
@@ -98,7 +98,7 @@ describe('NoaSaver', () => {
         'deleteThread',
         expect.stringMatching(/^checkpoint .* \(step 0, loop\)$/),
       ])
-      const tree = runCli(['tree', snaps[0].snapshot_id, '--root', root]).stdout
+      const tree = runCli(['tree', snaps[0].snapshotId, '--root', root]).stdout
       expect(tree).toMatch(/^deleted\t/)
 
       // Deleting a thread that never was writes nothing.
@@ -188,16 +188,18 @@ describe('NoaSaver', () => {
 
   it('notices a log changed under it (another writer while it did not hold the lock) and snapshots on top of it', async () => {
     const root = join(tempDir('noa-lg-foreign-'), 'noa')
-    const log = await AgentLog.open({ root })
+    const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
     const saver = await NoaSaver.open({ log })
     try {
       const c1 = await saver.put({ configurable: { thread_id: 'f' } }, checkpoint({ a: 1 }), meta(0), {
         a: 1,
       })
       await log.release('lg.f')
+      const notes = runCli(['blob', 'put', '-', '--root', root], { input: 'by hand\n' }).stdout.trim()
+      expect(notes).toMatch(/^[0-9a-f]{64}$/)
       expect(
         runCli(['append', 'lg.f', '--root', root], {
-          input: `{"op":"write","path":"notes.md","blob":"${'0'.repeat(64)}"}\n`,
+          input: `{"op":"write","path":"notes.md","blob":"${notes}"}\n`,
         }).status,
       ).toBe(0)
       expect(runCli(['snapshot', 'lg.f', '-m', 'by hand', '--root', root]).status).toBe(0)
@@ -205,7 +207,7 @@ describe('NoaSaver', () => {
       expect((await saver.getTuple(c2))?.checkpoint.channel_values).toEqual({ a: 1 })
       const engine = new SnapshotEngine({ root })
       const head = await engine.head('lg.f')
-      expect((await engine.tree(head?.record.id as string)).get('notes.md')).toBe('0'.repeat(64))
+      expect((await engine.tree(head?.record.id as string)).get('notes.md')).toBe(notes)
       expect(head?.record.parent).toBe((await engine.listSnapshots('lg.f'))[1]?.snapshotId)
       await expectConsistent(root, 'lg.f')
     } finally {
@@ -216,7 +218,7 @@ describe('NoaSaver', () => {
 
   it('repairs its snapshot chain when another writer in the process appends during its commit', async () => {
     const root = join(tempDir('noa-lg-race-'), 'noa')
-    const log = await AgentLog.open({ root })
+    const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
     const saver = await NoaSaver.open({ log })
     try {
       const c1 = await saver.put({ configurable: { thread_id: 'r' } }, checkpoint({ a: 1 }), meta(0), {
