@@ -293,7 +293,8 @@ export class AgentLog {
   /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
-  private readonly objects: ObjectChecks | undefined
+  /** The `objects` option: what vouches for snapshot and merge entries appended here (none: refused). */
+  readonly objects: ObjectChecks | undefined
   private readonly checkBlobs: boolean
 
   private constructor(o: CheckedOptions, options: AgentLogOptions) {
