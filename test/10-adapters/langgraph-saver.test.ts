@@ -255,7 +255,7 @@ describe('NoaSaver', () => {
   it("keeps through noa gc everything a thread reads back: large values and every checkpoint's writes", async () => {
     const root = join(tempDir('noa-lg-gc-'), 'noa')
     const big = (c: string) => c.repeat(10_000)
-    const configs = []
+    const configs: Array<Awaited<ReturnType<Saver['put']>>> = []
     let saver = await NoaSaver.open({ root })
     try {
       let config = await saver.put(
@@ -339,9 +339,9 @@ describe('NoaSaver', () => {
       const cfg2 = await saver.put(cfg1, c2, meta(1), { small: 2 })
       expect((await saver.getTuple(cfg2))?.checkpoint.channel_values).toEqual({ big, small: 2 })
       const log = await entries(root, 'lg.big')
-      const blobs = log
-        .filter((e) => e.op === 'write' && e.path.startsWith('checkpoints/'))
-        .map((e) => e.blob)
+      const blobs = log.flatMap((e) =>
+        e.op === 'write' && e.path.startsWith('checkpoints/') ? [e.blob] : [],
+      )
       const records = await Promise.all(
         blobs.map(async (b) => JSON.parse(runCli(['blob', 'get', b, '--root', root]).stdout)),
       )
