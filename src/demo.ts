@@ -1,6 +1,6 @@
 /**
  * `npm start`: every layer of noa on a temporary root, in about 10 seconds, through the public
- * API alone (what `import … from 'noa'` gives):
+ * API alone (what `noa`, `noa/transcript`, `noa/memory` and `noa/context` give):
  * 1. agents append to their own workspaces at once, each awaiting every ack, with live figures;
  *    then every log is reopened (recovery) and verified in full;
  * 2. a snapshot, a fork of it, edits on both sides and a merge with one reported conflict;
@@ -15,21 +15,17 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { parseArgs } from 'node:util'
+import { ContextSession, formatTokens } from './context/index.js'
+import { AgentLog, type EntryInput, ObjectStore, SnapshotEngine } from './index.js'
+import { MemoryStore } from './memory/index.js'
 import {
-  AgentLog,
-  ContextSession,
-  type EntryInput,
-  formatTokens,
   loadTranscript,
-  MemoryStore,
   type Message,
   messages,
-  ObjectStore,
   resume,
-  SnapshotEngine,
   TranscriptWriter,
   transcriptPath,
-} from './index.js'
+} from './transcript/index.js'
 
 interface Agent {
   workspace: string

@@ -1,6 +1,8 @@
-/** Noa context compression (issue 6): the module's public surface, re-exported by src/index.ts. */
+/**
+ * `noa/context`: Norma-compatible context compression. ContextSession compresses a transcript into
+ * archived blocks and a state file; the pipeline, refs, archive format and audit are its parts.
+ */
 export {
-  ARCHIVE_TEMP_PREFIX,
   type ArchiveBlockEntry,
   type ArchiveDocument,
   type ArchiveEntry,
@@ -56,7 +58,7 @@ export {
   inheritState,
   MAX_INHERIT_DEPTH,
 } from './inherit.js'
-export { materialize } from './materialize.js'
+export { materialize, type ViewRefs } from './materialize.js'
 export { formatPanel, type PanelInput, panelBlockCount } from './panel.js'
 export {
   archiveTag,
@@ -73,8 +75,8 @@ export {
   type CompressOutcome,
   ContextSession,
   type ContextSessionOptions,
+  type RebuildOptions,
   type RebuildOutcome,
-  SESSION_LOCK_FILE,
   withSessionLock,
 } from './session.js'
 export { activeBlocks, cloneState, coveredMessageIds, createInitialState, findBlock } from './state.js'

@@ -3,39 +3,43 @@
  * ENOSPC, …) stay Node-shaped: a plain Error with `code`, `errno`, `syscall` and `path`.
  */
 
-export type NoaErrorCode =
-  | 'NOA_BAD_ENTRY'
-  | 'NOA_BAD_WORKSPACE'
-  | 'NOA_BAD_OPTION'
-  | 'NOA_BAD_ARGUMENT'
-  | 'NOA_WORKSPACE_LOCKED'
-  | 'NOA_WORKSPACE_POISONED'
-  | 'NOA_CORRUPT_LOG'
-  | 'NOA_CORRUPT_OBJECT'
-  | 'NOA_NOT_FOUND'
-  | 'NOA_CLOSED'
-  | 'NOA_WORKER_FAILED'
-  | 'NOA_NATIVE_MISSING'
-  | 'NOA_REPLAY'
-  | 'NOA_CONFLICT'
-  | 'NOA_EXISTS'
-  | 'NOA_BAD_FORMAT'
-  | 'NOA_REPLICA_GAP'
-  | 'NOA_REPLICATION'
-  | 'NOA_STREAM_CONFIG'
-  | 'NOA_BAD_TRANSCRIPT'
-  | 'NOA_BAD_RECORD'
-  | 'NOA_BAD_STATE'
-  | 'NOA_BAD_ARCHIVE'
-  | 'NOA_COMPRESS'
-  | 'NOA_MISSING_BLOB'
-  | 'NOA_NOT_REGULAR_FILE'
-  | 'NOA_NOT_DIRECTORY'
-  | 'NOA_NAME_TOO_LONG'
-  | 'NOA_BAD_ROOT'
-  | 'NOA_JOURNAL'
-  | 'NOA_ABORTED'
-  | 'NOA_SEQ_MISMATCH'
+/** Every code a NoaError carries; stable across releases (scripts match on them). */
+export const NOA_ERROR_CODES = [
+  'NOA_BAD_ENTRY',
+  'NOA_BAD_WORKSPACE',
+  'NOA_BAD_OPTION',
+  'NOA_BAD_ARGUMENT',
+  'NOA_WORKSPACE_LOCKED',
+  'NOA_WORKSPACE_POISONED',
+  'NOA_CORRUPT_LOG',
+  'NOA_CORRUPT_OBJECT',
+  'NOA_NOT_FOUND',
+  'NOA_CLOSED',
+  'NOA_WORKER_FAILED',
+  'NOA_NATIVE_MISSING',
+  'NOA_REPLAY',
+  'NOA_CONFLICT',
+  'NOA_EXISTS',
+  'NOA_BAD_FORMAT',
+  'NOA_REPLICA_GAP',
+  'NOA_REPLICATION',
+  'NOA_STREAM_CONFIG',
+  'NOA_BAD_TRANSCRIPT',
+  'NOA_BAD_RECORD',
+  'NOA_BAD_STATE',
+  'NOA_BAD_ARCHIVE',
+  'NOA_COMPRESS',
+  'NOA_MISSING_BLOB',
+  'NOA_NOT_REGULAR_FILE',
+  'NOA_NOT_DIRECTORY',
+  'NOA_NAME_TOO_LONG',
+  'NOA_BAD_ROOT',
+  'NOA_JOURNAL',
+  'NOA_ABORTED',
+  'NOA_SEQ_MISMATCH',
+] as const
+
+export type NoaErrorCode = (typeof NOA_ERROR_CODES)[number]
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

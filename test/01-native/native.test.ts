@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process'
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { loadNative } from '../../dist/src/index.js'
+import { loadNative } from '../../dist/src/engine/index.js'
 import { DIST, tempDir } from '../helpers/index.js'
 
 describe('the addon', () => {

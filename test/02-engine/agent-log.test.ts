@@ -1,14 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import {
-  AgentLog,
-  type Entry,
-  type EntryInput,
-  isNoaError,
-  listWorkspaces,
-  readEntries,
-} from '../../dist/src/index.js'
+import { listWorkspaces, readEntries } from '../../dist/src/engine/index.js'
+import { AgentLog, type Entry, type EntryInput, isNoaError } from '../../dist/src/index.js'
 import { BLOB, blobOf, tempDir } from '../helpers/index.js'
 
 function write(i: number, path = `src/f${i}.ts`): EntryInput {

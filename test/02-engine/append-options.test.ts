@@ -4,7 +4,8 @@
  */
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, type EntryInput, readEntries } from '../../dist/src/index.js'
+import { readEntries } from '../../dist/src/engine/index.js'
+import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
 
 function write(i: number): EntryInput {

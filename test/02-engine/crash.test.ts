@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, readEntries } from '../../dist/src/index.js'
+import { readEntries } from '../../dist/src/engine/index.js'
+import { AgentLog } from '../../dist/src/index.js'
 import { tempDir } from '../helpers/index.js'
 
 const WRITER = new URL('../fixtures/crash-writer.mjs', import.meta.url).pathname

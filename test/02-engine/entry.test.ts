@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { checkWorkspace, encodeBody, formatLine, isNoaError, parseEntry } from '../../dist/src/index.js'
+import { checkWorkspace, encodeBody, formatLine, parseEntry } from '../../dist/src/engine/index.js'
+import { isNoaError } from '../../dist/src/index.js'
 import { BLOB } from '../helpers/index.js'
 
 function refused(fn: () => unknown): { code: string; message: string } {

@@ -9,14 +9,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFil
 import { createServer, type Server } from 'node:net'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
+import { listWorkspaces, readWorkspace, verifyWorkspace } from '../../dist/src/engine/index.js'
 import { scanWorkspaces } from '../../dist/src/engine/logs.js'
-import {
-  AgentLog,
-  type EntryInput,
-  listWorkspaces,
-  readWorkspace,
-  verifyWorkspace,
-} from '../../dist/src/index.js'
+import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
 
 const E: EntryInput = { op: 'write', path: 'a.txt', blob: blobOf(1) }

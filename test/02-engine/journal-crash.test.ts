@@ -7,8 +7,8 @@ import { spawn } from 'node:child_process'
 import { closeSync, existsSync, openSync, readdirSync, statSync, truncateSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { readEntries } from '../../dist/src/engine/index.js'
 import { scanJournal } from '../../dist/src/engine/journal-recovery.js'
-import { readEntries } from '../../dist/src/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const WRITER = new URL('../fixtures/journal-writer.mjs', import.meta.url).pathname

@@ -6,7 +6,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, type EntryInput, readEntries } from '../../dist/src/index.js'
+import { readEntries } from '../../dist/src/engine/index.js'
+import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
 
 const FAULTY = new URL('../fixtures/faulty-io.mjs', import.meta.url).href

@@ -8,17 +8,16 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { setThreadPolicy, threadStats } from '../../dist/src/engine/parallel.js'
-import { BadLine, LineScanner, parseLines } from '../../dist/src/engine/scan.js'
 import {
-  type Entry,
   encodeBody,
   formatLine,
-  isNoaError,
   parseEntry,
   readEntryBatches,
   verifyLog,
-} from '../../dist/src/index.js'
+} from '../../dist/src/engine/index.js'
+import { setThreadPolicy, threadStats } from '../../dist/src/engine/parallel.js'
+import { BadLine, LineScanner, parseLines } from '../../dist/src/engine/scan.js'
+import { type Entry, isNoaError } from '../../dist/src/index.js'
 import { tempDir } from '../helpers/index.js'
 
 type Outcome = { entries: Entry[] } | { line: number; message: string }

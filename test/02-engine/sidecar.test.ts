@@ -6,8 +6,9 @@
 import { copyFileSync, existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { verifyWorkspace } from '../../dist/src/engine/index.js'
 import { readSidecar, sidecarPath } from '../../dist/src/engine/sidecar.js'
-import { AgentLog, type EntryInput, verifyWorkspace } from '../../dist/src/index.js'
+import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
 
 function write(i: number): EntryInput {

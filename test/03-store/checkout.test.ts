@@ -2,7 +2,8 @@
 import { existsSync, lstatSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { type EntryInput, sha256, TREE_HEADER } from '../../dist/src/index.js'
+import type { EntryInput } from '../../dist/src/index.js'
+import { sha256, TREE_HEADER } from '../../dist/src/store/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 import { refusal, setup } from '../helpers/snapshot.js'
 

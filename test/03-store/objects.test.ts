@@ -3,18 +3,8 @@ import { chmodSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync }
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import {
-  AgentLog,
-  comparePaths,
-  diffTrees,
-  isNoaError,
-  MAX_DELTA_DEPTH,
-  type NoaError,
-  ObjectStore,
-  SnapshotEngine,
-  Tree,
-  TreeBuilder,
-} from '../../dist/src/index.js'
+import { AgentLog, isNoaError, type NoaError, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { comparePaths, diffTrees, MAX_DELTA_DEPTH, Tree, TreeBuilder } from '../../dist/src/store/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { refusal } from '../helpers/snapshot.js'
 

@@ -6,7 +6,8 @@
 import { appendFileSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import { AgentLog, type EntryInput, formatLine, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { formatLine } from '../../dist/src/engine/index.js'
+import { AgentLog, type EntryInput, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { files, refusal, setup } from '../helpers/snapshot.js'
 

@@ -6,19 +6,14 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import fc from 'fast-check'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { progress } from '../../dist/src/cli/progress.js'
+import { encodeBody, formatLine } from '../../dist/src/engine/index.js'
+import { AgentLog, type EntryInput, isNoaError, type NoaError, SnapshotEngine } from '../../dist/src/index.js'
 import {
-  AgentLog,
-  type EntryInput,
-  encodeBody,
-  formatLine,
-  isNoaError,
   lastSnapshotEntry,
-  type NoaError,
-  SnapshotEngine,
   sha256,
   snapshotEntriesBackward,
   TREE_HEADER,
-} from '../../dist/src/index.js'
+} from '../../dist/src/store/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { files, refusal, setup } from '../helpers/snapshot.js'
 

@@ -10,12 +10,11 @@ import { describe, expect, it } from 'vitest'
 import {
   AgentLog,
   type EntryInput,
-  encodeSnapshotRecord,
   type NoEffect,
   ObjectStore,
   SnapshotEngine,
-  sha256,
 } from '../../dist/src/index.js'
+import { encodeSnapshotRecord, sha256 } from '../../dist/src/store/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { files, refusal, setup } from '../helpers/snapshot.js'
 

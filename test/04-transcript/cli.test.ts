@@ -1,7 +1,12 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { loadTranscript, type Message, TranscriptWriter, transcriptPath } from '../../dist/src/index.js'
+import {
+  loadTranscript,
+  type Message,
+  TranscriptWriter,
+  transcriptPath,
+} from '../../dist/src/transcript/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const cli = (args: string[], input = '') => runCli(['transcript', ...args], { input: Buffer.from(input) })

@@ -2,7 +2,12 @@ import { spawn } from 'node:child_process'
 import { appendFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { formatRecord, loadTranscript, type TranscriptRecord, transcriptPath } from '../../dist/src/index.js'
+import {
+  formatRecord,
+  loadTranscript,
+  type TranscriptRecord,
+  transcriptPath,
+} from '../../dist/src/transcript/index.js'
 import { tempDir } from '../helpers/index.js'
 
 const CHILD = fileURLToPath(new URL('../fixtures/transcript-crash-child.mjs', import.meta.url))

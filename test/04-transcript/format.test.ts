@@ -10,7 +10,7 @@ import {
   parseTranscript,
   type TranscriptRecord,
   TranscriptWriter,
-} from '../../dist/src/index.js'
+} from '../../dist/src/transcript/index.js'
 import { tempDir } from '../helpers/index.js'
 
 /** 2024-06-05T13:00:00Z in Unix nanoseconds. */

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { formatRecord, parseTranscript, type TranscriptRecord } from '../../dist/src/index.js'
+import { formatRecord, parseTranscript, type TranscriptRecord } from '../../dist/src/transcript/index.js'
 
 // --- the model ------------------------------------------------------------------------------
 

@@ -7,15 +7,15 @@
 import { mkdirSync, readdirSync, symlinkSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
+import { AgentLog } from '../../dist/src/index.js'
 import {
-  AgentLog,
   listSidechains,
   loadTranscript,
   type Message,
   sessionUsage,
   TranscriptWriter,
   transcriptPath,
-} from '../../dist/src/index.js'
+} from '../../dist/src/transcript/index.js'
 import { FILE_PLANTS, FOLDER_PLANTS, outsideState, refusal } from '../helpers/hostile.js'
 import { runCli, tempDir } from '../helpers/index.js'
 

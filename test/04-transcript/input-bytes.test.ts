@@ -5,7 +5,8 @@
  */
 import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { isNoaError, TranscriptWriter, transcriptPath } from '../../dist/src/index.js'
+import { isNoaError } from '../../dist/src/index.js'
+import { TranscriptWriter, transcriptPath } from '../../dist/src/transcript/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const good = '{"role":"user","content":"hi"}\n'

@@ -1,15 +1,15 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { isNoaError } from '../../dist/src/index.js'
 import {
   formatRecord,
-  isNoaError,
   loadTranscript,
   MAX_LINE_BYTES,
   type Message,
   parseTranscript,
   type TranscriptRecord,
-} from '../../dist/src/index.js'
+} from '../../dist/src/transcript/index.js'
 import { tempDir } from '../helpers/index.js'
 
 function rec(n: number, text = `message ${n}`): TranscriptRecord {

@@ -6,17 +6,17 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { isNoaError } from '../../dist/src/index.js'
+import { encodeMessage } from '../../dist/src/transcript/encode.js'
 import {
   formatRecord,
   formatRecordBytes,
-  isNoaError,
   messages,
   parseBoundaryMeta,
   parseTranscript,
   type TranscriptRecord,
   viewForModel,
-} from '../../dist/src/index.js'
-import { encodeMessage } from '../../dist/src/transcript/encode.js'
+} from '../../dist/src/transcript/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const bytes = (...parts: Array<string | number[]>) =>

@@ -15,7 +15,7 @@ import {
   TranscriptWriter,
   transcriptPath,
   viewForModel,
-} from '../../dist/src/index.js'
+} from '../../dist/src/transcript/index.js'
 import { tempDir } from '../helpers/index.js'
 
 const text = (role: 'user' | 'assistant', t: string): Message => ({

@@ -2,17 +2,16 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } 
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
+import { AgentLog, isNoaError } from '../../dist/src/index.js'
 import {
-  AgentLog,
   formatRecord,
-  isNoaError,
   loadTranscript,
   type Message,
   messages,
   type TranscriptRecord,
   TranscriptWriter,
   transcriptPath,
-} from '../../dist/src/index.js'
+} from '../../dist/src/transcript/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const user = (text: string): Message => ({ role: 'user', content: [{ type: 'text', text }] })

@@ -8,7 +8,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { expect, it } from 'vitest'
-import { MemoryStore, parseMemory, renderIndex } from '../../dist/src/index.js'
+import { MemoryStore, parseMemory, renderIndex } from '../../dist/src/memory/index.js'
 import { DIST, killAfterFirstOutput, tempDir } from '../helpers/index.js'
 
 const CHILD = `

@@ -7,7 +7,7 @@
 import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { MemoryStore } from '../../dist/src/index.js'
+import { MemoryStore } from '../../dist/src/memory/index.js'
 import { FILE_PLANTS, outsideState, refusal } from '../helpers/hostile.js'
 import { runCli, tempDir } from '../helpers/index.js'
 

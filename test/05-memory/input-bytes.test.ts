@@ -6,7 +6,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { MemoryStore } from '../../dist/src/index.js'
+import { MemoryStore } from '../../dist/src/memory/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 describe('memory input bytes', () => {

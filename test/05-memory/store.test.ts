@@ -12,7 +12,8 @@ import {
 } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { isNoaError, MemoryStore } from '../../dist/src/index.js'
+import { isNoaError } from '../../dist/src/index.js'
+import { MemoryStore } from '../../dist/src/memory/index.js'
 import { tempDir } from '../helpers/index.js'
 
 const h8 = (name: string) => createHash('sha256').update(name, 'utf8').digest('hex').slice(0, 8)

@@ -1,10 +1,9 @@
 import { describe, expect, it } from 'vitest'
+import { goToLower, goTrimSpace } from '../../dist/src/gocompat/public.js'
+import { isNoaError } from '../../dist/src/index.js'
 import {
   age,
   checkMemory,
-  goToLower,
-  goTrimSpace,
-  isNoaError,
   type MemoryNote,
   parseMemory,
   relevant,
@@ -14,7 +13,7 @@ import {
   score,
   slug,
   tokenize,
-} from '../../dist/src/index.js'
+} from '../../dist/src/memory/index.js'
 
 describe('slug (Go: strings.ToLower, [^a-z0-9]+ → -, trim -)', () => {
   const table: Array<[string, string]> = [

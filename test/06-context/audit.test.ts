@@ -2,7 +2,8 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { type AuditProblem, auditSession, ContextSession, type Message } from '../../dist/src/index.js'
+import { type AuditProblem, auditSession, ContextSession } from '../../dist/src/context/index.js'
+import type { Message } from '../../dist/src/transcript/index.js'
 import { assistant, hid, NOW, toolResult, toolUse, user } from '../helpers/context-fixtures.js'
 import { tempDir } from '../helpers/index.js'
 

@@ -2,7 +2,8 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { ContextSession, loadTranscript, type Message, messages } from '../../dist/src/index.js'
+import { ContextSession } from '../../dist/src/context/index.js'
+import { loadTranscript, type Message, messages } from '../../dist/src/transcript/index.js'
 import {
   assistant,
   cli,

@@ -7,10 +7,10 @@ import {
   type ContextSessionOptions,
   encodeState,
   loadState,
-  type Message,
   NORMA_CONFIG,
   saveState,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
+import type { Message } from '../../dist/src/transcript/index.js'
 import {
   assistant,
   compressUse,

@@ -7,7 +7,7 @@ import { readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { expect, it } from 'vitest'
-import { auditSession, loadState } from '../../dist/src/index.js'
+import { auditSession, loadState } from '../../dist/src/context/index.js'
 import { DIST, killAfterFirstOutput, tempDir } from '../helpers/index.js'
 
 const CHILD = `

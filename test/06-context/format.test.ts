@@ -13,12 +13,12 @@ import {
   countTokens,
   formatRfc3339,
   formatTokens,
-  isNoaError,
-  type Message,
   parseArchive,
   renderArchive,
   renderArchiveUnchecked,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
+import { isNoaError } from '../../dist/src/index.js'
+import type { Message } from '../../dist/src/transcript/index.js'
 import { assistant, hid, NOW, NOW_UNIX, toolResult, user } from '../helpers/context-fixtures.js'
 import { tempDir } from '../helpers/index.js'
 

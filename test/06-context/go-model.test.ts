@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { type CompressionState, decodeState, encodeState } from '../../dist/src/index.js'
+import { type CompressionState, decodeState, encodeState } from '../../dist/src/context/index.js'
 
 type Node = string | { obj: Array<[string, Node]> } | { arr: Node[] }
 

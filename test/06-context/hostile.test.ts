@@ -14,7 +14,7 @@ import {
   loadState,
   ReuseArchiver,
   withSessionLock,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
 import { FILE_PLANTS, FOLDER_PLANTS, outsideState, refusal } from '../helpers/hostile.js'
 import { runCli, tempDir } from '../helpers/index.js'
 

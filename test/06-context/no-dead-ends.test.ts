@@ -7,7 +7,9 @@ import { spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { auditSession, ContextSession, isNoaError, type Message } from '../../dist/src/index.js'
+import { auditSession, ContextSession } from '../../dist/src/context/index.js'
+import { isNoaError } from '../../dist/src/index.js'
+import type { Message } from '../../dist/src/transcript/index.js'
 import {
   assistant,
   compressUse,

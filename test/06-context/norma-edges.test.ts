@@ -9,11 +9,11 @@ import {
   type ArchiveDocument,
   decodeState,
   encodeState,
-  isNoaError,
   parseArchive,
   renderArchive,
   renderArchiveUnchecked,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
+import { isNoaError } from '../../dist/src/index.js'
 
 const F = '\ufffd'
 const file = Buffer.concat([

@@ -3,7 +3,6 @@ import { describe, expect, it } from 'vitest'
 import {
   createInitialState,
   indexToRef,
-  type Message,
   parseBlockId,
   parseBoundary,
   parseCompressArgs,
@@ -12,7 +11,8 @@ import {
   refToIndex,
   resolveConfig,
   stripRefTag,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
+import type { Message } from '../../dist/src/transcript/index.js'
 import {
   assistant,
   compressUse,

@@ -8,10 +8,10 @@ import {
   decodeState,
   encodeState,
   inheritState,
-  isNoaError,
   loadState,
   saveState,
-} from '../../dist/src/index.js'
+} from '../../dist/src/context/index.js'
+import { isNoaError } from '../../dist/src/index.js'
 import { assistant, NOW, user } from '../helpers/context-fixtures.js'
 import { tempDir } from '../helpers/index.js'
 

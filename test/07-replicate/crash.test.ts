@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import { replicatePull, replicatePush, replicationStatus } from '../../dist/src/index.js'
+import { replicatePull, replicatePush, replicationStatus } from '../../dist/src/replicate/index.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
 import { type NatsServer, startCli, startNatsServer, uniqueNames, useNats, waitFor } from '../helpers/nats.js'
 import {

@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { replicatePull, replicatePush } from '../../dist/src/index.js'
+import { replicatePull, replicatePush } from '../../dist/src/replicate/index.js'
 import { runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { uniqueNames, useNats } from '../helpers/nats.js'
 import { dropStream, initStreamCli } from '../helpers/replicate.js'

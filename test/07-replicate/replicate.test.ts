@@ -3,15 +3,13 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it } from 'vitest'
+import { AgentLog, isNoaError, NoaError } from '../../dist/src/index.js'
 import {
-  AgentLog,
-  isNoaError,
-  NoaError,
   replicatePull,
   replicatePush,
   replicationStatus,
   streamProblems,
-} from '../../dist/src/index.js'
+} from '../../dist/src/replicate/index.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
 import {
   createStream,

@@ -9,7 +9,9 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { AgentLog, MemoryStore, ObjectStore, SnapshotEngine, TranscriptWriter } from '../../dist/src/index.js'
+import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { MemoryStore } from '../../dist/src/memory/index.js'
+import { TranscriptWriter } from '../../dist/src/transcript/index.js'
 import { BLOB, blobOf, CLI, runMainIo, tempDir } from '../helpers/index.js'
 
 const ERASE = '\r\x1b[K'

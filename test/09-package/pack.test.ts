@@ -3,7 +3,8 @@
  * with install scripts disabled, and `import { AgentLog } from 'noa'` appends and reads with the
  * prebuilt addon (nothing compiled, no build/ folder). An install with scripts enabled prints no
  * "install scripts" warning, since the package has none. The tarball carries its LICENSE, and
- * every source map in it points at sources it also carries.
+ * every source map in it points at sources it also carries. Each subpath of the export map
+ * resolves from the installed package, at run time and for the type checker.
  */
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
@@ -43,7 +44,8 @@ function app(dir: string): string {
 }
 
 const USE = `
-import { AgentLog, loadNative, nativePath, readWorkspace } from 'noa'
+import { AgentLog } from 'noa'
+import { loadNative, nativePath, readWorkspace } from 'noa/engine'
 const root = process.argv[2]
 const log = await AgentLog.open({ root })
 const ack = await log.append('agent-1', { op: 'delete', path: 'src/old.ts' })
@@ -118,6 +120,62 @@ describe('the packed package', () => {
     expect(log.stdout).toBe(`${JSON.stringify(out.entries[0])}\n`)
   })
 
+  it('every subpath of the export map imports from the installed package, with its types', () => {
+    const dir = join(base, 'quiet')
+    const pkg = JSON.parse(readFileSync(join(dir, 'node_modules', 'noa', 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>
+    }
+    // The adapters need their optional peers installed; test/10-adapters covers them.
+    const subpaths = Object.keys(pkg.exports)
+      .filter((k) => k !== './package.json')
+      .map((k) => (k === '.' ? 'noa' : `noa/${k.slice(2)}`))
+      .filter((s) => s !== 'noa/langgraph' && s !== 'noa/openai-agents')
+    expect(subpaths).toContain('noa/transcript')
+    const script = subpaths
+      .map((s, i) => `import * as m${i} from '${s}'\nconsole.log('${s}', Object.keys(m${i}).length)`)
+      .join('\n')
+    writeFileSync(join(dir, 'subpaths.mjs'), script)
+    const r = spawnSync(process.execPath, ['subpaths.mjs'], { cwd: dir, encoding: 'utf8' })
+    expect(r.stderr).toBe('')
+    const counts = new Map(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ') as [string, string]),
+    )
+    expect([...counts.keys()]).toEqual(subpaths)
+    for (const [s, n] of counts) expect(Number(n), s).toBeGreaterThan(0)
+    // The declarations resolve through the same map (a type error if a `types` target is missing).
+    writeFileSync(
+      join(dir, 'types.ts'),
+      `${subpaths.map((s, i) => `import type * as t${i} from '${s}'`).join('\n')}\n` +
+        `import type { AgentLog, EntryInput } from 'noa'\n` +
+        `import type { TranscriptWriter } from 'noa/transcript'\n` +
+        `export type Used = [AgentLog, EntryInput, TranscriptWriter, ${subpaths.map((_, i) => `typeof t${i}`).join(', ')}]\n`,
+    )
+    const tsc = spawnSync(
+      process.execPath,
+      [
+        join(ROOT_DIR, 'node_modules', 'typescript', 'bin', 'tsc'),
+        '--noEmit',
+        '--strict',
+        '--skipLibCheck',
+        '--module',
+        'nodenext',
+        '--moduleResolution',
+        'nodenext',
+        '--types',
+        'node',
+        '--typeRoots',
+        join(ROOT_DIR, 'node_modules', '@types'),
+        'types.ts',
+      ],
+      { cwd: dir, encoding: 'utf8' },
+    )
+    expect(`${tsc.stdout}${tsc.stderr}`).toBe('')
+    expect(tsc.status).toBe(0)
+  })
+
   it('declares no install-time script, so npm has none to warn about or run', () => {
     expect(plain.status, plain.stderr).toBe(0)
     expect(`${plain.stdout}${plain.stderr}`).not.toMatch(/install.?scripts|allowScripts|node-gyp|gyp info/i)
@@ -154,7 +212,7 @@ describe('the packed package', () => {
     try {
       const r = spawnSync(
         process.execPath,
-        ['--input-type=module', '-e', `import { loadNative } from 'noa'; loadNative()`],
+        ['--input-type=module', '-e', `import { loadNative } from 'noa/engine'; loadNative()`],
         { cwd: dir, encoding: 'utf8' },
       )
       expect(r.status).not.toBe(0)

@@ -5,7 +5,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { decodeWorkspace, fromSegment, toSegment, workspaceFor } from '../../dist/src/adapters/names.js'
-import { checkPath, isWorkspaceName } from '../../dist/src/index.js'
+import { checkPath, isWorkspaceName } from '../../dist/src/engine/index.js'
 
 const scheme = { prefix: 'lg', what: 'thread id' }
 const wellFormed = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 200 })

@@ -1,7 +1,7 @@
 /** Conversations and transcripts for the context tests. */
 import { createHash } from 'node:crypto'
-import type { ContentBlock, Message } from '../../dist/src/index.js'
-import { TranscriptWriter } from '../../dist/src/index.js'
+import type { ContentBlock, Message } from '../../dist/src/transcript/index.js'
+import { TranscriptWriter } from '../../dist/src/transcript/index.js'
 
 export const user = (text: string): Message => ({ role: 'user', content: [{ type: 'text', text }] })
 export const assistant = (text: string): Message => ({ role: 'assistant', content: [{ type: 'text', text }] })

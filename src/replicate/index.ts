@@ -1,0 +1,48 @@
+/**
+ * `noa/replicate`: replication of workspaces and objects through a NATS JetStream stream. Create
+ * the stream, push, pull into a mirror, and report how far each side is; the subject names are
+ * the stream's contract with other readers.
+ */
+export {
+  type Checkpoint,
+  checkpointPath,
+  type PullCheckpoint,
+  type PullPosition,
+  type PushCheckpoint,
+  type PushPosition,
+} from './checkpoint.js'
+export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './mirror.js'
+export {
+  type PushedWorkspace,
+  type PushFailure,
+  type PushOptions,
+  type PushReport,
+  replicatePush,
+} from './publisher.js'
+export {
+  type Direction,
+  type Position,
+  type ReplicationStatus,
+  replicationStatus,
+  type StatusFailure,
+  type StatusOptions,
+  type WorkspaceReplication,
+} from './status.js'
+export {
+  type EventSink,
+  type InitOptions,
+  type InitReport,
+  initStream,
+  type NatsTarget,
+  type ProgressSink,
+  type ReplicationEvent,
+  type ReplicationProgress,
+  streamProblems,
+} from './stream.js'
+export {
+  DEFAULT_PREFIX,
+  defaultStreamName,
+  entryMsgId,
+  objectSubject,
+  workspaceSubject,
+} from './subjects.js'
