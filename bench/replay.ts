@@ -1,5 +1,5 @@
 /**
- * Replay benchmark (issue 3): `node dist/bench/replay.js [--quick]`.
+ * Replay benchmark: `node dist/bench/replay.js [--quick]`.
  *
  * - Full replay of a 1M-entry log (quick: 100k) by noa (the workspace's files from an empty
  *   tree, tree id included) against a bare line reader + JSON.parse over the same file, run

@@ -1,5 +1,5 @@
 /**
- * Replication figures, each beside a baseline measured in the same run (issue 8):
+ * Replication figures, each beside a baseline measured in the same run:
  *
  * - entries/s pushed (publisher: read, fdatasync, publish with Nats-Msg-Id and the expected
  *   last subject sequence, one message per entry) for 1 and 100 workspaces, against the

@@ -283,7 +283,7 @@ async function main(): Promise<void> {
   } finally {
     rmSync(gcDir, { recursive: true, force: true })
   }
-  // Replication (issue 8): needs nats-server; NOA_BENCH_NATS_URL names one, else it starts its own.
+  // Replication: needs nats-server; NOA_BENCH_NATS_URL names one, else it starts its own.
   const replicate = await import('./replicate.js')
   try {
     rows.push(...(await replicate.replicateSection({ quick })))

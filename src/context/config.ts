@@ -3,8 +3,8 @@
  * truncation); only those that decide whether a compression is accepted and what it covers are
  * here.
  *
- * noa's defaults are Norma's for what the issue names (the 5,000-character size gate, tiers up to
- * 3, Compress calls never compressed) and leave out two of Norma's defaults that depend on the
+ * noa's defaults are Norma's for the rules that judge the files alone (the 5,000-character size
+ * gate, tiers up to 3, Compress calls never compressed) and leave out two of Norma's defaults that depend on the
  * live conversation rather than on the files: the protected "recent zone" (the last 5 messages,
  * the last 5,000 tokens and the latest user message) and the 50-character minimum summary.
  * `NORMA_CONFIG` restores them, for a host that wants exactly what Norma accepts.

@@ -535,7 +535,7 @@ export class SnapshotEngine {
 
   /**
    * Writes a ref's files (a snapshot id, `ws`, `ws@seq`) into `dir`, never outside it
-   * (checkout.ts). The issue's `log.checkout` lives here: the log is the engine below the store.
+   * (checkout.ts). Checkout lives on the store, not on AgentLog: the log is the engine below it.
    */
   checkout(ref: string, dir: string, options: CheckoutOptions = {}): Promise<CheckoutResult> {
     checkOptionKeys(options, CHECKOUT_KEYS, 'checkout')

@@ -91,7 +91,7 @@ describe('the addon', () => {
   it('fails to load with a message listing every path it tried', () => {
     const r = spawnSync(
       process.execPath,
-      ['-e', `import(${JSON.stringify(join(DIST, 'index.js'))}).then(m => m.loadNative())`],
+      ['-e', `import(${JSON.stringify(join(DIST, 'engine', 'index.js'))}).then(m => m.loadNative())`],
       {
         env: { ...process.env, NOA_NATIVE_PATH: '/nonexistent/noa_io.node' },
         encoding: 'utf8',

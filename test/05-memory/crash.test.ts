@@ -13,7 +13,7 @@ import { DIST, killAfterFirstOutput, tempDir } from '../helpers/index.js'
 
 const CHILD = `
 import { createHash } from 'node:crypto'
-import { MemoryStore } from ${JSON.stringify(pathToFileURL(join(DIST, 'index.js')).href)}
+import { MemoryStore } from ${JSON.stringify(pathToFileURL(join(DIST, 'memory', 'index.js')).href)}
 const [dir, seedArg] = process.argv.slice(2)
 let seed = Number(seedArg)
 const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648)

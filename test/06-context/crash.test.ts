@@ -11,7 +11,7 @@ import { auditSession, loadState } from '../../dist/src/context/index.js'
 import { DIST, killAfterFirstOutput, tempDir } from '../helpers/index.js'
 
 const CHILD = `
-import { ContextSession } from ${JSON.stringify(pathToFileURL(join(DIST, 'index.js')).href)}
+import { ContextSession } from ${JSON.stringify(pathToFileURL(join(DIST, 'context', 'index.js')).href)}
 const [base] = process.argv.slice(2)
 const big = (label) => label + ' ' + 'x'.repeat(2000 + Math.floor(Math.random() * 4000))
 const conv = [{ role: 'user', content: [{ type: 'text', text: 'Task.' }] }]

@@ -1,8 +1,8 @@
 /**
- * Cross-machine merge (issue 8, point 3): workspaces written on one machine, pulled into
+ * Cross-machine merge: workspaces written on one machine, pulled into
  * another root through the stream, merged there with `noa merge`, give the same tree as the
- * same merge on the origin. Runs once `noa merge` exists (issue 3); the second case also needs
- * `noa snapshot` and `noa fork`, and shows the objects travelling with the logs.
+ * same merge on the origin. The second case also snapshots and forks, and shows the objects
+ * travelling with the logs.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'

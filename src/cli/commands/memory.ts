@@ -266,7 +266,7 @@ function label(n: MemoryNote): string {
   return n.type === '' ? n.name : `${n.name} [${n.type}]`
 }
 
-/** `--json` shape of a note, in the key order the issue names. */
+/** `--json` shape of a note; scripts read these keys, in this order. */
 function summary(n: MemoryNote) {
   return { name: n.name, description: n.description, type: n.type, file: n.file, mtime: timeOf(n) }
 }
