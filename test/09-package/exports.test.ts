@@ -97,4 +97,30 @@ describe('the export map', () => {
       'isNoaError',
     ])
   })
+
+  it("the README's imports name only what each entry hands out", () => {
+    const readme = readFileSync(join(ROOT_DIR, 'README.md'), 'utf8')
+    const byEntry = new Map(
+      entries.map(([key, t]) => {
+        const names = declarations.get(join(ROOT_DIR, t.types))
+        return [subpath(key), new Set([...(names?.values ?? []), ...(names?.types ?? [])])] as const
+      }),
+    )
+    const unknown: string[] = []
+    let count = 0
+    for (const m of readme.matchAll(/^import (?:type )?\{([^}]*)\}\s*from '(noa[^']*)'/gms)) {
+      const names = byEntry.get(m[2] as string)
+      for (const raw of (m[1] as string).split(',')) {
+        const name = raw
+          .replace(/\/\/.*$/gm, '')
+          .trim()
+          .replace(/^type /, '')
+        if (name === '') continue
+        count++
+        if (!names?.has(name)) unknown.push(`${m[2]}: ${name}`)
+      }
+    }
+    expect(count).toBeGreaterThan(60)
+    expect(unknown).toEqual([])
+  })
 })
