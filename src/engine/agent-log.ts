@@ -13,7 +13,7 @@ import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import type { Piscina } from 'piscina'
 import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
-import { deserializeError, NoaError } from './errors.js'
+import { deserializeError, Errors, type NoaError } from './errors.js'
 import { checkRoot, isInside } from './files.js'
 import { recoverJournals } from './journal-recovery.js'
 import {
@@ -170,7 +170,7 @@ interface Owner {
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
-  return new NoaError('NOA_BAD_OPTION', `option ${name} ${rule}, got ${JSON.stringify(value)}`, {
+  return Errors.BAD_OPTION(`option ${name} ${rule}, got ${JSON.stringify(value)}`, {
     field: name,
   })
 }
@@ -226,8 +226,7 @@ function checkOptions(options: AgentLogOptions) {
       typeof objects.hasBlob !== 'function' ||
       typeof objects.checkRecords !== 'function')
   ) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
+    throw Errors.BAD_OPTION(
       'option objects must have hasBlob(hash) and checkRecords(workspace, entries, where) (an ObjectStore does)',
       { field: 'objects' },
     )
@@ -236,13 +235,9 @@ function checkOptions(options: AgentLogOptions) {
     throw optionError('checkBlobs', 'must be a boolean', options.checkBlobs)
   }
   if (options.checkBlobs && !objects) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
-      'option checkBlobs needs option objects (e.g. new ObjectStore(root))',
-      {
-        field: 'checkBlobs',
-      },
-    )
+    throw Errors.BAD_OPTION('option checkBlobs needs option objects (e.g. new ObjectStore(root))', {
+      field: 'checkBlobs',
+    })
   }
   if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
     throw optionError('ioModule', 'must be a module URL string', options.ioModule)
@@ -418,8 +413,7 @@ export class AgentLog {
   appendMany(workspace: string, entries: readonly EntryInput[], options?: AppendOptions): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
-      if (!Array.isArray(entries))
-        throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
+      if (!Array.isArray(entries)) throw Errors.BAD_ARGUMENT('appendMany takes an array of entries')
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
       this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
@@ -452,8 +446,7 @@ export class AgentLog {
     if (typeof checkBlobs !== 'boolean') throw optionError('checkBlobs', 'must be a boolean', checkBlobs)
     const objects = this.objects
     if (checkBlobs && !objects) {
-      throw new NoaError(
-        'NOA_BAD_OPTION',
+      throw Errors.BAD_OPTION(
         'append option checkBlobs needs the log opened with option objects (e.g. new ObjectStore(root))',
         { field: 'checkBlobs' },
       )
@@ -463,8 +456,7 @@ export class AgentLog {
       const e = entries[i] as EntryInput
       if (e.op === 'snapshot' || e.op === 'merge') records = true
       else if (checkBlobs && e.op === 'write' && !(objects as ObjectChecks).hasBlob(e.blob)) {
-        throw new NoaError(
-          'NOA_MISSING_BLOB',
+        throw Errors.MISSING_BLOB(
           `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first (noa blob put), or append with checkBlobs: false`,
           { field: 'blob', blob: e.blob, path: e.path },
         )
@@ -473,8 +465,7 @@ export class AgentLog {
     if (!records) return
     if (!objects) {
       const i = entries.findIndex((e) => e.op === 'snapshot' || e.op === 'merge')
-      throw new NoaError(
-        'NOA_BAD_ENTRY',
+      throw Errors.BAD_ENTRY(
         `${where(i)}: ${entries[i]?.op} entries are written by the store (SnapshotEngine snapshot, fork, merge); to append one by hand, open the log with option objects so it can check the record it names`,
         { field: 'op' },
       )
@@ -491,13 +482,13 @@ export class AgentLog {
    */
   async appendAtomic(batch: Readonly<Record<string, readonly EntryInput[]>>): Promise<Record<string, Ack[]>> {
     if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
-      throw new NoaError('NOA_BAD_ARGUMENT', 'appendAtomic takes an object: { workspace: [entries] }')
+      throw Errors.BAD_ARGUMENT('appendAtomic takes an object: { workspace: [entries] }')
     }
     const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
     for (const [workspace, entries] of Object.entries(batch)) {
       checkWorkspace(workspace)
       if (!Array.isArray(entries)) {
-        throw new NoaError('NOA_BAD_ARGUMENT', `appendAtomic: ${workspace} must map to an array of entries`)
+        throw Errors.BAD_ARGUMENT(`appendAtomic: ${workspace} must map to an array of entries`)
       }
       if (entries.length === 0) continue
       const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
@@ -572,17 +563,15 @@ export class AgentLog {
       for (let i = 0; i < lines.length; i++) {
         const raw = lines[i] as string
         const text = raw.endsWith('\n') ? raw.slice(0, -1) : raw
-        if (text.includes('\n'))
-          throw new NoaError('NOA_BAD_ENTRY', `line ${i + 1}: holds more than one line`)
+        if (text.includes('\n')) throw Errors.BAD_ENTRY(`line ${i + 1}: holds more than one line`)
         let e: Entry
         try {
           e = parseEntry(text)
         } catch (err) {
-          throw new NoaError('NOA_BAD_ENTRY', `line ${i + 1}: ${(err as Error).message}`)
+          throw Errors.BAD_ENTRY(`line ${i + 1}: ${(err as Error).message}`)
         }
         if (prev && (e.seq !== prev.seq + 1 || e.ts <= prev.ts)) {
-          throw new NoaError(
-            'NOA_REPLICA_GAP',
+          throw Errors.REPLICA_GAP(
             `line ${i + 1}: seq ${e.seq} ts ${e.ts} does not follow seq ${prev.seq} ts ${prev.ts}`,
           )
         }
@@ -619,9 +608,7 @@ export class AgentLog {
    */
   appendToFile(file: string, data: string, options: Partial<RawAppendOptions> = {}): Promise<void> {
     if (typeof file !== 'string' || !isAbsolute(file)) {
-      return Promise.reject(
-        new NoaError('NOA_BAD_ARGUMENT', `appendToFile needs an absolute path, got ${file}`),
-      )
+      return Promise.reject(Errors.BAD_ARGUMENT(`appendToFile needs an absolute path, got ${file}`))
     }
     try {
       this.checkOutsideLogs(file)
@@ -656,8 +643,7 @@ export class AgentLog {
       // no log folder yet
     }
     if (isInside(logs, join(dir, 'x'))) {
-      throw new NoaError(
-        'NOA_BAD_ARGUMENT',
+      throw Errors.BAD_ARGUMENT(
         `appendToFile refuses ${file}: it is inside the workspace logs folder ${this.logDir}, which only append (through the workspace's owner) may write`,
         { file },
       )
@@ -754,7 +740,7 @@ export class AgentLog {
   /** Closes a file written by `appendToFile` (and so its lock) once its queue is drained. */
   async releaseFile(file: string): Promise<boolean> {
     if (typeof file !== 'string' || !isAbsolute(file)) {
-      throw new NoaError('NOA_BAD_ARGUMENT', `releaseFile needs an absolute path, got ${file}`)
+      throw Errors.BAD_ARGUMENT(`releaseFile needs an absolute path, got ${file}`)
     }
     const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
     if (owner.port === null) return false // never started: it holds nothing
@@ -1032,8 +1018,7 @@ export class AgentLog {
    */
   private ownerFailed(owner: Owner, port: MessagePort, err: unknown): void {
     if (owner.port !== port) return
-    const failed = new NoaError(
-      'NOA_WORKER_FAILED',
+    const failed = Errors.WORKER_FAILED(
       `owner worker ${owner.index} failed: ${(err as Error)?.message ?? String(err)}; what was in flight on it was not committed`,
       {},
       { cause: err },
@@ -1063,8 +1048,7 @@ export class AgentLog {
     }
     owner.quickDeaths = performance.now() - owner.startedAt < 1000 ? owner.quickDeaths + 1 : 0
     if (owner.quickDeaths >= 3 || this.closing) {
-      owner.failed = new NoaError(
-        'NOA_WORKER_FAILED',
+      owner.failed = Errors.WORKER_FAILED(
         `owner worker ${owner.index} keeps failing (${failed.message}); its workspaces refuse appends`,
         {},
         { cause: err },
@@ -1089,8 +1073,7 @@ function checkAppendOptions(options: AppendOptions | undefined): number {
 const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
 
 function abortedError(workspace: string, signal: AbortSignal): NoaError {
-  return new NoaError(
-    'NOA_ABORTED',
+  return Errors.ABORTED(
     `append to workspace ${workspace} was cancelled before it was committed`,
     { workspace },
     { cause: signal.reason },
@@ -1098,5 +1081,5 @@ function abortedError(workspace: string, signal: AbortSignal): NoaError {
 }
 
 function closedError(): NoaError {
-  return new NoaError('NOA_CLOSED', 'the AgentLog is closed')
+  return Errors.CLOSED('the AgentLog is closed')
 }

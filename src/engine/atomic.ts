@@ -34,7 +34,7 @@ import {
 import type { FileHandle } from 'node:fs/promises'
 import { rm } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 import {
   checkDirsBelow,
   DIR_MODE,
@@ -116,7 +116,7 @@ function checkFolder(dir: string, options: AtomicWriteOptions): void {
   if (options.base === undefined) return
   const missing = checkDirsBelow(options.base, dir)
   if (missing !== null) {
-    throw new NoaError('NOA_NOT_FOUND', `folder ${missing} does not exist (to write ${dir})`, {
+    throw Errors.NOT_FOUND(`folder ${missing} does not exist (to write ${dir})`, {
       file: missing,
     })
   }

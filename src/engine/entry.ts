@@ -6,7 +6,7 @@
  * only wraps the body with the seq and ts it assigns. So a bad entry is refused before anything
  * crosses to a worker, and the worker does no JSON work on the hot path.
  */
-import { NoaError } from './errors.js'
+import { Errors, type NoaError } from './errors.js'
 
 export interface WriteEntry {
   op: 'write'
@@ -76,7 +76,7 @@ export const MAX_PATH_BYTES = 4096
 export const MAX_MESSAGE_BYTES = 65536
 
 function bad(field: string, message: string, where?: string): NoaError {
-  return new NoaError('NOA_BAD_ENTRY', `${where ? `${where}: ` : ''}${field}: ${message}`, { field })
+  return Errors.BAD_ENTRY(`${where ? `${where}: ` : ''}${field}: ${message}`, { field })
 }
 
 /** An empty, `.` or `..` segment, or a leading `/` (an empty first segment). */
@@ -142,7 +142,7 @@ export function checkWorkspace(name: unknown): string {
           : name.length > 128
             ? `is ${name.length} characters, the limit is 128`
             : 'must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ (letters, digits, ".", "_", "-"; no "/", no leading dot)'
-    throw new NoaError('NOA_BAD_WORKSPACE', `workspace name ${shown} ${why}`, {
+    throw Errors.BAD_WORKSPACE(`workspace name ${shown} ${why}`, {
       workspace: typeof name === 'string' ? name : undefined,
     })
   }
@@ -193,8 +193,7 @@ function checkOp(value: unknown, where?: string): Op {
  */
 function checkFields(input: unknown, stored: boolean, where?: string): Op {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new NoaError(
-      'NOA_BAD_ENTRY',
+    throw Errors.BAD_ENTRY(
       `${where ? `${where}: ` : ''}${stored ? 'not a JSON object' : 'an entry must be a JSON object'}`,
       {},
     )
@@ -267,7 +266,7 @@ export function parseEntry(line: string): Entry {
   try {
     obj = JSON.parse(line)
   } catch (err) {
-    throw new NoaError('NOA_BAD_ENTRY', `not JSON: ${(err as Error).message}`, {})
+    throw Errors.BAD_ENTRY(`not JSON: ${(err as Error).message}`, {})
   }
   checkFields(obj, true)
   return obj as Entry
@@ -279,7 +278,7 @@ export function parseCounters(line: string): { seq: number; ts: number } {
   try {
     obj = JSON.parse(line)
   } catch (err) {
-    throw new NoaError('NOA_BAD_ENTRY', `not JSON: ${(err as Error).message}`, {})
+    throw Errors.BAD_ENTRY(`not JSON: ${(err as Error).message}`, {})
   }
   const o = (obj ?? {}) as Record<string, unknown>
   return { seq: checkCounter(o.seq, 'seq', 1), ts: checkCounter(o.ts, 'ts', 0) }

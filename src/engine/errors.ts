@@ -1,6 +1,8 @@
 /**
- * One error class for everything noa refuses, with stable string codes. System errors (EIO,
- * ENOSPC, …) stay Node-shaped: a plain Error with `code`, `errno`, `syscall` and `path`.
+ * One error class for everything noa refuses, with stable string codes, each made by one factory
+ * of `Errors` below (as hypercore's and piscina's errors are), typed with the details that code
+ * always carries. System errors (EIO, ENOSPC, …) stay Node-shaped: a plain Error with `code`,
+ * `errno`, `syscall` and `path`.
  */
 
 /** Every code a NoaError carries; stable across releases (scripts match on them). */
@@ -20,7 +22,6 @@ export const NOA_ERROR_CODES = [
   'NOA_REPLAY',
   'NOA_CONFLICT',
   'NOA_EXISTS',
-  'NOA_BAD_FORMAT',
   'NOA_REPLICA_GAP',
   'NOA_REPLICATION',
   'NOA_STREAM_CONFIG',
@@ -37,6 +38,7 @@ export const NOA_ERROR_CODES = [
   'NOA_JOURNAL',
   'NOA_ABORTED',
   'NOA_SEQ_MISMATCH',
+  'NOA_BAD_BOUNDARY',
 ] as const
 
 export type NoaErrorCode = (typeof NOA_ERROR_CODES)[number]
@@ -64,6 +66,59 @@ export class NoaError extends Error {
     this.code = code
     this.details = details
   }
+}
+
+/** Details a code's errors always carry, on top of the optional ones of NoaErrorDetails. */
+interface Required {
+  NOA_BAD_OPTION: { field: string }
+  /** `workspace` is unset for a raw file appended through the same owners. */
+  NOA_WORKSPACE_LOCKED: { file: string }
+  NOA_WORKSPACE_POISONED: { file: string }
+  NOA_NATIVE_MISSING: { tried: string[] }
+  NOA_NOT_REGULAR_FILE: { file: string }
+  NOA_NOT_DIRECTORY: { file: string }
+  NOA_NAME_TOO_LONG: { file: string }
+  NOA_BAD_ROOT: { root: string }
+  NOA_ABORTED: { workspace: string }
+  NOA_SEQ_MISMATCH: { workspace: string; lastSeq: number; expected: number }
+  NOA_BAD_ARCHIVE: { reason: string }
+  NOA_BAD_BOUNDARY: { ref: string; kind: 'unknown' | 'consumed' | 'invalid' }
+}
+
+export type DetailsOf<C extends NoaErrorCode> = C extends keyof Required
+  ? NoaErrorDetails & Required[C]
+  : NoaErrorDetails
+
+type Short<C extends string> = C extends `NOA_${infer S}` ? S : never
+type Factory<C extends NoaErrorCode> = C extends keyof Required
+  ? (message: string, details: DetailsOf<C>, options?: ErrorOptions) => NoaError
+  : (message: string, details?: DetailsOf<C>, options?: ErrorOptions) => NoaError
+
+/** One factory per code, named as the code without its prefix: `Errors.BAD_OPTION(…)`. */
+export type ErrorFactories = { [C in NoaErrorCode as Short<C>]: Factory<C> }
+
+function factory<C extends NoaErrorCode>(code: C): Factory<C> {
+  return ((message: string, details: NoaErrorDetails = {}, options?: ErrorOptions) =>
+    new NoaError(code, message, details, options)) as Factory<C>
+}
+
+/** Where every NoaError is made (the constructor is for these and for `rebuildError` only). */
+export const Errors: ErrorFactories = Object.freeze(
+  Object.fromEntries(NOA_ERROR_CODES.map((code) => [code.slice(4), factory(code)])),
+) as ErrorFactories
+
+/**
+ * The same error again under another message (and code, and more details): how a layer adds
+ * what it knows (a line number, the workspace) to a refusal from the layer below, keeping it as
+ * the cause.
+ */
+export function rewrap(
+  err: NoaError,
+  message: string,
+  details: NoaErrorDetails = {},
+  code: NoaErrorCode = err.code,
+): NoaError {
+  return new NoaError(code, message, { ...err.details, ...details }, { cause: err })
 }
 
 export function isNoaError(err: unknown, code?: NoaErrorCode): err is NoaError {

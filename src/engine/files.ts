@@ -24,7 +24,7 @@ import {
 } from 'node:fs'
 import { type FileHandle, open } from 'node:fs/promises'
 import { dirname, isAbsolute, relative, resolve, sep } from 'node:path'
-import { NoaError } from './errors.js'
+import { Errors, type NoaError } from './errors.js'
 
 const { O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_APPEND, O_TRUNC } = constants
 
@@ -57,23 +57,21 @@ function article(kind: FileKind): string {
 }
 
 export function notRegularFile(path: string, kind: FileKind, what = 'file'): NoaError {
-  return new NoaError(
-    'NOA_NOT_REGULAR_FILE',
+  return Errors.NOT_REGULAR_FILE(
     `${path} is ${article(kind)}, not a regular file: noa refuses to use it as a ${what}${kind === 'symlink' ? ' (it does not follow symlinks inside its folders)' : ''}`,
     { file: path, kind },
   )
 }
 
 export function notDirectory(path: string, kind: FileKind): NoaError {
-  return new NoaError(
-    'NOA_NOT_DIRECTORY',
+  return Errors.NOT_DIRECTORY(
     `${path} is ${article(kind)}, not a folder: noa refuses to use it${kind === 'symlink' ? ' (it does not follow symlinks inside its folders)' : ''}`,
     { file: path, kind },
   )
 }
 
 export function nameTooLong(path: string): NoaError {
-  return new NoaError('NOA_NAME_TOO_LONG', `${path}: the name is too long for the filesystem`, { file: path })
+  return Errors.NAME_TOO_LONG(`${path}: the name is too long for the filesystem`, { file: path })
 }
 
 function errnoOf(err: unknown): string | undefined {
@@ -294,22 +292,18 @@ export function checkRoot(root: string, mustExist: boolean): void {
     const code = errnoOf(err)
     if (code === 'ENOENT') {
       if (!mustExist) return
-      throw new NoaError('NOA_BAD_ROOT', `no noa root at ${root} (the folder does not exist)`, { root })
+      throw Errors.BAD_ROOT(`no noa root at ${root} (the folder does not exist)`, { root })
     }
     if (code === 'ENOTDIR')
-      throw new NoaError('NOA_BAD_ROOT', `${root} cannot be a noa root: a part of its path is a file`, {
+      throw Errors.BAD_ROOT(`${root} cannot be a noa root: a part of its path is a file`, {
         root,
       })
     if (code === 'ENAMETOOLONG') throw nameTooLong(root)
     throw err
   }
   if (!st.isDirectory()) {
-    throw new NoaError(
-      'NOA_BAD_ROOT',
-      `${root} is ${article(kindOf(st))}, not a folder: it cannot be a noa root`,
-      {
-        root,
-      },
-    )
+    throw Errors.BAD_ROOT(`${root} is ${article(kindOf(st))}, not a folder: it cannot be a noa root`, {
+      root,
+    })
   }
 }

@@ -33,7 +33,16 @@ export {
   type SnapshotEntry,
   type WriteEntry,
 } from './entry.js'
-export { isNoaError, NOA_ERROR_CODES, NoaError, type NoaErrorCode, type NoaErrorDetails } from './errors.js'
+export {
+  type DetailsOf,
+  type ErrorFactories,
+  Errors,
+  isNoaError,
+  NOA_ERROR_CODES,
+  NoaError,
+  type NoaErrorCode,
+  type NoaErrorDetails,
+} from './errors.js'
 export {
   DEFAULT_ROOT,
   type ListOptions,

@@ -25,7 +25,7 @@ import {
 import { join } from 'node:path'
 import { fsyncDir } from './atomic.js'
 import { isWorkspaceName } from './entry.js'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 import { checkDirsBelow, openFileSync } from './files.js'
 import {
   DATA_START,
@@ -189,8 +189,7 @@ export function applyRecords(
       if (t === null) continue
       const size = fstatSync(t.fd).size
       if (r.offset > size) {
-        throw new NoaError(
-          'NOA_JOURNAL',
+        throw Errors.JOURNAL(
           `${journal}: a record for ${t.file} starts at byte ${r.offset}, beyond its end (${size}); the journal is kept for inspection`,
           { file: t.file, journal, offset: r.offset },
         )
@@ -305,8 +304,7 @@ export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = n
       if (j.temp) continue
       const scanned = scanJournal(j.fd)
       if (!scanned) {
-        throw new NoaError(
-          'NOA_JOURNAL',
+        throw Errors.JOURNAL(
           `${j.path} has no valid header: it cannot be replayed, and is kept for inspection`,
           {
             journal: j.path,

@@ -5,7 +5,7 @@
 import { closeSync, fstatSync, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
 import { recoverJournalsForRead, recoverJournalsLocked, withRootLock } from './journal-recovery.js'
 import { loadNative } from './native.js'
@@ -55,7 +55,7 @@ export function existingLog(root: string, workspace: string): string {
   checkRoot(root, true)
   checkDirsBelow(root, logDirOf(root))
   if (statFile(file, 'workspace log') === undefined) {
-    throw new NoaError('NOA_NOT_FOUND', `workspace ${workspace} has no log (${file})`, { workspace, file })
+    throw Errors.NOT_FOUND(`workspace ${workspace} has no log (${file})`, { workspace, file })
   }
   return file
 }
@@ -187,11 +187,11 @@ export async function listWorkspaces(root: string, options: ListOptions = {}): P
   const problems = all.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
   const first = problems[0]
   if (first) {
-    throw new NoaError(
-      first.code === 'NOA_NOT_REGULAR_FILE' ? 'NOA_NOT_REGULAR_FILE' : 'NOA_CORRUPT_LOG',
-      problems.length === 1 ? first.message : `${first.message} (and ${problems.length - 1} more problems)`,
-      { file: first.file, problems },
-    )
+    const message =
+      problems.length === 1 ? first.message : `${first.message} (and ${problems.length - 1} more problems)`
+    throw first.code === 'NOA_NOT_REGULAR_FILE'
+      ? Errors.NOT_REGULAR_FILE(message, { file: first.file, problems })
+      : Errors.CORRUPT_LOG(message, { file: first.file, problems })
   }
   return workspaces
 }
@@ -308,14 +308,10 @@ export function recoverLog(root: string, workspace: string): RecoverReport {
     } catch (err) {
       const e = err as NodeJS.ErrnoException
       if (e.syscall === 'flock') {
-        throw new NoaError(
-          'NOA_WORKSPACE_LOCKED',
-          `workspace ${workspace} is locked by another writer (${file})`,
-          {
-            workspace,
-            file,
-          },
-        )
+        throw Errors.WORKSPACE_LOCKED(`workspace ${workspace} is locked by another writer (${file})`, {
+          workspace,
+          file,
+        })
       }
       throw withPath(err, file)
     }

@@ -8,7 +8,7 @@ import { existsSync, readdirSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 
 export interface PoolStats {
   threads: number
@@ -144,8 +144,7 @@ export function loadNative(): NativeIo {
     : shipped.includes(here)
       ? `the prebuild for ${here} does not load here (see above)`
       : `no prebuild for ${here} ships with noa (${shipped.length > 0 ? `only ${shipped.join(', ')}` : 'none'})`
-  throw new NoaError(
-    'NOA_NATIVE_MISSING',
+  throw Errors.NATIVE_MISSING(
     `noa's native addon could not be loaded: ${why}; tried:\n  ${tried.join('\n  ')}\n` +
       `Build it from source in ${packageRoot()}: \`npx node-gyp rebuild\` (needs python3, make and a C++17 compiler).`,
     { tried },

@@ -4,7 +4,7 @@
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 import { openFileSync, READ } from './files.js'
 import { useThreads, verifyInThread } from './parallel.js'
 import { findLastNewline, lineStartFrom, readChunks } from './reader.js'
@@ -47,8 +47,7 @@ export function countersOf(file: string, tail: Tail): { lastSeq: number; lastTs:
     return { lastSeq: seq, lastTs: ts }
   } catch (err) {
     const line = countLines(file, tail.validLength)
-    throw new NoaError(
-      'NOA_CORRUPT_LOG',
+    throw Errors.CORRUPT_LOG(
       `${file}:${line}: corrupt entry in the last complete line (${(err as Error).message}); it ends with a newline, so it is not a torn write and was not cut`,
       { file, line },
     )

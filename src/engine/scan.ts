@@ -11,7 +11,7 @@
  * those of `JSON.parse` + the field checks.
  */
 import { type Entry, MAX_PATH_BYTES, parseEntry } from './entry.js'
-import { NoaError } from './errors.js'
+import { Errors, type NoaError } from './errors.js'
 
 /** Node's own slicers (what `toString` calls after its argument checks); not in @types/node. */
 type SliceBuffer = Buffer & {
@@ -310,7 +310,7 @@ export function parseLines(scanner: LineScanner, buf: Buffer, out: Entry[], opti
 /** NOA_CORRUPT_LOG for a bad line of `file`, in the reader's words. */
 export function corruptLine(file: string, lineNo: number, startByte: number, err: Error): NoaError {
   const where = startByte === 0 ? `${file}:${lineNo}` : `${file} (line ${lineNo} after byte ${startByte})`
-  return new NoaError('NOA_CORRUPT_LOG', `${where}: corrupt entry: ${err.message}`, {
+  return Errors.CORRUPT_LOG(`${where}: corrupt entry: ${err.message}`, {
     file,
     line: startByte === 0 ? lineNo : undefined,
   })

@@ -11,7 +11,7 @@
  */
 import { closeSync, type FSWatcher, fstatSync, watch as fsWatch, readSync } from 'node:fs'
 import { type Entry, parseEntry } from './entry.js'
-import { NoaError } from './errors.js'
+import { Errors } from './errors.js'
 import { openFileSync, READ } from './files.js'
 import { seekSeq } from './reader.js'
 
@@ -41,13 +41,9 @@ export async function* followLog(
 ): AsyncGenerator<Entry> {
   const fromSeq = options.fromSeq ?? 1
   if (!Number.isSafeInteger(fromSeq) || fromSeq < 1) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
-      `option fromSeq must be an integer >= 1, got ${JSON.stringify(fromSeq)}`,
-      {
-        field: 'fromSeq',
-      },
-    )
+    throw Errors.BAD_OPTION(`option fromSeq must be an integer >= 1, got ${JSON.stringify(fromSeq)}`, {
+      field: 'fromSeq',
+    })
   }
   const pollMs = options.pollMs ?? 250
   const signal = options.signal
@@ -75,14 +71,10 @@ export async function* followLog(
       try {
         const size = fstatSync(fd).size
         if (size < offset) {
-          throw new NoaError(
-            'NOA_CORRUPT_LOG',
-            `${file} became shorter (${size} bytes) than what was read (${offset})`,
-            {
-              file,
-              workspace,
-            },
-          )
+          throw Errors.CORRUPT_LOG(`${file} became shorter (${size} bytes) than what was read (${offset})`, {
+            file,
+            workspace,
+          })
         }
         const buf = Buffer.allocUnsafe(CHUNK)
         while (offset + carry.length < size && !blocked) {
@@ -97,14 +89,10 @@ export async function* followLog(
             try {
               entry = parseEntry(line)
             } catch (err) {
-              throw new NoaError(
-                'NOA_CORRUPT_LOG',
-                `${file} (line at byte ${offset}): ${(err as Error).message}`,
-                {
-                  file,
-                  offset,
-                },
-              )
+              throw Errors.CORRUPT_LOG(`${file} (line at byte ${offset}): ${(err as Error).message}`, {
+                file,
+                offset,
+              })
             }
             if (entry.seq > limit) {
               blocked = true

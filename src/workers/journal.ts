@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { dirname, join } from 'node:path'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { mkdirBelow } from '../engine/files.js'
 import {
   DATA_START,
@@ -116,8 +116,7 @@ export class Journal {
       }
       this.state = this.aborted ? 'none' : 'failed'
       if (this.aborted) return
-      this.error = new NoaError(
-        'NOA_JOURNAL',
+      this.error = Errors.JOURNAL(
         `cannot allocate the commit journal ${this.path} (${this.size} bytes): ${(err as Error).message}; appends are committed file by file instead`,
         { journal: this.path, cause: (err as NodeJS.ErrnoException).code },
       )

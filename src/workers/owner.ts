@@ -19,7 +19,7 @@ import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { crc32c } from '../engine/crc.js'
 import { formatLine } from '../engine/entry.js'
-import { NoaError, serializeError, withPath } from '../engine/errors.js'
+import { Errors, type NoaError, serializeError, withPath } from '../engine/errors.js'
 import { mkdirBelow, openError } from '../engine/files.js'
 import {
   type EncodedFrame,
@@ -313,13 +313,9 @@ class Owner {
             t: 'fail',
             ids: [msg.id],
             error: serializeError(
-              new NoaError(
-                'NOA_ABORTED',
-                `append to workspace ${msg.ws} was cancelled before it was committed`,
-                {
-                  workspace: msg.ws,
-                },
-              ),
+              Errors.ABORTED(`append to workspace ${msg.ws} was cancelled before it was committed`, {
+                workspace: msg.ws,
+              }),
             ),
           })
           if (req && file.idle) this.settled(file)
@@ -596,8 +592,7 @@ class Owner {
     if (padded > j.maxFrame && groups.length > 0 && items === 1) {
       // An atomic batch is one frame, or nothing.
       this.pending = this.pending.slice(1)
-      const err = new NoaError(
-        'NOA_BAD_ARGUMENT',
+      const err = Errors.BAD_ARGUMENT(
         `an atomic batch of ${length} bytes does not fit in one journal frame (${j.maxFrame} bytes): split it, or give the log a larger journalSize`,
       )
       const g = groups[0] as AtomicGroup
@@ -725,8 +720,7 @@ class Owner {
     }
     this.finish(batch, null)
     file.unapplied = true
-    file.poisoned = new NoaError(
-      'NOA_WORKSPACE_POISONED',
+    file.poisoned = Errors.WORKSPACE_POISONED(
       `${this.describe(file)} refuses appends: its last commit is durable in the journal but could not be written to ${file.path} (${err.message}); reopen it (recover) to write it there and continue`,
       { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
     )
@@ -783,8 +777,7 @@ class Owner {
       // Its bytes stay in the journal (the tail cannot pass them) until it is reopened.
       withPath(err, file.path)
       file.unapplied = true
-      file.poisoned = new NoaError(
-        'NOA_WORKSPACE_POISONED',
+      file.poisoned = Errors.WORKSPACE_POISONED(
         `${this.describe(file)} refuses appends after a failed checkpoint fdatasync (${err.message}); its entries are kept in the journal; reopen it (recover) to write them again`,
         { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
       )
@@ -875,8 +868,7 @@ class Owner {
       else if (!(f instanceof OwnedFile) && f.syncedLsn < (j.frames[0]?.lsn ?? 0))
         pinned.add('an atomic batch another worker is still writing')
     }
-    const err = new NoaError(
-      'NOA_JOURNAL',
+    const err = Errors.JOURNAL(
       `the commit journal ${j.path} is full: its oldest entries are for ${[...pinned].join(', ')}, whose writes failed; reopen (recover) them to free it`,
       { journal: j.path },
     )
@@ -920,8 +912,7 @@ class Owner {
             refused.push(req)
             this.fail(
               [req],
-              new NoaError(
-                'NOA_REPLICA_GAP',
+              Errors.REPLICA_GAP(
                 `workspace ${file.key}: copied lines start at seq ${r.firstSeq} ts ${r.firstTs}, but the log is at seq ${seq} ts ${ts}`,
                 { workspace: file.key, seq: r.firstSeq },
               ),
@@ -939,8 +930,7 @@ class Owner {
           refused.push(req)
           this.fail(
             [req],
-            new NoaError(
-              'NOA_SEQ_MISMATCH',
+            Errors.SEQ_MISMATCH(
               `workspace ${file.key}: the append expected last seq ${req.expect}, but it is ${seq}; nothing was written`,
               { workspace: file.key, lastSeq: seq, expected: req.expect },
             ),
@@ -1035,8 +1025,7 @@ class Owner {
         // After a failed fdatasync the kernel may have dropped the dirty pages and a retry can
         // report success: refuse appends until the workspace is reopened.
         const what = file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
-        file.poisoned = new NoaError(
-          'NOA_WORKSPACE_POISONED',
+        file.poisoned = Errors.WORKSPACE_POISONED(
           `${what} refuses appends after a failed ${failedSync ? syncCall : 'truncate'} (${(err as Error).message}); reopen it (recover) to continue`,
           { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
         )
@@ -1135,15 +1124,11 @@ class Owner {
     if (!a || a.state !== 'prepared' || j === null || j.state === 'failed') {
       const err =
         !a || a.state !== 'prepared'
-          ? new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)
+          ? Errors.JOURNAL(`atomic batch ${msg.batch} is not prepared here`)
           : j === null
-            ? new NoaError(
-                'NOA_BAD_OPTION',
-                "appendAtomic needs the commit journal (durability: 'journal')",
-                {
-                  field: 'durability',
-                },
-              )
+            ? Errors.BAD_OPTION("appendAtomic needs the commit journal (durability: 'journal')", {
+                field: 'durability',
+              })
             : (j.error as Error)
       if (a) this.atomicFailed(msg.batch, err)
       this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
@@ -1173,7 +1158,7 @@ class Owner {
       this.post({
         t: 'reply',
         id: msg.id,
-        error: serializeError(new NoaError('NOA_JOURNAL', `atomic batch ${msg.batch} is not prepared here`)),
+        error: serializeError(Errors.JOURNAL(`atomic batch ${msg.batch} is not prepared here`)),
       })
       return
     }
@@ -1201,8 +1186,7 @@ class Owner {
     if (err !== null) {
       withPath(err, file.path)
       file.unapplied = true
-      file.poisoned = new NoaError(
-        'NOA_WORKSPACE_POISONED',
+      file.poisoned = Errors.WORKSPACE_POISONED(
         `${this.describe(file)} refuses appends after a failed fdatasync (${err.message}); reopen it (recover) to continue`,
         { workspace: file.key, file: file.path },
       )
@@ -1286,8 +1270,7 @@ class Owner {
     const e = err as NodeJS.ErrnoException
     if (e.syscall === 'flock' && (e.code === 'EAGAIN' || e.code === 'EWOULDBLOCK')) {
       const what = file.kind === 'ws' ? `workspace ${file.key}` : `file ${file.path}`
-      return new NoaError(
-        'NOA_WORKSPACE_LOCKED',
+      return Errors.WORKSPACE_LOCKED(
         `${what} is locked by ${describeHolder(file.path)} (${file.path}); one writer at a time may hold it`,
         { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
       )
@@ -1467,8 +1450,7 @@ class Owner {
   private reapply(file: OwnedFile): void {
     const j = this.journal as Journal
     const scanned = scanJournal(j.fd)
-    if (scanned === null)
-      throw new NoaError('NOA_JOURNAL', `${j.path} has no valid header`, { journal: j.path })
+    if (scanned === null) throw Errors.JOURNAL(`${j.path} has no valid header`, { journal: j.path })
     const target = file.kind === 'ws' ? file.key : file.path
     // A second descriptor without O_APPEND (pwrite on an O_APPEND one appends on Linux); the
     // owner's descriptor keeps the lock.
