@@ -26,7 +26,7 @@ import {
 } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { checkPath } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { mkdirBelow, openFileSync, WRITE_NEW } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import type { ResolvedRef, SnapshotEngine } from './snapshot.js'
@@ -51,7 +51,7 @@ export interface CheckoutResult {
 const NAME_MAX = 255
 
 function refuse(message: string, details: Record<string, unknown> = {}): NoaError {
-  return new NoaError('NOA_BAD_ARGUMENT', `${message}; nothing was written`, details)
+  return Errors.BAD_ARGUMENT(`${message}; nothing was written`, details)
 }
 
 export async function checkout(
@@ -60,7 +60,7 @@ export async function checkout(
   dir: string,
   options: CheckoutOptions = {},
 ): Promise<CheckoutResult> {
-  if (typeof dir !== 'string' || dir === '') throw new NoaError('NOA_BAD_ARGUMENT', 'checkout needs a folder')
+  if (typeof dir !== 'string' || dir === '') throw Errors.BAD_ARGUMENT('checkout needs a folder')
   const target = resolve(dir)
   const resolved = await engine.resolve(ref)
   const { tree } = resolved
@@ -106,8 +106,7 @@ export async function checkout(
   mkdirSync(target, { recursive: true })
   const existing = readdirSync(target)
   if (existing.length > 0 && !options.force) {
-    throw new NoaError(
-      'NOA_EXISTS',
+    throw Errors.EXISTS(
       `${target} is not empty (${existing.length} entr${existing.length === 1 ? 'y' : 'ies'}); check out into an empty folder, or pass --force (force: true) to replace the tree's files in it`,
       { dir: target },
     )
@@ -162,7 +161,7 @@ export async function checkout(
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
     }
     if (!lstatSync(full).isDirectory())
-      throw new NoaError('NOA_BAD_ARGUMENT', `${full} is not a folder (replaced during the checkout?)`)
+      throw Errors.BAD_ARGUMENT(`${full} is not a folder (replaced during the checkout?)`)
   }
   let bytes = 0
   for (let i = 0; i < tree.size; i++) {
@@ -243,8 +242,7 @@ async function checkBlobsStored(engine: SnapshotEngine, resolved: ResolvedRef): 
       (m) =>
         `${JSON.stringify(m.path)} (blob ${m.blob}${seqs.has(m.blob) ? `, written at seq ${seqs.get(m.blob)} of ${resolved.workspace}` : ''})`,
     )
-  throw new NoaError(
-    'NOA_MISSING_BLOB',
+  throw Errors.MISSING_BLOB(
     `${missing.length} blob${missing.length === 1 ? ' is' : 's are'} not in the object store: ${list.join(', ')}${missing.length > 10 ? ` and ${missing.length - 10} more` : ''}; nothing was written`,
     {
       missing: missing.map((m) => ({ ...m, workspace: resolved.workspace, seq: seqs.get(m.blob) ?? null })),

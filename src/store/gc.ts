@@ -13,7 +13,7 @@
  */
 import { lstatSync, readdirSync, statSync, unlinkSync } from 'node:fs'
 import { join } from 'node:path'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
@@ -238,7 +238,7 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
-  return new NoaError('NOA_BAD_OPTION', `gc option ${name} ${rule}, got ${JSON.stringify(value)}`, {
+  return Errors.BAD_OPTION(`gc option ${name} ${rule}, got ${JSON.stringify(value)}`, {
     field: name,
   })
 }
@@ -247,8 +247,7 @@ function optionError(name: string, rule: string, value: unknown): NoaError {
 export function parseDuration(text: string, what = 'duration'): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)?$/.exec(text.trim())
   if (!m) {
-    throw new NoaError(
-      'NOA_BAD_ARGUMENT',
+    throw Errors.BAD_ARGUMENT(
       `${what} must be a number with a unit (ms, s, m, h, d, w), e.g. 1h or 30m, got ${JSON.stringify(text)}`,
     )
   }

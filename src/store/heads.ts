@@ -9,7 +9,7 @@
  */
 import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseEntry, type SnapshotEntry } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
 import { endOfCompleteLines, findLastNewline } from '../engine/reader.js'
 import type { SnapshotRecord } from './objects.js'
@@ -49,7 +49,7 @@ function lineAround(fd: number, file: string, at: number, size: number): { line:
     const nl = buf.subarray(0, n).indexOf(NL)
     if (nl >= 0) return { line: buf.toString('utf8', 0, nl), start }
     if (start + n >= size) {
-      throw new NoaError('NOA_CORRUPT_LOG', `${file}: no newline after byte ${at}`, { file, offset: at })
+      throw Errors.CORRUPT_LOG(`${file}: no newline after byte ${at}`, { file, offset: at })
     }
     buf = Buffer.allocUnsafe(buf.length * 4)
   }
@@ -60,14 +60,13 @@ function parseSnapshotLine(file: string, line: string, offset: number): StoredSn
   try {
     entry = parseEntry(line)
   } catch (err) {
-    throw new NoaError(
-      'NOA_CORRUPT_LOG',
+    throw Errors.CORRUPT_LOG(
       `${file} (line at byte ${offset}): corrupt snapshot entry: ${(err as Error).message}`,
       { file, offset },
     )
   }
   if (entry.op !== 'snapshot') {
-    throw new NoaError('NOA_CORRUPT_LOG', `${file} (line at byte ${offset}): expected a snapshot entry`, {
+    throw Errors.CORRUPT_LOG(`${file} (line at byte ${offset}): expected a snapshot entry`, {
       file,
       offset,
     })

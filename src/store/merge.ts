@@ -23,7 +23,7 @@
  */
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody, type MergeEntry } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { existingLog, logPath } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type Head, lengthOfLog } from './heads.js'
@@ -123,7 +123,7 @@ interface View {
 }
 
 function badArgument(message: string): NoaError {
-  return new NoaError('NOA_BAD_ARGUMENT', message)
+  return Errors.BAD_ARGUMENT(message)
 }
 
 function parentsOf(r: SnapshotRecord): string[] {
@@ -199,7 +199,7 @@ async function historySince(
     push({ workspace: ws, since, until })
     if (record === null) {
       if (base !== null) {
-        throw new NoaError('NOA_NOT_FOUND', `merge base ${base.id} is not in the history of ${workspace}`, {
+        throw Errors.NOT_FOUND(`merge base ${base.id} is not in the history of ${workspace}`, {
           workspace,
         })
       }
@@ -211,7 +211,7 @@ async function historySince(
       break
     }
     if (seen.has(record.id)) {
-      throw new NoaError('NOA_CORRUPT_OBJECT', `snapshot ${record.id} is its own ancestor`, {
+      throw Errors.CORRUPT_OBJECT(`snapshot ${record.id} is its own ancestor`, {
         object: record.id,
       })
     }
@@ -417,13 +417,9 @@ export async function mergeWorkspaces(
     throw badArgument(`workspace ${target} is the target; it cannot be a source too`)
   const policy = options.onConflict ?? 'lww'
   if (policy !== 'lww' && policy !== 'fail') {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
-      `option onConflict must be 'lww' or 'fail', got ${JSON.stringify(policy)}`,
-      {
-        field: 'onConflict',
-      },
-    )
+    throw Errors.BAD_OPTION(`option onConflict must be 'lww' or 'fail', got ${JSON.stringify(policy)}`, {
+      field: 'onConflict',
+    })
   }
   const message = options.message ?? `merge ${sources.join(', ')} into ${target}`
   encodeBody({ op: 'snapshot', snapshot_id: 'noa_0', message })
@@ -436,8 +432,7 @@ export async function mergeWorkspaces(
     const upToDate = await alreadyUpToDate(ctx.store, plan)
     if (upToDate) return upToDate
     if (policy === 'fail' && plan.conflicts.length > 0) {
-      throw new NoaError(
-        'NOA_CONFLICT',
+      throw Errors.CONFLICT(
         `${plan.conflicts.length} conflicting path${plan.conflicts.length === 1 ? '' : 's'} (${describeConflicts(plan.conflicts)}); nothing was written`,
         { workspace: target, base: plan.base?.id ?? null, conflicts: plan.conflicts },
       )

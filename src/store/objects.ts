@@ -19,7 +19,7 @@ import { dirname, join } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason } from './replay.js'
@@ -133,8 +133,7 @@ export function sha256(data: Uint8Array | string): string {
 /** A well-formed object id (64 lowercase hex) or a NOA_BAD_ARGUMENT naming `what`. */
 export function checkObjectId(id: unknown, what = 'object id'): string {
   if (typeof id !== 'string' || !HASH_RE.test(id)) {
-    throw new NoaError(
-      'NOA_BAD_ARGUMENT',
+    throw Errors.BAD_ARGUMENT(
       `${what} must be 64 lowercase hex characters (a SHA-256), got ${JSON.stringify(id)}`,
       { field: what },
     )
@@ -179,7 +178,7 @@ export function encodeSnapshotRecord(r: SnapshotRecordInput): Buffer {
 function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
   const text = bytes.toString('utf8')
   const bad = (why: string) =>
-    new NoaError('NOA_CORRUPT_OBJECT', `snapshot record ${id} is malformed: ${why}`, { object: id })
+    Errors.CORRUPT_OBJECT(`snapshot record ${id} is malformed: ${why}`, { object: id })
   if (!text.startsWith(SNAPSHOT_HEADER) || !text.endsWith('\n')) throw bad('no "noa-snapshot 1" header')
   let o: Record<string, unknown>
   try {
@@ -309,7 +308,7 @@ export class ObjectStore implements ObjectChecks {
       return id as string
     }
     if (data === null || typeof data !== 'object' || !(Symbol.asyncIterator in data)) {
-      throw new NoaError('NOA_BAD_ARGUMENT', 'putBlob takes bytes, a string or an async iterable of chunks')
+      throw Errors.BAD_ARGUMENT('putBlob takes bytes, a string or an async iterable of chunks')
     }
     this.ensureDir(this.dir)
     const temp = await TempFile.create(this.dir, { ...OBJECT_WRITE, tempPrefix: '.blob-' })
@@ -458,8 +457,7 @@ export class ObjectStore implements ObjectChecks {
   private check(id: string, bytes: Buffer, what: string): void {
     const actual = sha256(bytes)
     if (actual !== id) {
-      throw new NoaError(
-        'NOA_CORRUPT_OBJECT',
+      throw Errors.CORRUPT_OBJECT(
         `${what} is corrupt: ${this.pathOf(id)} hashes to ${actual} (${bytes.length} bytes)`,
         { object: id, file: this.pathOf(id) },
       )
@@ -468,7 +466,7 @@ export class ObjectStore implements ObjectChecks {
 
   private checkHash(id: string, actual: string, what: string): void {
     if (actual !== id) {
-      throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is corrupt: ${this.pathOf(id)} hashes to ${actual}`, {
+      throw Errors.CORRUPT_OBJECT(`${what} is corrupt: ${this.pathOf(id)} hashes to ${actual}`, {
         object: id,
         file: this.pathOf(id),
       })
@@ -479,7 +477,7 @@ export class ObjectStore implements ObjectChecks {
   private missing(err: unknown, id: string, what: string): unknown {
     if (!isSystemError(err, 'ENOENT')) return err
     const file = this.pathOf(id)
-    return new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: id, file })
+    return Errors.NOT_FOUND(`${what} not found (no ${file})`, { object: id, file })
   }
 
   /**
@@ -578,7 +576,7 @@ export class ObjectStore implements ObjectChecks {
       }
       const delta = parseDeltaHeader(bytes)
       if (!delta || deltas.length > MAX_DELTA_DEPTH * 4) {
-        throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is not a tree (${this.pathOf(at)})`, {
+        throw Errors.CORRUPT_OBJECT(`${what} is not a tree (${this.pathOf(at)})`, {
           object: at,
           file: this.pathOf(at),
         })
@@ -599,8 +597,7 @@ export class ObjectStore implements ObjectChecks {
     const bytes = builder.encode()
     const actual = sha256(bytes)
     if (actual !== id) {
-      throw new NoaError(
-        'NOA_CORRUPT_OBJECT',
+      throw Errors.CORRUPT_OBJECT(
         `tree ${id} is corrupt: rebuilt from its delta chain (${deltas.map((d) => d.id).join(' <- ')}) it hashes to ${actual}`,
         { object: id, file: this.pathOf(id) },
       )
@@ -628,7 +625,7 @@ export class ObjectStore implements ObjectChecks {
       } catch (err) {
         if (isSystemError(err, 'ENOENT')) {
           const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
-          throw new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: at, file })
+          throw Errors.NOT_FOUND(`${what} not found (no ${file})`, { object: at, file })
         }
         throw err
       }
@@ -655,7 +652,7 @@ export class ObjectStore implements ObjectChecks {
     if (cached) return cached
     checkSnapshotIdArgument(id)
     if (!NOA_ID_RE.test(id)) {
-      throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id} (not a snapshot id noa made)`, {
+      throw Errors.NOT_FOUND(`unknown snapshot ${id} (not a snapshot id noa made)`, {
         snapshot: id,
       })
     }
@@ -665,14 +662,14 @@ export class ObjectStore implements ObjectChecks {
       bytes = await this.read(hash, `snapshot ${id}`)
     } catch (err) {
       if (err instanceof NoaError && err.code === 'NOA_NOT_FOUND') {
-        throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id} (no record ${this.pathOf(hash)})`, {
+        throw Errors.NOT_FOUND(`unknown snapshot ${id} (no record ${this.pathOf(hash)})`, {
           snapshot: id,
         })
       }
       throw err
     }
     if (!bytes.subarray(0, SNAPSHOT_HEADER.length).equals(Buffer.from(SNAPSHOT_HEADER))) {
-      throw new NoaError('NOA_NOT_FOUND', `unknown snapshot ${id}: object ${hash} is not a snapshot record`, {
+      throw Errors.NOT_FOUND(`unknown snapshot ${id}: object ${hash} is not a snapshot record`, {
         snapshot: id,
       })
     }
@@ -774,7 +771,7 @@ function checkSnapshotIdArgument(id: unknown): void {
   try {
     checkSnapshotId(id, 'snapshot id')
   } catch (err) {
-    throw new NoaError('NOA_BAD_ARGUMENT', (err as Error).message, { field: 'snapshot id' })
+    throw Errors.BAD_ARGUMENT((err as Error).message, { field: 'snapshot id' })
   }
 }
 
@@ -802,7 +799,7 @@ function applyDelta(builder: TreeBuilder, bytes: Buffer, from: number, id: strin
   while (pos < bytes.length) {
     const z = bytes.indexOf(0, pos)
     if (z <= pos || z + 66 > bytes.length || bytes[z + 65] !== 0x0a) {
-      throw new NoaError('NOA_CORRUPT_OBJECT', `tree delta ${id}: malformed record at byte ${pos}`, {
+      throw Errors.CORRUPT_OBJECT(`tree delta ${id}: malformed record at byte ${pos}`, {
         object: id,
       })
     }

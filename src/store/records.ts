@@ -19,7 +19,7 @@
  */
 import { closeSync, existsSync, openSync } from 'node:fs'
 import type { Entry, EntryInput, MergeEntry, SnapshotEntry } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { existingLog, logPath } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
@@ -38,7 +38,7 @@ export function lastSeqOf(root: string, workspace: string): number {
 }
 
 function refuse(where: string, why: string, details: Record<string, unknown> = {}): NoaError {
-  return new NoaError('NOA_BAD_ENTRY', `${where}: ${why}`, { field: 'snapshot_id', ...details })
+  return Errors.BAD_ENTRY(`${where}: ${why}`, { field: 'snapshot_id', ...details })
 }
 
 /** A record, or a NOA_BAD_ENTRY naming the field when there is none. */

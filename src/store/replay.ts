@@ -16,7 +16,7 @@
  */
 import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.js'
@@ -119,7 +119,7 @@ export function replayError(
   what: string,
   details: Record<string, unknown> = {},
 ): NoaError {
-  return new NoaError('NOA_REPLAY', `workspace ${workspace} seq ${seq}: ${what}`, {
+  return Errors.REPLAY(`workspace ${workspace} seq ${seq}: ${what}`, {
     workspace,
     seq,
     ...details,
@@ -127,8 +127,7 @@ export function replayError(
 }
 
 function corrupt(workspace: string, seq: unknown, what: string): NoaError {
-  return new NoaError(
-    'NOA_CORRUPT_LOG',
+  return Errors.CORRUPT_LOG(
     `workspace ${workspace} seq ${JSON.stringify(seq)}: ${what} (noa verify ${workspace} checks the whole log)`,
     { workspace, seq: typeof seq === 'number' ? seq : undefined },
   )
@@ -284,8 +283,7 @@ export async function replaySegment(
         }
       } else if (e.op !== 'merge') treeOps++
       if (e.op === 'snapshot' && options.snapshotsUpTo !== undefined && seq > options.snapshotsUpTo) {
-        throw new NoaError(
-          'NOA_CONFLICT',
+        throw Errors.CONFLICT(
           `workspace ${workspace} got snapshot ${e.snapshot_id} (seq ${seq}) while it was being replayed; try again`,
           { workspace, seq },
         )
@@ -356,7 +354,7 @@ async function* oneBatch(file: string, start: number, end: number): AsyncGenerat
   } catch (err) {
     if (!(err instanceof BadLine)) throw err
     const offset = start + err.offset
-    throw new NoaError('NOA_CORRUPT_LOG', `${file} (line at byte ${offset}): corrupt entry: ${err.message}`, {
+    throw Errors.CORRUPT_LOG(`${file} (line at byte ${offset}): corrupt entry: ${err.message}`, {
       file,
       offset,
     })

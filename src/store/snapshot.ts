@@ -21,7 +21,7 @@ import type { AgentLog } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError, rewrap } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -218,10 +218,9 @@ export class SnapshotEngine {
     checkOptionKeys(options, OPTION_KEYS)
     const root = resolveRoot(options.root ?? options.log?.root ?? options.store?.root)
     if (options.log && options.log.root !== root) {
-      throw new NoaError(
-        'NOA_BAD_OPTION',
-        `option root ${root} differs from the log's root ${options.log.root}`,
-      )
+      throw Errors.BAD_OPTION(`option root ${root} differs from the log's root ${options.log.root}`, {
+        field: 'root',
+      })
     }
     this.root = root
     this.log = options.log
@@ -303,8 +302,7 @@ export class SnapshotEngine {
    */
   async resolve(ref: string): Promise<ResolvedRef> {
     if (typeof ref !== 'string' || ref === '') {
-      throw new NoaError(
-        'NOA_BAD_ARGUMENT',
+      throw Errors.BAD_ARGUMENT(
         `a ref must be a snapshot id, a workspace or ws@seq, got ${JSON.stringify(ref)}`,
       )
     }
@@ -320,8 +318,7 @@ export class SnapshotEngine {
     }
     const m = REF_RE.exec(ref)
     if (!m || m[1] === '.' || m[1] === '..') {
-      throw new NoaError(
-        'NOA_BAD_ARGUMENT',
+      throw Errors.BAD_ARGUMENT(
         `ref ${JSON.stringify(ref)} is not a snapshot id (noa_…), a workspace name or ws@seq`,
       )
     }
@@ -332,13 +329,9 @@ export class SnapshotEngine {
       existingLog(this.root, workspace)
       const last = lastSeqOf(this.root, workspace)
       if (!Number.isSafeInteger(until) || until > last) {
-        throw new NoaError(
-          'NOA_NOT_FOUND',
-          `workspace ${workspace} has no seq ${m[2]} (its last seq is ${last})`,
-          {
-            workspace,
-          },
-        )
+        throw Errors.NOT_FOUND(`workspace ${workspace} has no seq ${m[2]} (its last seq is ${last})`, {
+          workspace,
+        })
       }
     }
     const s = await this.computeState(workspace, { until })
@@ -425,7 +418,7 @@ export class SnapshotEngine {
     return this.mutex.run([workspace], async () => {
       const file = logPath(this.root, workspace)
       const exists = () =>
-        new NoaError('NOA_EXISTS', `workspace ${workspace} already exists (${file}); fork into a new one`, {
+        Errors.EXISTS(`workspace ${workspace} already exists (${file}); fork into a new one`, {
           workspace,
           file,
         })
@@ -473,23 +466,19 @@ export class SnapshotEngine {
     checkWorkspace(workspace)
     const { keepLast, keepWithinMs } = options
     if (keepLast === undefined && keepWithinMs === undefined) {
-      throw new NoaError('NOA_BAD_OPTION', 'prune needs keepLast or keepWithinMs (which snapshots to keep)', {
+      throw Errors.BAD_OPTION('prune needs keepLast or keepWithinMs (which snapshots to keep)', {
         field: 'keepLast',
       })
     }
     if (keepLast !== undefined && (!Number.isSafeInteger(keepLast) || keepLast < 0)) {
-      throw new NoaError('NOA_BAD_OPTION', `prune option keepLast must be an integer >= 0, got ${keepLast}`, {
+      throw Errors.BAD_OPTION(`prune option keepLast must be an integer >= 0, got ${keepLast}`, {
         field: 'keepLast',
       })
     }
     if (keepWithinMs !== undefined && (typeof keepWithinMs !== 'number' || !(keepWithinMs >= 0))) {
-      throw new NoaError(
-        'NOA_BAD_OPTION',
-        `prune option keepWithinMs must be a number >= 0, got ${keepWithinMs}`,
-        {
-          field: 'keepWithinMs',
-        },
-      )
+      throw Errors.BAD_OPTION(`prune option keepWithinMs must be a number >= 0, got ${keepWithinMs}`, {
+        field: 'keepWithinMs',
+      })
     }
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
@@ -590,8 +579,7 @@ export class SnapshotEngine {
       const rebuilt = depth < 100_000 ? await this.rebuildTree(record, depth) : null
       if (rebuilt) return rebuilt
       if (err.details.object === record.tree) {
-        throw new NoaError(
-          'NOA_NOT_FOUND',
+        throw Errors.NOT_FOUND(
           `snapshot ${record.id}: its tree ${record.tree} is missing from ${this.store.dir}`,
           { snapshot: record.id, object: record.tree },
         )
@@ -649,10 +637,11 @@ export class SnapshotEngine {
         if (!strict && err.code === 'NOA_NOT_FOUND') {
           return { seq: entry.seq, reason: 'unknown-snapshot', snapshotId: entry.snapshot_id }
         }
-        throw new NoaError(
-          err.code === 'NOA_NOT_FOUND' ? 'NOA_REPLAY' : err.code,
+        throw rewrap(
+          err,
           `workspace ${workspace} seq ${entry.seq} names snapshot ${entry.snapshot_id}: ${err.message}`,
-          { ...err.details, workspace, seq: entry.seq },
+          { workspace, seq: entry.seq },
+          err.code === 'NOA_NOT_FOUND' ? 'NOA_REPLAY' : err.code,
         )
       }
       throw err
@@ -662,8 +651,7 @@ export class SnapshotEngine {
     const own = record.workspace === workspace && record.seq < entry.seq
     if (!own && !first) {
       if (strict) {
-        throw new NoaError(
-          'NOA_REPLAY',
+        throw Errors.REPLAY(
           `workspace ${workspace} seq ${entry.seq}: snapshot ${record.id} is not a snapshot of this log (workspace ${record.workspace}, seq ${record.seq}) nor a fork`,
           { workspace, seq: entry.seq },
         )
@@ -779,8 +767,7 @@ export class SnapshotEngine {
 
   private requireLog(what: string): AgentLog {
     if (!this.log) {
-      throw new NoaError(
-        'NOA_BAD_ARGUMENT',
+      throw Errors.BAD_ARGUMENT(
         `${what} appends to a log: create the SnapshotEngine with { log } (an open AgentLog)`,
       )
     }

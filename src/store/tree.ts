@@ -17,7 +17,7 @@
  * fsync, where a flat tree is one sequential write.
  */
 import { createHash } from 'node:crypto'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 
 export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
@@ -72,7 +72,7 @@ export class Tree {
    */
   static decode(id: string, bytes: Buffer, what = `tree ${id}`): Tree {
     if (bytes.length < HEADER.length || !bytes.subarray(0, HEADER.length).equals(HEADER)) {
-      throw new NoaError('NOA_CORRUPT_OBJECT', `${what} is not a tree (no "noa-tree 1" header)`, {
+      throw Errors.CORRUPT_OBJECT(`${what} is not a tree (no "noa-tree 1" header)`, {
         object: id,
       })
     }
@@ -81,7 +81,7 @@ export class Tree {
     while (pos < bytes.length) {
       const z = bytes.indexOf(NUL, pos)
       if (z <= pos || z + TAIL > bytes.length || bytes[z + TAIL - 1] !== LF) {
-        throw new NoaError('NOA_CORRUPT_OBJECT', `${what}: malformed record at byte ${pos}`, {
+        throw Errors.CORRUPT_OBJECT(`${what}: malformed record at byte ${pos}`, {
           object: id,
           offset: pos,
         })
@@ -225,16 +225,14 @@ export class TreeBuilder {
     const keys = [...this.changes.keys()]
     for (const k of keys) {
       if (!isWellFormedPath(k)) {
-        throw new NoaError(
-          'NOA_REPLAY',
+        throw Errors.REPLAY(
           `path ${JSON.stringify(k)} holds a lone UTF-16 surrogate and cannot be stored in a tree`,
           { path: k },
         )
       }
       const v = this.changes.get(k)
       if (v && !BLOB_RE.test(v)) {
-        throw new NoaError(
-          'NOA_CORRUPT_LOG',
+        throw Errors.CORRUPT_LOG(
           `path ${JSON.stringify(k)}: blob ${JSON.stringify(v)} is not 64 lowercase hex (from a log? noa verify finds the line)`,
           { path: k },
         )
