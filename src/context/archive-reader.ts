@@ -12,7 +12,7 @@
  * are split so that their number matches the frontmatter's counts, preferring the shortest body
  * when several splits fit.
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError } from '../engine/errors.js'
 import { type GoInt, goIntText, isGoInt, parseGoInt } from '../gocompat/index.js'
 import {
   type ArchiveBlockEntry,
@@ -41,7 +41,7 @@ class Reader {
   ) {}
 
   fail(reason: string, line = this.line): NoaError {
-    return new NoaError('NOA_BAD_ARCHIVE', `${this.file}:${line}: ${reason}`, {
+    return Errors.BAD_ARCHIVE(`${this.file}:${line}: ${reason}`, {
       file: this.file,
       line,
       reason,
@@ -512,7 +512,7 @@ function parseEntries(r: Reader, messages: number, blocks: number): ArchiveEntry
 
 function refusal(doc: { blockId?: unknown }, field: string, reason: string): NoaError {
   const id = typeof doc.blockId === 'string' ? doc.blockId : '?'
-  return new NoaError('NOA_BAD_ARCHIVE', `archive of block ${JSON.stringify(id)}: ${field} ${reason}`, {
+  return Errors.BAD_ARCHIVE(`archive of block ${JSON.stringify(id)}: ${field} ${reason}`, {
     field,
     reason,
   })

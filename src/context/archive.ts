@@ -13,7 +13,7 @@
 import { rmSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { checkDirsBelow, statFile } from '../engine/files.js'
 import { encodeBytes, type GoInt, goTrimSpace } from '../gocompat/index.js'
 import { mkdirSessionDir } from './state-file.js'
@@ -250,7 +250,7 @@ export function archiveRel(tier: GoInt, blockId: string, startRef: string, endRe
   const name = `${blockId}_${startRef}-${endRef}.md`
   // Refs can come from the model's own words when a range has none; never let them leave the folder.
   if (/[/\\\0]/.test(name) || name.startsWith('..')) {
-    throw new NoaError('NOA_COMPRESS', `archive name ${JSON.stringify(name)} would leave the tier folder`, {
+    throw Errors.COMPRESS(`archive name ${JSON.stringify(name)} would leave the tier folder`, {
       field: 'archive',
     })
   }

@@ -9,6 +9,7 @@
  *   top-tier blocks with no new message, empty summaries;
  * - the archive is written before the state changes; if it cannot be, nothing changes.
  */
+import { Errors, isNoaError, type NoaError } from '../engine/errors.js'
 import { type GoInt, goIntAdd, goIntCompare, goTrimSpace } from '../gocompat/index.js'
 import { type Archiver, type ArchiveSource, archiveDocument, renderArchiveUnchecked } from './archive.js'
 import type { ContextConfig } from './config.js'
@@ -43,14 +44,13 @@ import {
 
 export type NotFoundKind = 'unknown' | 'consumed' | 'invalid'
 
-export class BoundaryError extends Error {
-  constructor(
-    readonly ref: string,
-    readonly kind: NotFoundKind,
-    message: string,
-  ) {
-    super(message)
-  }
+/** A range's boundary that names no message or block of the view (NOA_BAD_BOUNDARY). */
+function boundaryError(ref: string, kind: NotFoundKind, message: string): NoaError {
+  return Errors.BAD_BOUNDARY(message, { ref, kind })
+}
+
+function isBoundaryError(err: unknown): err is NoaError & { details: { ref: string; kind: NotFoundKind } } {
+  return isNoaError(err, 'NOA_BAD_BOUNDARY')
 }
 
 export interface ResolvedRange {
@@ -110,20 +110,20 @@ class ResolveContext {
       const rawId =
         this.state.messageRefs.byRef.get(ref.id) ?? this.state.messageRefs.byRef.get(indexToRef(ref.num))
       if (rawId === undefined)
-        throw new BoundaryError(ref.id, 'unknown', `${ref.id} does not exist in this session`)
+        throw boundaryError(ref.id, 'unknown', `${ref.id} does not exist in this session`)
       const at = this.indexOf.get(rawId)
       if (at !== undefined) return { at, warning: '' }
       const owner = this.ownerAnchor(rawId)
       if (owner)
         return { at: owner.at, warning: `Snapped ${ref.id} to block ${owner.owner}, which absorbed it.` }
-      throw new BoundaryError(ref.id, 'consumed', `${ref.id} is already covered by an active block`)
+      throw boundaryError(ref.id, 'consumed', `${ref.id} is already covered by an active block`)
     }
     const b = findBlock(this.state, ref.id)
-    if (!b) throw new BoundaryError(ref.id, 'unknown', `block ${ref.id} does not exist in this session`)
+    if (!b) throw boundaryError(ref.id, 'unknown', `block ${ref.id} does not exist in this session`)
     if (b.active) {
       const at = this.anchor.get(ref.id)
       if (at !== undefined) return { at, warning: '' }
-      throw new BoundaryError(
+      throw boundaryError(
         ref.id,
         'consumed',
         `block ${ref.id} is active but has no visible content to compress`,
@@ -134,7 +134,7 @@ class ResolveContext {
       if (owner)
         return { at: owner.at, warning: `Snapped ${ref.id} to block ${owner.owner}, which absorbed it.` }
     }
-    throw new BoundaryError(ref.id, 'consumed', `block ${ref.id} was already consumed by a higher-tier block`)
+    throw boundaryError(ref.id, 'consumed', `block ${ref.id} was already consumed by a higher-tier block`)
   }
 
   nestedActive(si: number, ei: number): string[] {
@@ -148,15 +148,15 @@ class ResolveContext {
   }
 }
 
-function invalid(s: string): BoundaryError {
-  return new BoundaryError(
+function invalid(s: string): NoaError {
+  return boundaryError(
     s,
     'invalid',
     `${JSON.stringify(s)} is neither a message ref (mNNNNN) nor a block id (bN)`,
   )
 }
 
-/** Norma's `ResolveBoundaries`: the view indexes and contents of a requested range. Throws BoundaryError. */
+/** Norma's `ResolveBoundaries`: the view indexes and contents of a requested range. Throws NOA_BAD_BOUNDARY. */
 export function resolveBoundaries(
   startRef: string,
   endRef: string,
@@ -277,7 +277,7 @@ export interface ApplyResult {
 interface Entry {
   req: CompressRange
   resolved?: ResolvedRange
-  err?: BoundaryError
+  err?: NoaError
   skipped: boolean
 }
 
@@ -556,8 +556,8 @@ export function applyCompression(in_: ApplyInput): ApplyResult {
       res.warnings.push(...resolved.warnings)
       return { req, resolved, skipped: false }
     } catch (err) {
-      if (!(err instanceof BoundaryError)) throw err
-      if (err.kind === 'consumed') consumed++
+      if (!isBoundaryError(err)) throw err
+      if (err.details.kind === 'consumed') consumed++
       else unknown++
       return { req, err, skipped: false }
     }

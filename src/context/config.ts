@@ -9,7 +9,7 @@
  * the last 5,000 tokens and the latest user message) and the 50-character minimum summary.
  * `NORMA_CONFIG` restores them, for a host that wants exactly what Norma accepts.
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 
 export interface ContextConfig {
   /** Smallest total size (characters) of the messages a compression may take; 0 = no gate. */
@@ -61,7 +61,7 @@ const INT_KEYS = [
 const KEYS = new Set<string>([...INT_KEYS, 'protectedTools', 'isToolProtected'])
 
 function bad(field: string, rule: string): NoaError {
-  return new NoaError('NOA_BAD_OPTION', `context config ${field} ${rule}`, { field })
+  return Errors.BAD_OPTION(`context config ${field} ${rule}`, { field })
 }
 
 /** The defaults overridden by `partial`; unknown keys and wrong types are refused. */

@@ -31,7 +31,6 @@ export {
   type ApplyInput,
   type ApplyResult,
   applyCompression,
-  BoundaryError,
   decideTier,
   type ResolvedRange,
   resolveBoundaries,

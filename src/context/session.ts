@@ -7,7 +7,7 @@
 import { closeSync, lstatSync, readFileSync, renameSync } from 'node:fs'
 import { join } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { APPEND_CREATE, checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import { loadNative } from '../engine/native.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -128,7 +128,7 @@ function keepBlocks(
 ): CompressionState {
   const out = cloneState(rebuilt)
   const conflict = (b: CompressionBlock, why: string) =>
-    new NoaError('NOA_CONFLICT', `cannot keep block ${describeBlock(b)}: ${why}; nothing was changed`, {
+    Errors.CONFLICT(`cannot keep block ${describeBlock(b)}: ${why}; nothing was changed`, {
       field: b.blockId,
     })
   const covered = new Map<string, string>()
@@ -365,13 +365,9 @@ export class ContextSession {
       (m) => m.contentType === 'tool-call' && m.toolName === COMPRESS_TOOL_NAME && m.toolCallId === callId,
     )
     if (i < 0) {
-      throw new NoaError(
-        'NOA_NOT_FOUND',
-        `no Compress call ${JSON.stringify(callId)} after the last compaction marker`,
-        {
-          field: 'callId',
-        },
-      )
+      throw Errors.NOT_FOUND(`no Compress call ${JSON.stringify(callId)} after the last compaction marker`, {
+        field: 'callId',
+      })
     }
     const raw = (cores[i] as CoreMessage).text
     const parsed = parseCompressArgs(raw)
@@ -443,8 +439,7 @@ export class ContextSession {
     const planned = rebuildState({ ...input, archiver: new PlanArchiver(this.root) })
     const lost = this.state.blocks.filter((b) => !planned.state.blocks.some((x) => sameBlock(b, x)))
     if (lost.length > 0 && !options.keepExisting) {
-      throw new NoaError(
-        'NOA_CONFLICT',
+      throw Errors.CONFLICT(
         `rebuild would drop ${lost.length === 1 ? 'block' : 'blocks'} ${lost.map(describeBlock).join(', ')}: ` +
           "the transcript's recorded Compress calls do not produce " +
           `${lost.length === 1 ? 'it' : 'them'} (compressed without a call, or the call's result is not in the transcript); ` +

@@ -17,7 +17,7 @@
 import { closeSync, readFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError, rewrap } from '../engine/errors.js'
 import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import {
   BOOL,
@@ -276,7 +276,7 @@ export interface DecodedState {
 }
 
 export function stateError(file: string, reason: string, cause?: unknown): NoaError {
-  return new NoaError('NOA_BAD_STATE', `${file}: ${reason}`, { file, reason }, cause ? { cause } : undefined)
+  return Errors.BAD_STATE(`${file}: ${reason}`, { file, reason }, cause ? { cause } : undefined)
 }
 
 export interface StateReadOptions {
@@ -411,8 +411,7 @@ export function loadStateFile(
       exists,
       unknownKeys: [],
     }
-    if (err instanceof NoaError)
-      out.error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
+    if (err instanceof NoaError) out.error = rewrap(err, err.message, { reason: err.message })
     else if (exists) out.error = stateError(file, e.message, err)
     return out
   }
@@ -440,7 +439,7 @@ export function loadState(baseDir: string, sessionId: string, options: StateRead
     checkDirsBelow(resolve(baseDir), root)
   } catch (err) {
     if (!(err instanceof NoaError)) throw err
-    const error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
+    const error = rewrap(err, err.message, { reason: err.message })
     return { state: createInitialState(sessionId, root), file, exists: true, error, unknownKeys: [] }
   }
   return loadStateFile(file, sessionId, root, options)

@@ -3,7 +3,7 @@
  * an archive, which Norma writes as Go's `time.Now().Format(time.RFC3339)`, i.e. in the local
  * zone (`2024-06-05T14:03:09+02:00`, or `Z` when the offset is zero).
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 
 /**
  * `'local'` (the process's zone, as Norma), `'utc'`, or a fixed offset in minutes east of UTC.
@@ -20,8 +20,7 @@ export interface ClockOptions {
 export function checkZone(zone: unknown): TimeZoneOption {
   if (zone === 'local' || zone === 'utc') return zone
   if (typeof zone === 'number' && Number.isInteger(zone) && Math.abs(zone) < 24 * 60) return zone
-  throw new NoaError(
-    'NOA_BAD_OPTION',
+  throw Errors.BAD_OPTION(
     `zone must be 'local', 'utc' or an offset in minutes east of UTC (-1439..1439), got ${JSON.stringify(zone)}`,
     { field: 'zone' },
   )

@@ -3,7 +3,7 @@
  * `description:` and an optional `type:` line, a blank line, then the Markdown body. No YAML:
  * nothing is quoted or escaped, so a value cannot hold a line break.
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { goTrimSpace, trimLeftSet, trimRightSet } from '../gocompat/index.js'
 
 /** The type values Norma's tool prompt names; only these are accepted on save. */
@@ -82,7 +82,7 @@ export function stem(file: string): string {
 const LONE_SURROGATE = /[\ud800-\udfff]/u
 
 function refuse(field: string, why: string): never {
-  throw new NoaError('NOA_BAD_ARGUMENT', `memory ${field} ${why}; nothing was written`, { field })
+  throw Errors.BAD_ARGUMENT(`memory ${field} ${why}; nothing was written`, { field })
 }
 
 function checkLine(field: string, value: unknown): string {

@@ -23,7 +23,7 @@ import {
 } from 'node:fs'
 import { join } from 'node:path'
 import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { nameTooLong, openFileSync, READ, statFile } from '../engine/files.js'
 import { decodeBytes, encodeBytes, goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
@@ -49,7 +49,7 @@ export interface InjectOptions {
 export class MemoryStore {
   constructor(readonly dir: string) {
     if (typeof dir !== 'string' || dir === '') {
-      throw new NoaError('NOA_BAD_ARGUMENT', 'memory directory must be a non-empty path', { field: 'dir' })
+      throw Errors.BAD_ARGUMENT('memory directory must be a non-empty path', { field: 'dir' })
     }
   }
 
@@ -118,8 +118,7 @@ export class MemoryStore {
       const old = holders[0]
       if (old === undefined) throw notFound(key, this.dir)
       if (holders.length > 1) {
-        throw new NoaError(
-          'NOA_CONFLICT',
+        throw Errors.CONFLICT(
           `several files hold memory ${JSON.stringify(key)} (${holders.map((n) => n.file).join(', ')}); rename one by hand or delete the extra ones`,
           { name: key, files: holders.map((n) => n.file) },
         )
@@ -127,8 +126,7 @@ export class MemoryStore {
       if (name === key) return old
       const clash = notes.find((n) => n.name === name)
       if (clash) {
-        throw new NoaError(
-          'NOA_CONFLICT',
+        throw Errors.CONFLICT(
           `memory ${JSON.stringify(name)} already exists (${clash.file}); delete it first or pick another name`,
           { name, file: clash.file },
         )
@@ -208,7 +206,7 @@ export class MemoryStore {
 
   private locked<T>(fn: () => T): T {
     if (!existsSync(this.dir)) {
-      throw new NoaError('NOA_NOT_FOUND', `memory directory ${this.dir} does not exist`, { file: this.dir })
+      throw Errors.NOT_FOUND(`memory directory ${this.dir} does not exist`, { file: this.dir })
     }
     return withDirLock(this.dir, fn)
   }
@@ -290,7 +288,7 @@ function keepMtime(path: string, old: MemoryNote): void {
 }
 
 function notFound(name: string, dir: string): NoaError {
-  return new NoaError('NOA_NOT_FOUND', `no memory named ${JSON.stringify(name)} in ${dir}`, {
+  return Errors.NOT_FOUND(`no memory named ${JSON.stringify(name)} in ${dir}`, {
     name,
     file: dir,
   })

@@ -12,7 +12,7 @@
  * `strict: true` gives Norma's behavior back: any bad line, the torn one included, and any line
  * of 64 MiB or more (`bufio.ErrTooLong`) fails the load (still with file and line).
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { openFile, READ } from '../engine/files.js'
 import { decodeBytes, GoSyntaxError, type JsonNode, parseGoJson } from '../gocompat/index.js'
 import { DecodeError, decodeRecordNode } from './decode.js'
@@ -60,7 +60,7 @@ const CHUNK = 1 << 20
 
 /** `go` is Go's error for the line (Norma's Load says `transcript: corrupt line: <go>`). */
 export function transcriptError(file: string, line: number, reason: string, go?: string): NoaError {
-  return new NoaError('NOA_BAD_TRANSCRIPT', `${file}:${line}: ${reason}`, {
+  return Errors.BAD_TRANSCRIPT(`${file}:${line}: ${reason}`, {
     file,
     line,
     ...(go !== undefined ? { go } : {}),

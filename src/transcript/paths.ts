@@ -6,14 +6,13 @@
 import type { Dirent } from 'node:fs'
 import { readdir } from 'node:fs/promises'
 import { join } from 'node:path'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { checkDirsBelow } from '../engine/files.js'
 
 /** Refuses ids that are empty, `.`/`..`, or hold a path separator or NUL. */
 export function checkTranscriptId(id: unknown, what = 'session id'): string {
   if (typeof id !== 'string' || id === '' || id === '.' || id === '..' || /[/\\\0]/.test(id)) {
-    throw new NoaError(
-      'NOA_BAD_ARGUMENT',
+    throw Errors.BAD_ARGUMENT(
       `${what} must be a non-empty name without /, \\ or NUL and not . or .., got ${JSON.stringify(id)}`,
       { field: what },
     )

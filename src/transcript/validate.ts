@@ -8,7 +8,7 @@
  * types of the fields Norma knows are checked, so whatever the loader returns can be written
  * back.
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { hasLoneSurrogate, isGoInt } from '../gocompat/index.js'
 import { BLOCK_KEYS, MESSAGE_KEYS, META_KEYS, USAGE_KEYS } from './encode.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
@@ -37,7 +37,7 @@ const STRING_FIELDS = ['text', 'thinking', 'signature', 'id', 'name', 'tool_use_
 const TRIGGERS = ['auto', 'reactive', 'manual']
 
 export function recordError(field: string, rule: string): NoaError {
-  return new NoaError('NOA_BAD_RECORD', `${field}: ${rule}; nothing was written`, { field })
+  return Errors.BAD_RECORD(`${field}: ${rule}; nothing was written`, { field })
 }
 
 function describe(v: unknown): string {

@@ -23,7 +23,7 @@ import { closeSync, ftruncateSync, writeSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { AgentLog } from '../engine/agent-log.js'
 import { mkdirDurable } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { APPEND_CREATE, openFileSync } from '../engine/files.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { encodeRecordBody, encodeRecordHead, USAGE_KEYS } from './encode.js'
@@ -94,7 +94,7 @@ interface Pending {
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
-  return new NoaError('NOA_BAD_OPTION', `option ${name} ${rule}, got ${String(value)}`, { field: name })
+  return Errors.BAD_OPTION(`option ${name} ${rule}, got ${String(value)}`, { field: name })
 }
 
 function handled<T>(p: Promise<T>): Promise<T> {
@@ -243,7 +243,7 @@ export class TranscriptWriter {
     const ns = this.clock()
     const uuid = newTranscriptId({ random: this.random, clock: this.clock })
     try {
-      if (this.closing) throw new NoaError('NOA_CLOSED', `the transcript writer of ${this.path} is closed`)
+      if (this.closing) throw Errors.CLOSED(`the transcript writer of ${this.path} is closed`)
       fields = build()
       fields.timestamp = formatTimestamp(ns)
       body = encodeRecordBody(fields)
