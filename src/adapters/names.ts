@@ -13,7 +13,7 @@
  * string and `.`/`..` spelled with `%2E` (a path may have no empty, `.` or `..` segment).
  */
 import { createHash } from 'node:crypto'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 
 const MAX_NAME = 128
 const SAFE = /^[A-Za-z0-9.-]$/
@@ -32,14 +32,13 @@ export type DecodedName = { kind: 'plain'; id: string } | { kind: 'hashed'; hash
 /** A non-empty string without lone surrogates (it must survive UTF-8), or NOA_BAD_ARGUMENT. */
 export function checkId(id: unknown, what: string): string {
   if (typeof id !== 'string' || id === '') {
-    throw new NoaError(
-      'NOA_BAD_ARGUMENT',
+    throw Errors.BAD_ARGUMENT(
       `${what} must be a non-empty string, got ${id === '' ? 'an empty string' : describe(id)}`,
       { field: what },
     )
   }
   if (!id.isWellFormed()) {
-    throw new NoaError('NOA_BAD_ARGUMENT', `${what} ${JSON.stringify(id)} holds a lone UTF-16 surrogate`, {
+    throw Errors.BAD_ARGUMENT(`${what} ${JSON.stringify(id)} holds a lone UTF-16 surrogate`, {
       field: what,
     })
   }
@@ -107,10 +106,10 @@ export function decodeWorkspace(scheme: NameScheme, name: string): DecodedName |
 /** A string (possibly empty) that can be stored in a tree path, or NOA_BAD_ARGUMENT naming it. */
 export function checkText(s: unknown, what: string): string {
   if (typeof s !== 'string') {
-    throw new NoaError('NOA_BAD_ARGUMENT', `${what} must be a string, got ${describe(s)}`, { field: what })
+    throw Errors.BAD_ARGUMENT(`${what} must be a string, got ${describe(s)}`, { field: what })
   }
   if (!s.isWellFormed()) {
-    throw new NoaError('NOA_BAD_ARGUMENT', `${what} ${JSON.stringify(s)} holds a lone UTF-16 surrogate`, {
+    throw Errors.BAD_ARGUMENT(`${what} ${JSON.stringify(s)} holds a lone UTF-16 surrogate`, {
       field: what,
     })
   }

@@ -4,7 +4,7 @@
  * blob of its own, named in the record by its hash, so a value carried unchanged from one
  * checkpoint to the next is stored once.
  */
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { type ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
 
 /** Values above this size are stored as blobs of their own. */
@@ -85,5 +85,5 @@ export async function valueData(v: StoredValue, blobs: BlobCache): Promise<Uint8
   if ('text' in v) return v.text
   if ('base64' in v) return new Uint8Array(Buffer.from(v.base64, 'base64'))
   if ('blob' in v) return new Uint8Array(await blobs.get(v.blob))
-  throw new NoaError('NOA_CORRUPT_OBJECT', 'stored value has neither text, base64 nor blob')
+  throw Errors.CORRUPT_OBJECT('stored value has neither text, base64 nor blob')
 }

@@ -24,7 +24,7 @@
  */
 import { fromSegment, toSegment } from '../adapters/names.js'
 import { isStoredValue, type StoredValue } from '../adapters/values.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 
 export const THREAD_FILE = 'thread'
 export const VALUES_DIR = 'values'
@@ -127,7 +127,7 @@ export function encodeRecord(record: CheckpointRecord | WritesRecord | Record<st
 }
 
 function corrupt(what: string, blob: string, why: string): NoaError {
-  return new NoaError('NOA_CORRUPT_OBJECT', `${what} ${blob} is not a ${why}`, { object: blob })
+  return Errors.CORRUPT_OBJECT(`${what} ${blob} is not a ${why}`, { object: blob })
 }
 
 function parseJson(bytes: Buffer, what: string, blob: string): Record<string, unknown> {

@@ -44,7 +44,7 @@ import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters
 import type { AgentLog } from '../engine/agent-log.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, type NoaError } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -171,15 +171,13 @@ function checkLog(log: AgentLog): void {
   const objects = log?.objects
   const fix = `open it with AgentLog.open({ root, objects: new ObjectStore(root) })`
   if (objects === undefined) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
+    throw Errors.BAD_OPTION(
       `NoaSaver option log has no object store, so it refuses the snapshot entries the saver appends: ${fix}`,
       { field: 'log' },
     )
   }
   if (objects instanceof ObjectStore && objects.root !== log.root) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
+    throw Errors.BAD_OPTION(
       `NoaSaver option log checks records against the object store of ${objects.root}, not of its root ${log.root}: ${fix}`,
       { field: 'log' },
     )
@@ -187,7 +185,7 @@ function checkLog(log: AgentLog): void {
 }
 
 function configError(what: string): NoaError {
-  return new NoaError('NOA_BAD_ARGUMENT', what, { field: 'config.configurable' })
+  return Errors.BAD_ARGUMENT(what, { field: 'config.configurable' })
 }
 
 function nsKey(ns: string, id: string): string {
@@ -354,8 +352,7 @@ class Thread {
         // name the wrong seqs. A fresh snapshot from a full replay supersedes them.
         this.tree = null
         await this.repairHead()
-        throw new NoaError(
-          'NOA_CONFLICT',
+        throw Errors.CONFLICT(
           `workspace ${this.workspace} was appended to by someone else during a checkpoint commit (expected seq ${first + unexpected}, got ${acks[unexpected]?.seq}); write a thread only through its saver`,
           { workspace: this.workspace },
         )
@@ -391,8 +388,7 @@ class Thread {
     }
     const s = await saver.engine.replay(this.workspace)
     if (s.seq !== lastSeq) {
-      throw new NoaError(
-        'NOA_CONFLICT',
+      throw Errors.CONFLICT(
         `workspace ${this.workspace} changed while it was read (seq ${lastSeq}, then ${s.seq}); is another writer in this process appending to it?`,
         { workspace: this.workspace },
       )
@@ -667,7 +663,7 @@ export class NoaSaver extends BaseCheckpointSaver {
 
   /** @internal */
   get log(): AgentLog {
-    if (this.released) throw new NoaError('NOA_CLOSED', 'the NoaSaver is closed')
+    if (this.released) throw Errors.CLOSED('the NoaSaver is closed')
     return this.lease.log
   }
 
@@ -698,7 +694,7 @@ export class NoaSaver extends BaseCheckpointSaver {
   }
 
   private async loaded(threadId: string): Promise<Thread> {
-    if (this.closed) throw new NoaError('NOA_CLOSED', 'the NoaSaver is closed')
+    if (this.closed) throw Errors.CLOSED('the NoaSaver is closed')
     const t = this.thread(threadId)
     await t.refresh()
     return t
@@ -735,7 +731,7 @@ export class NoaSaver extends BaseCheckpointSaver {
     const { before, filter } = options
     let limit = options.limit
     if (limit !== undefined && (typeof limit !== 'number' || Number.isNaN(limit))) {
-      throw new NoaError('NOA_BAD_ARGUMENT', `list option limit must be a number, got ${describe(limit)}`, {
+      throw Errors.BAD_ARGUMENT(`list option limit must be a number, got ${describe(limit)}`, {
         field: 'limit',
       })
     }
@@ -851,7 +847,7 @@ export class NoaSaver extends BaseCheckpointSaver {
     checkPath(writesPath(ns, id, task), 'writes path')
     if (taskPath !== undefined) checkText(taskPath, 'task path')
     if (!Array.isArray(writes))
-      throw new NoaError('NOA_BAD_ARGUMENT', 'putWrites takes an array of [channel, value] writes')
+      throw Errors.BAD_ARGUMENT('putWrites takes an array of [channel, value] writes')
     const serialized = await Promise.all(
       writes.map(async ([channel, value], i) => {
         checkText(channel, 'write channel')
@@ -890,16 +886,12 @@ export class NoaSaver extends BaseCheckpointSaver {
     const id = getCheckpointId(config) || t.index.latest.get(ns)
     const ref = id ? t.index.get(ns, id) : undefined
     if (!id || !ref) {
-      throw new NoaError(
-        'NOA_NOT_FOUND',
+      throw Errors.NOT_FOUND(
         `thread ${threadId} has no checkpoint ${id ?? '(none at all)'}${ns ? ` in namespace ${ns}` : ''}`,
       )
     }
     if (!ref.snapshot) {
-      throw new NoaError(
-        'NOA_NOT_FOUND',
-        `checkpoint ${id} of thread ${threadId} has no snapshot to fork from`,
-      )
+      throw Errors.NOT_FOUND(`checkpoint ${id} of thread ${threadId} has no snapshot to fork from`)
     }
     const to = this.thread(target)
     await this.engine.fork(to.workspace, ref.snapshot, {

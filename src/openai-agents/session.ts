@@ -15,7 +15,7 @@ import { borrowedLog, type LogLease, leaseLog } from '../adapters/logs.js'
 import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } from '../adapters/names.js'
 import type { AgentLog } from '../engine/agent-log.js'
 import type { Entry, EntryInput } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -77,7 +77,7 @@ export class NoaSession implements Session {
   /** The most recent `limit` items (all without one), oldest first. */
   async getItems(limit?: number): Promise<AgentInputItem[]> {
     if (limit !== undefined && (typeof limit !== 'number' || Number.isNaN(limit))) {
-      throw new NoaError('NOA_BAD_ARGUMENT', `getItems limit must be a number, got ${describe(limit)}`, {
+      throw Errors.BAD_ARGUMENT(`getItems limit must be a number, got ${describe(limit)}`, {
         field: 'limit',
       })
     }
@@ -92,18 +92,18 @@ export class NoaSession implements Session {
 
   async addItems(items: AgentInputItem[]): Promise<void> {
     if (!Array.isArray(items)) {
-      throw new NoaError('NOA_BAD_ARGUMENT', `addItems takes an array of items, got ${describe(items)}`)
+      throw Errors.BAD_ARGUMENT(`addItems takes an array of items, got ${describe(items)}`)
     }
     if (items.length === 0) return
     const encoded = items.map((item, i) => {
       if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-        throw new NoaError('NOA_BAD_ARGUMENT', `addItems: item ${i} must be an object, got ${describe(item)}`)
+        throw Errors.BAD_ARGUMENT(`addItems: item ${i} must be an object, got ${describe(item)}`)
       }
       let text: string
       try {
         text = JSON.stringify(item)
       } catch (err) {
-        throw new NoaError('NOA_BAD_ARGUMENT', `addItems: item ${i} is not JSON: ${(err as Error).message}`)
+        throw Errors.BAD_ARGUMENT(`addItems: item ${i} is not JSON: ${(err as Error).message}`)
       }
       return Buffer.from(text, 'utf8')
     })
@@ -162,7 +162,7 @@ export class NoaSession implements Session {
       try {
         v = JSON.parse(bytes.toString('utf8')) as AgentInputItem
       } catch {
-        throw new NoaError('NOA_CORRUPT_OBJECT', `session ${this.sessionId}: item blob ${blob} is not JSON`, {
+        throw Errors.CORRUPT_OBJECT(`session ${this.sessionId}: item blob ${blob} is not JSON`, {
           object: blob,
         })
       }
@@ -172,7 +172,7 @@ export class NoaSession implements Session {
   }
 
   private async log(): Promise<{ log: AgentLog; mutex: KeyedMutex }> {
-    if (this.closed) throw new NoaError('NOA_CLOSED', `NoaSession ${this.sessionId} is closed`)
+    if (this.closed) throw Errors.CLOSED(`NoaSession ${this.sessionId} is closed`)
     this.lease ??= this.options.log
       ? Promise.resolve(borrowedLog(this.options.log))
       : leaseLog({ root: this.root, workers: this.options.workers })

@@ -13,7 +13,7 @@
 import { closeSync } from 'node:fs'
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { AgentLog } from '../engine/agent-log.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError } from '../engine/errors.js'
 import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
@@ -118,7 +118,7 @@ async function pullNow(options: PullOptions): Promise<PullReport> {
   const root = resolveRoot(options.root)
   const batch = options.batch ?? 1000
   if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new NoaError('NOA_BAD_OPTION', `option batch must be an integer from 1 to 100000, got ${batch}`, {
+    throw Errors.BAD_OPTION(`option batch must be an integer from 1 to 100000, got ${batch}`, {
       field: 'batch',
     })
   }
@@ -469,8 +469,7 @@ class Mirror {
       return
     }
     if (seq > expected) {
-      throw new NoaError(
-        'NOA_REPLICA_GAP',
+      throw Errors.REPLICA_GAP(
         `workspace ${st.ws}: the stream's next entry is seq ${seq} (stream seq ${m.seq}), but this log is at seq ${expected - 1}: entries ${expected}..${seq - 1} are not in the stream, nothing after seq ${expected - 1} was applied`,
         { workspace: st.ws, seq, streamSeq: m.seq },
       )

@@ -19,7 +19,7 @@ import { closeSync, lstatSync, readdirSync, writeSync } from 'node:fs'
 import { type FileHandle, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 import {
   APPEND_CREATE,
   checkDirsBelow,
@@ -215,8 +215,7 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
     try {
       await new ObjectStore(root).getTree(id)
     } catch (err) {
-      throw new NoaError(
-        'NOA_CORRUPT_OBJECT',
+      throw Errors.CORRUPT_OBJECT(
         `object ${id} (${file}) does not match its hash (${hash}) and is not a tree the object store can rebuild (${(err as Error).message}): not replicated`,
         { file, id },
       )
@@ -405,8 +404,7 @@ export class ObjectSink {
 
   private check(id: string, hash: string, streamSeq: number): void {
     if (hash !== id) {
-      throw new NoaError(
-        'NOA_CORRUPT_OBJECT',
+      throw Errors.CORRUPT_OBJECT(
         `object ${id} from the stream (ending at stream seq ${streamSeq}) does not match its hash (${hash}): not written`,
         { id, streamSeq },
       )

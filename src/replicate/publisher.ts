@@ -25,7 +25,7 @@ import { setMaxListeners } from 'node:events'
 import { closeSync, existsSync, type FSWatcher, watch } from 'node:fs'
 import { type FileHandle, lstat } from 'node:fs/promises'
 import { parseEntry } from '../engine/entry.js'
-import { isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
+import { Errors, isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
 import { checkRoot, openFile, openFileSync, READ } from '../engine/files.js'
 import { logDirOf, logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { seekSeq } from '../engine/reader.js'
@@ -148,7 +148,7 @@ const OPTION_KEYS = new Set([
 function positive(value: number | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback
   if (!Number.isInteger(value) || value < 1) {
-    throw new NoaError('NOA_BAD_OPTION', `option ${name} must be a positive integer, got ${value}`, {
+    throw Errors.BAD_OPTION(`option ${name} must be a positive integer, got ${value}`, {
       field: name,
     })
   }
@@ -658,7 +658,7 @@ class Publisher {
       prev = { seq: c.seq, ts: c.ts }
     } else st.checkedFrom = pos
     const corrupt = (at: number, why: string) =>
-      new NoaError('NOA_CORRUPT_LOG', `${st.file} (line at byte ${at}): ${why}`, {
+      Errors.CORRUPT_LOG(`${st.file} (line at byte ${at}): ${why}`, {
         file: st.file,
         offset: at,
         workspace: st.ws,
@@ -732,7 +732,7 @@ class Publisher {
           counters = countersOf(line)
         } catch (err) {
           throw new LogProblem(
-            new NoaError('NOA_CORRUPT_LOG', `${st.file} (line at byte ${at}): ${(err as Error).message}`, {
+            Errors.CORRUPT_LOG(`${st.file} (line at byte ${at}): ${(err as Error).message}`, {
               file: st.file,
               offset: at,
               workspace: st.ws,
@@ -753,8 +753,7 @@ class Publisher {
         }
         if (seq !== st.pos.seq + 1) {
           throw new LogProblem(
-            new NoaError(
-              'NOA_CORRUPT_LOG',
+            Errors.CORRUPT_LOG(
               `workspace ${st.ws}: ${st.file} jumps from seq ${st.pos.seq} to ${seq} at byte ${at}; nothing after seq ${st.pos.seq} was published`,
               { file: st.file, offset: at, workspace: st.ws, seq },
             ),

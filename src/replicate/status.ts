@@ -10,7 +10,7 @@
  */
 import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError } from '../engine/errors.js'
 import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
@@ -212,7 +212,7 @@ export function replicationStatus(options: StatusOptions = {}): Promise<Replicat
 
 async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
   if (typeof options !== 'object' || options === null) {
-    throw new NoaError('NOA_BAD_OPTION', 'status options must be an object')
+    throw Errors.BAD_OPTION('status options must be an object', { field: 'options' })
   }
   const prefix = checkPrefix(options.prefix ?? DEFAULT_PREFIX)
   const root = resolveRoot(options.root)

@@ -27,7 +27,7 @@ import {
   type MsgHdrs,
   type NatsConnection,
 } from '@nats-io/transport-node'
-import { NoaError } from '../engine/errors.js'
+import { Errors, NoaError } from '../engine/errors.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { checkStreamName, defaultStreamName, patternCoversPrefix, wildcardOf } from './subjects.js'
 
@@ -277,11 +277,11 @@ export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000
 const NS_PER_MS = 1_000_000
 
 export function replicationError(message: string, details: Record<string, unknown> = {}, cause?: unknown) {
-  return new NoaError('NOA_REPLICATION', message, details, cause === undefined ? undefined : { cause })
+  return Errors.REPLICATION(message, details, cause === undefined ? undefined : { cause })
 }
 
 export function streamConfigError(message: string, details: Record<string, unknown> = {}) {
-  return new NoaError('NOA_STREAM_CONFIG', message, details)
+  return Errors.STREAM_CONFIG(message, details)
 }
 
 function describe(err: unknown): string {
@@ -312,7 +312,7 @@ export async function openLink(target: NatsTarget, options: OpenLinkOptions): Pr
     .map((s) => s.trim())
     .filter((s) => s !== '')
   if (servers.length === 0) {
-    throw new NoaError('NOA_BAD_OPTION', 'nats must name at least one server URL', { field: 'nats' })
+    throw Errors.BAD_OPTION('nats must name at least one server URL', { field: 'nats' })
   }
   const backoff = new Backoff()
   for (;;) {
@@ -699,7 +699,7 @@ export function checkKnownOptions(options: object, known: Set<string>, what: str
   checkOptionKeys(options, known, what)
   const nats = (options as { nats?: unknown }).nats
   if (nats === undefined || nats === '' || (typeof nats !== 'string' && typeof nats !== 'object')) {
-    throw new NoaError('NOA_BAD_OPTION', `${what} needs nats: a server URL or a connection`, {
+    throw Errors.BAD_OPTION(`${what} needs nats: a server URL or a connection`, {
       field: 'nats',
     })
   }

@@ -4,7 +4,7 @@
  * mirror and `status` can never disagree on a name.
  */
 import { isWorkspaceName } from '../engine/entry.js'
-import { NoaError } from '../engine/errors.js'
+import { Errors } from '../engine/errors.js'
 
 export const DEFAULT_PREFIX = 'noa'
 
@@ -26,8 +26,7 @@ export const HDR_OBJECT_EXACT = 'Noa-Object-Exact'
 
 export function checkPrefix(prefix: unknown): string {
   if (typeof prefix !== 'string' || !PREFIX_RE.test(prefix)) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
+    throw Errors.BAD_OPTION(
       `prefix must be dot-separated tokens of letters, digits, _ and - (at most 8), got ${JSON.stringify(prefix)}`,
       { field: 'prefix' },
     )
@@ -37,8 +36,7 @@ export function checkPrefix(prefix: unknown): string {
 
 export function checkStreamName(name: unknown): string {
   if (typeof name !== 'string' || !STREAM_NAME_RE.test(name)) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
+    throw Errors.BAD_OPTION(
       `stream name must be 1 to 128 letters, digits, _ or -, got ${JSON.stringify(name)}`,
       { field: 'stream' },
     )

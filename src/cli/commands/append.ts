@@ -1,6 +1,6 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
-import { NoaError } from '../../engine/errors.js'
+import { Errors, NoaError, rewrap } from '../../engine/errors.js'
 import { checkRoot } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
@@ -47,7 +47,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
   const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
-    new NoaError('NOA_BAD_ENTRY', `stdin:${line}: ${reason}; nothing was written`, { line, ...details })
+    Errors.BAD_ENTRY(`stdin:${line}: ${reason}; nothing was written`, { line, ...details })
   // Decoding would turn each bad sequence into U+FFFD, so two different byte paths could be
   // stored as one: refused instead.
   const bad = invalidUtf8(bytes)
@@ -79,7 +79,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const where = (i: number) => `stdin:${lines[i]}`
   const withLine = (err: unknown): never => {
     if (err instanceof NoaError) {
-      throw new NoaError(err.code, `${err.message}; nothing was written`, err.details)
+      throw rewrap(err, `${err.message}; nothing was written`)
     }
     throw err
   }
@@ -89,8 +89,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     for (let i = 0; i < entries.length; i++) {
       const e = entries[i] as EntryInput
       if (checkBlobs && e.op === 'write' && !store.hasBlob(e.blob)) {
-        throw new NoaError(
-          'NOA_MISSING_BLOB',
+        throw Errors.MISSING_BLOB(
           `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first with noa blob put, or pass --no-blob-check`,
           { blob: e.blob, path: e.path, line: lines[i] },
         )

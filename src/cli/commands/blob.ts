@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs'
 import { type FileHandle, open } from 'node:fs/promises'
-import { NoaError } from '../../engine/errors.js'
+import { Errors } from '../../engine/errors.js'
 import { checkRoot, kindOf, nameTooLong, notRegularFile } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
@@ -29,7 +29,7 @@ async function openInput(path: string): Promise<FileHandle> {
     handle = await open(path, 'r')
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
-    if (code === 'ENOENT') throw new NoaError('NOA_NOT_FOUND', `blob put: no file ${path}`, { file: path })
+    if (code === 'ENOENT') throw Errors.NOT_FOUND(`blob put: no file ${path}`, { file: path })
     if (code === 'ENAMETOOLONG') throw nameTooLong(path)
     throw err
   }

@@ -13,7 +13,7 @@ import { refToIndex } from '../../context/refs.js'
 import { ContextSession, withSessionLock } from '../../context/session.js'
 import { encodeState, loadState, sessionRoot } from '../../context/state-file.js'
 import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
-import { NoaError } from '../../engine/errors.js'
+import { Errors } from '../../engine/errors.js'
 import { openFileSync, READ } from '../../engine/files.js'
 import {
   decodeBytes,
@@ -238,7 +238,7 @@ function configOf(values: { norma?: boolean; 'min-chars'?: string }, usage: stri
 async function transcriptMessages(file: string | undefined, usage: string, io: CliIo): Promise<Message[]> {
   if (file === undefined) throw new UsageError('--transcript is required', usage)
   const t = await loadTranscript(file)
-  if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
+  if (!t.exists) throw Errors.NOT_FOUND(`${file}: no such transcript`, { file })
   if (t.tornTail)
     io.stderr.write(`noa context: ${file}: torn last line ${t.tornTail.line} ignored: ${t.tornTail.reason}\n`)
   // Norma's view: blocks of every type, as the runtime's Project sees them.
@@ -470,7 +470,7 @@ async function archiveCmd(args: string[], io: CliIo): Promise<number> {
     }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-      throw new NoaError('NOA_NOT_FOUND', `${file}: no such archive`, { file })
+      throw Errors.NOT_FOUND(`${file}: no such archive`, { file })
     throw err
   }
   const doc = parseArchive(text, { file })

@@ -3,7 +3,7 @@
  * are used as they are by checks outside the test suite; keep them.
  */
 import { join } from 'node:path'
-import { NoaError } from '../../engine/errors.js'
+import { Errors } from '../../engine/errors.js'
 import { describeInvalidUtf8, findInvalidUtf8 } from '../../gocompat/index.js'
 import type { MemoryNote } from '../../memory/note.js'
 import { mtimeNs } from '../../memory/scan.js'
@@ -179,8 +179,7 @@ async function save(args: string[], io: CliIo): Promise<number> {
   const body = await readAll(io.stdin)
   const bad = findInvalidUtf8(body)
   if (bad) {
-    throw new NoaError(
-      'NOA_BAD_ARGUMENT',
+    throw Errors.BAD_ARGUMENT(
       `memory body on stdin is not valid UTF-8: line ${bad.line}, ${describeInvalidUtf8(bad, 'stdin')}; nothing was written`,
       { field: 'content', line: bad.line, offset: bad.offset },
     )

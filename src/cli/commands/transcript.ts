@@ -2,7 +2,7 @@
  * `noa transcript show|resume|append|usage`: Norma-compatible session transcripts.
  * A malformed transcript is refused with `<file>:<line>: <reason>` (exit 1).
  */
-import { NoaError } from '../../engine/errors.js'
+import { Errors, NoaError } from '../../engine/errors.js'
 import {
   defineValue,
   describeInvalidUtf8,
@@ -183,7 +183,7 @@ async function show(args: string[], io: CliIo): Promise<number> {
   const file = positionals[0] as string
   const strict = values.norma ?? false
   const t = await loadTranscript(file, { strict })
-  if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
+  if (!t.exists) throw Errors.NOT_FOUND(`${file}: no such transcript`, { file })
   const conv = messages(t.records, { strict })
   const boundaries = t.records.filter((r) => r.type === 'boundary').length
   const last = lastUuid(t.records)
@@ -221,7 +221,7 @@ async function resumeCmd(args: string[], io: CliIo): Promise<number> {
   const [dir, sessionId] = positionals as [string, string]
   const r = await resume(dir, sessionId, { strict: values.norma ?? false })
   if (!r.exists) {
-    throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript (${r.file})`, {
+    throw Errors.NOT_FOUND(`session ${sessionId} has no transcript (${r.file})`, {
       file: r.file,
     })
   }
@@ -278,7 +278,7 @@ interface Input {
 }
 
 function stdinError(line: number, reason: string): NoaError {
-  return new NoaError('NOA_BAD_RECORD', `stdin:${line}: ${reason}; nothing was written`, { line })
+  return Errors.BAD_RECORD(`stdin:${line}: ${reason}; nothing was written`, { line })
 }
 
 function parseInput(buf: Buffer): Input[] {
@@ -383,7 +383,7 @@ async function usageCmd(args: string[], io: CliIo): Promise<number> {
   const [dir, sessionId] = positionals as [string, string]
   const u = await sessionUsage(dir, sessionId, { strict: values.norma ?? false })
   if (!u.main.exists && u.sidechains.length === 0) {
-    throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript in ${dir}`, {
+    throw Errors.NOT_FOUND(`session ${sessionId} has no transcript in ${dir}`, {
       file: u.main.file,
     })
   }
