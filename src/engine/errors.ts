@@ -79,7 +79,6 @@ interface Required {
   NOA_NOT_DIRECTORY: { file: string }
   NOA_NAME_TOO_LONG: { file: string }
   NOA_BAD_ROOT: { root: string }
-  NOA_ABORTED: { workspace: string }
   NOA_SEQ_MISMATCH: { workspace: string; lastSeq: number; expected: number }
   NOA_BAD_ARCHIVE: { reason: string }
   NOA_BAD_BOUNDARY: { ref: string; kind: 'unknown' | 'consumed' | 'invalid' }
