@@ -7,12 +7,13 @@ import type { Peer, Store, Writer } from './common.js'
 import { disk, diskBatched, diskParallel, jsonlStore, nodeFs } from './files.js'
 import { hypercore, hypercoreStore } from './hypercore.js'
 import { lmdb, lmdbStore } from './lmdb.js'
-import { noa, noaFdatasync, noaStore, noaSyncfs } from './noa.js'
+import { noa, noaFdatasync, noaInThread, noaStore, noaSyncfs } from './noa.js'
 import { sonicBoom } from './sonic-boom.js'
 import { sqlite, sqliteBatched, sqliteStore } from './sqlite.js'
 
 export const PEERS: readonly Peer[] = [
   noa,
+  noaInThread,
   noaFdatasync,
   noaSyncfs,
   sqlite,
@@ -59,25 +60,43 @@ export const WORKLOADS: readonly Workload[] = [
     id: 'serial',
     title: 'serial append latency',
     what: 'one submitter appends and awaits each ack before the next (tinybench: p50/p99 per append)',
-    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'hypercore'],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'hypercore'],
   },
   {
     id: '1ws',
     title: '1 workspace × 100 submitters',
     what: '100 concurrent loops append to the same workspace, each awaiting its own ack; entries/s',
-    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
   },
   {
     id: '100ws',
     title: '100 workspaces × 1 submitter',
     what: '100 workspaces, one loop each appending and awaiting its own ack; aggregate entries/s',
-    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: [
+      'noa',
+      'noa-inthread',
+      'noa-fdatasync',
+      'noa-syncfs',
+      ...DURABLE,
+      ...FLOORS,
+      'disk-parallel',
+      'hypercore',
+    ],
   },
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
     what: "1,000 workspaces, one loop each, so 1,000 files open at once (within noa's default fd bound, `maxOpenFiles` 4,096); aggregate entries/s",
-    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: [
+      'noa',
+      'noa-inthread',
+      'noa-fdatasync',
+      'noa-syncfs',
+      ...DURABLE,
+      ...FLOORS,
+      'disk-parallel',
+      'hypercore',
+    ],
   },
   {
     id: 'replay',
