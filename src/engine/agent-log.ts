@@ -193,6 +193,13 @@ type CheckedOptions = ReturnType<typeof checkOptions>
 
 const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
 
+/**
+ * A serial writer's next append comes one hop after its ack. A worker that went back to sleep
+ * in its event loop is woken for it by the kernel, which on a virtual machine costs tens of µs
+ * (an idle vCPU is halted); polling its port for a little longer than a hop saves that wake.
+ */
+const SPIN_MICROS = 150
+
 function checkOptions(options: AgentLogOptions) {
   checkOptionKeys(options, OPTION_KEYS)
   if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
@@ -371,6 +378,7 @@ export class AgentLog {
       maxOpenFiles: this.perWorker,
       syncThreads: o.syncThreads,
       inlineCommit: o.inlineCommit,
+      spinMicros: inThread ? 0 : SPIN_MICROS,
       durability: o.durability,
       journalSize: o.journalSize,
       journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,

@@ -20,6 +20,11 @@ export interface OwnerInit {
   syncThreads: number
   /** Run a lone commit on the worker thread itself when nothing else is in flight. */
   inlineCommit: boolean
+  /**
+   * After an inline commit, how long (µs) the worker polls its port for the next request before
+   * it goes back to sleep in its event loop; 0 for an in-thread owner (it would block its caller).
+   */
+  spinMicros: number
   durability: Durability
   /** Journal durability: the journal's size in bytes, and a name unique to this AgentLog. */
   journalSize: number

@@ -410,20 +410,37 @@ class Owner {
    * a commit takes everything queued so far, and the inline/pool choice sees the whole picture.
    */
   receive(first: ToOwner): void {
-    this.receiving = true
-    try {
-      this.handle(first)
-      for (
-        let m = receiveMessageOnPort(this.init.port);
-        m !== undefined;
-        m = receiveMessageOnPort(this.init.port)
-      ) {
-        this.handle(m.message as ToOwner)
+    let next: ToOwner | undefined = first
+    while (next !== undefined) {
+      this.receiving = true
+      try {
+        this.handle(next)
+        for (
+          let m = receiveMessageOnPort(this.init.port);
+          m !== undefined;
+          m = receiveMessageOnPort(this.init.port)
+        ) {
+          this.handle(m.message as ToOwner)
+        }
+      } finally {
+        this.receiving = false
       }
-    } finally {
-      this.receiving = false
+      const inline = this.stats.inlineCommits
+      if (this.ready.size > 0) this.pump()
+      next = this.stats.inlineCommits !== inline && this.inFlight === 0 ? this.spin() : undefined
     }
-    if (this.ready.size > 0) this.pump()
+  }
+
+  /** Polls the port for up to `spinMicros` after an inline commit (see SPIN_MICROS). */
+  private spin(): ToOwner | undefined {
+    const limit = this.init.spinMicros
+    if (limit <= 0 || this.closing) return undefined
+    const until = performance.now() + limit / 1000
+    do {
+      const m = receiveMessageOnPort(this.init.port)
+      if (m !== undefined) return m.message as ToOwner
+    } while (performance.now() < until)
+    return undefined
   }
 
   private pump(): void {
