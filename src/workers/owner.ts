@@ -133,6 +133,8 @@ class OwnedFile {
   syncedLsn = 0
   /** A checkpoint fdatasync of it is in flight (it must not be closed meanwhile). */
   syncing = false
+  /** fdatasyncs in flight of appendAtomic parts written here for another owner's commit. */
+  applying = 0
   /** Journaled bytes that did not reach the file (its write or fdatasync failed): written again when it is reopened. */
   unapplied = false
   lastSeq = 0
@@ -151,7 +153,7 @@ class OwnedFile {
   ) {}
 
   get idle(): boolean {
-    return this.inFlight === null && this.queue.length === 0 && !this.syncing
+    return this.inFlight === null && this.queue.length === 0 && !this.syncing && this.applying === 0
   }
 
   /** Journaled bytes not yet durable in the file itself. */
@@ -1107,15 +1109,20 @@ class Owner {
         this.committedUnwritten(batch, err as Error)
         continue
       }
-      this.finish(batch, null)
+      // The fdatasync is submitted before finish() settles the file: settling runs a release
+      // waiting for it, which would close the descriptor first, and `applying` keeps the file
+      // from counting as idle (released, evicted) until the sync is done.
       a.syncing++
+      file.applying++
       this.submit({ kind: 'foreign', file, batch: msg.batch }, file.fd, EMPTY, SYNC_FDATASYNC)
+      this.finish(batch, null)
     }
     this.post({ t: 'reply', id: msg.id, value: true })
     if (a.syncing === 0) this.atomics.delete(msg.batch)
   }
 
   private foreignSynced(file: OwnedFile, batch: number, err: Error | null): void {
+    file.applying--
     const a = this.atomics.get(batch)
     if (err !== null) {
       withPath(err, file.path)
@@ -1337,9 +1344,13 @@ class Owner {
   }
 
   private settled(file: OwnedFile): void {
-    const waiters = file.idleWaiters
-    file.idleWaiters = []
-    for (const fn of waiters) fn()
+    // One thing of the file ended; another (a checkpoint's or an atomic part's fdatasync) may
+    // still be running on its descriptor, which a waiting release must not close under it.
+    if (file.idle) {
+      const waiters = file.idleWaiters
+      file.idleWaiters = []
+      for (const fn of waiters) fn()
+    }
     if (this.waiting.size > 0) {
       for (const f of this.waiting) this.markReady(f)
       this.waiting.clear()
