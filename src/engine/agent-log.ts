@@ -181,8 +181,18 @@ export class AgentLog {
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
   private nextBatch = 1
-  /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
-  private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
+  /**
+   * Atomic batches committed by one owner whose parts on other owners are not durable yet: the
+   * committing owner's journal holds their only durable copy until every other owner answers.
+   */
+  private readonly coordinators = new Map<
+    number,
+    { owner: Owner; others: Owner[]; left: number; ok: boolean }
+  >()
+  /** appendAtomic calls not yet settled. */
+  private atomicsRunning = 0
+  /** close() waits for running appendAtomic calls and for the coordinators' answers. */
+  private drained: (() => void) | null = null
   private closing: Promise<OwnerStatus[]> | null = null
 
   private constructor(root: string, pool: Piscina, owners: Owner[]) {
@@ -304,15 +314,32 @@ export class AgentLog {
       for (const b of bodies) g.bodies.push(b)
     }
     const owners = [...groups.keys()]
-    const coordinator = owners[0]
-    if (coordinator === undefined) return {}
+    if (owners.length === 0) return {}
+    if (this.closing) throw closedError()
+    // A close that starts meanwhile lets the batch finish (its steps are sent even while
+    // closing): owners holding prepared parts would otherwise never become idle.
+    this.atomicsRunning++
+    try {
+      return await this.runAtomic(groups, owners)
+    } finally {
+      this.atomicsRunning--
+      this.checkDrained()
+    }
+  }
+
+  private async runAtomic(
+    groups: Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>,
+    owners: Owner[],
+  ): Promise<Record<string, Ack[]>> {
+    const coordinator = owners[0] as Owner
     const id = this.nextBatch++
+    const step = (o: Owner, make: (rid: number) => ToOwner) => this.request(o, make, true)
     const abortAll = () =>
-      Promise.allSettled(owners.map((o) => this.request(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
+      Promise.allSettled(owners.map((o) => step(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
     const prepared = await Promise.allSettled(
       owners.map((o) => {
         const g = groups.get(o) as { ws: string[]; counts: number[]; bodies: string[] }
-        return this.request(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
+        return step(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
       }),
     )
     const refused = prepared.find((r) => r.status === 'rejected')
@@ -322,20 +349,30 @@ export class AgentLog {
     }
     const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
     const others = owners.slice(1)
-    if (others.length > 0) this.coordinators.set(id, { owner: coordinator, left: others.length })
+    if (others.length > 0) {
+      this.coordinators.set(id, { owner: coordinator, others, left: others.length, ok: true })
+    }
     try {
-      await this.request(coordinator, (rid) => ({
+      await step(coordinator, (rid) => ({
         t: 'atomicCommit',
         id: rid,
         batch: id,
         foreign: parts.slice(1).flat(),
       }))
     } catch (err) {
-      this.coordinators.delete(id)
+      this.forgetBatch(id)
       await abortAll()
       throw err
     }
-    await Promise.all(others.map((o) => this.request(o, (rid) => ({ t: 'apply', id: rid, batch: id }))))
+    await Promise.all(
+      others.map((o) =>
+        step(o, (rid) => ({ t: 'apply', id: rid, batch: id })).catch((err: unknown) => {
+          // Nothing was applied there, so no answer will come (a failed owner was counted already).
+          if (o.failed === null) this.partsApplied(id, false)
+          throw err
+        }),
+      ),
+    )
     const out: Record<string, Ack[]> = {}
     for (const part of parts.flat()) {
       out[part.ws] = Array.from({ length: part.count }, (_, k) => ({
@@ -532,6 +569,14 @@ export class AgentLog {
   close(): Promise<OwnerStatus[]> {
     if (this.closing) return this.closing
     this.closing = (async () => {
+      // An owner that committed an atomic batch may remove its journal only once the other
+      // owners' parts are durable in their logs: wait for their answers (they come without
+      // further requests: each owner fdatasyncs the parts it wrote on its own).
+      if (this.atomicsRunning > 0 || this.coordinators.size > 0) {
+        await new Promise<void>((resolve) => {
+          this.drained = resolve
+        })
+      }
       const live = this.owners.filter((o) => o.failed === null)
       const finals = await Promise.all(
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
@@ -628,14 +673,9 @@ export class AgentLog {
         }
         break
       }
-      case 'applied': {
-        const c = this.coordinators.get(msg.batch)
-        if (c && --c.left === 0) {
-          this.coordinators.delete(msg.batch)
-          c.owner.port.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
-        }
+      case 'applied':
+        this.partsApplied(msg.batch, msg.ok)
         break
-      }
       case 'reply': {
         const p = this.pending.get(msg.id)
         if (!p) break
@@ -645,6 +685,33 @@ export class AgentLog {
         break
       }
     }
+  }
+
+  /**
+   * One other owner's answer for an atomic batch: its parts are durable in its logs (ok), or one
+   * could not be made so. Once all answered, the committing owner may reuse the batch's frame
+   * if all were ok; otherwise the frame stays, and its journal is kept at close for the next
+   * opener to replay.
+   */
+  private partsApplied(batch: number, ok: boolean): void {
+    const c = this.coordinators.get(batch)
+    if (!c) return
+    if (!ok) c.ok = false
+    if (--c.left > 0) return
+    if (c.ok) c.owner.port.postMessage({ t: 'unpin', batch } satisfies ToOwner)
+    this.forgetBatch(batch)
+  }
+
+  private forgetBatch(batch: number): void {
+    this.coordinators.delete(batch)
+    this.checkDrained()
+  }
+
+  private checkDrained(): void {
+    if (this.drained === null || this.atomicsRunning > 0 || this.coordinators.size > 0) return
+    const drained = this.drained
+    this.drained = null
+    drained()
   }
 
   private ownerFailed(owner: Owner, err: unknown): void {
@@ -658,6 +725,11 @@ export class AgentLog {
       if (p.owner !== owner) continue
       this.pending.delete(id)
       p.reject(owner.failed)
+    }
+    // It will not answer for the atomic batches it had parts of (nor unpin those it committed).
+    for (const [batch, c] of [...this.coordinators]) {
+      if (c.owner === owner) this.forgetBatch(batch)
+      else if (c.others.includes(owner)) this.partsApplied(batch, false)
     }
   }
 }

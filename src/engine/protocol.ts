@@ -183,10 +183,15 @@ export interface ReplyMsg {
   error?: SerializedError
 }
 
-/** From an owner that applied foreign-committed parts: they are durable in its logs now. */
+/**
+ * From an owner that applied foreign-committed parts, once each was written and fdatasynced
+ * (ok), or once one of them could not be (its only durable copy stays in the committing
+ * owner's journal).
+ */
 export interface AppliedMsg {
   t: 'applied'
   batch: number
+  ok: boolean
 }
 
 export type FromOwner = AcksMsg | FailMsg | ReplyMsg | AppliedMsg

@@ -78,6 +78,8 @@ interface Atomic {
   state: 'preparing' | 'prepared' | 'committing' | 'done' | 'failed'
   /** Parts applied here after another owner committed them, not yet durable in their logs. */
   syncing: number
+  /** A part applied here could not be written or fdatasynced. */
+  failed: boolean
 }
 
 /** An appendAtomic batch committed here: own prepared parts and other owners' parts, one frame. */
@@ -290,9 +292,11 @@ class Owner {
           for (const file of [...this.lru.keys()]) if (this.closeFile(file) !== null) kept = true
           if (this.timer) clearInterval(this.timer)
           const j = this.journal
-          // Clean: every file durable, the journal removed. Otherwise it stays for the next opener.
+          // Clean: every file durable, the journal removed. Otherwise it stays for the next
+          // opener, and so it does while it still pins an atomic batch's part another owner
+          // could not make durable (the caller waits for the others' answers before closing).
           if (j && j.state === 'ready') {
-            if (kept) j.abandon()
+            if (kept || this.pins.size > 0) j.abandon()
             else j.remove()
           }
           this.post({ t: 'reply', id: msg.id, value: this.status() })
@@ -997,6 +1001,7 @@ class Owner {
       prepared: [],
       state: 'preparing',
       syncing: 0,
+      failed: false,
     }
     this.atomics.set(msg.batch, a)
     let b = 0
@@ -1106,6 +1111,7 @@ class Owner {
       } catch (err) {
         // Committed in the other owner's journal: acknowledged, written again when reopened.
         file.foreign.push({ offset: file.size, data: batch.data })
+        a.failed = true
         this.committedUnwritten(batch, err as Error)
         continue
       }
@@ -1118,7 +1124,10 @@ class Owner {
       this.finish(batch, null)
     }
     this.post({ t: 'reply', id: msg.id, value: true })
-    if (a.syncing === 0) this.atomics.delete(msg.batch)
+    if (a.syncing === 0) {
+      this.atomics.delete(msg.batch)
+      this.post({ t: 'applied', batch: msg.batch, ok: false })
+    }
   }
 
   private foreignSynced(file: OwnedFile, batch: number, err: Error | null): void {
@@ -1132,13 +1141,16 @@ class Owner {
         `${this.describe(file)} refuses appends after a failed fdatasync (${err.message}); reopen it (recover) to continue`,
         { workspace: file.key, file: file.path },
       )
+      if (a) a.failed = true
     }
+    if (a && --a.syncing === 0) {
+      this.atomics.delete(batch)
+      // Only when every part (not just this file's) is durable in its log may the committing
+      // owner reuse the frame.
+      this.post({ t: 'applied', batch, ok: !a.failed })
+    }
+    // Last: a close waiting for this owner to be idle looks again (the batch is gone now).
     this.settled(file)
-    if (!a) return
-    if (--a.syncing > 0) return
-    this.atomics.delete(batch)
-    // Only when every part is durable in its log may the committing owner reuse the frame.
-    if (!file.unapplied) this.post({ t: 'applied', batch })
   }
 
   private abort(msg: AbortMsg): void {

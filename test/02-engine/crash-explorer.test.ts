@@ -95,6 +95,31 @@ describe('crash-state explorer: atomic batches across workers', () => {
     }
   }
 
+  it('closing right after the batch: the committing worker keeps its journal until the other part is durable', async () => {
+    // The other worker's fdatasync of its part is slow; the log is closed as soon as the batch
+    // is acknowledged.
+    const { ops, report, b } = await scenario({ slowSyncMs: 150 }, atomic)
+    const partWrite = ops.find(
+      (o) =>
+        o.op === 'write' &&
+        o.path?.endsWith(`/${b}.log`) &&
+        o.len &&
+        o.i > 0 &&
+        Buffer.from(o.data as string, 'base64').includes('atomic/b0/'),
+    )
+    const partSync = ops.find(
+      (o) => o.op === 'fdatasync' && o.i > (partWrite?.i ?? 0) && o.path?.endsWith(`/${b}.log`),
+    )
+    const removed = ops.find((o) => o.op === 'unlink' && o.path?.endsWith('-w0.jnl'))
+    expect(partWrite && partSync && removed).toBeTruthy()
+    expect(
+      (partSync?.i ?? 0) < (removed?.i ?? 0),
+      'the part is durable before the journal holding it goes',
+    ).toBe(true)
+    expect(report.failures).toEqual([])
+    expect(report.rescued).toBeGreaterThan(0)
+  })
+
   it('releasing the other workspace right after the batch: its part is fdatasynced before its log is closed', async () => {
     const { ops, report } = await scenario({}, async (log, a, b, rec) => {
       await Promise.all([atomic(log, a, b, rec), log.release(b)])
