@@ -1,5 +1,5 @@
 export * from './context/index.js'
-export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,
@@ -9,6 +9,7 @@ export {
   writeFileAtomic,
   writeTempFile,
 } from './engine/atomic.js'
+export type { ObjectChecks } from './engine/checks.js'
 export { nextTs, nowMicros } from './engine/clock.js'
 export {
   type Ack,
@@ -32,6 +33,7 @@ export {
 export { isNoaError, NoaError, type NoaErrorCode, type NoaErrorDetails } from './engine/errors.js'
 export {
   DEFAULT_ROOT,
+  type ListOptions,
   listWorkspaces,
   logDirOf,
   logPath,
@@ -44,11 +46,17 @@ export {
   workspaceInfo,
   workspaceNames,
 } from './engine/logs.js'
-export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
+export { loadNative, type NativeIo, nativeCandidates, nativePath } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
-export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
-export { goToLower, goTrimSpace } from './gocompat/index.js'
+export {
+  inspectTail,
+  type VerifyOptions,
+  type VerifyProblem,
+  type VerifyReport,
+  verifyLog,
+} from './engine/recovery.js'
+export { type GoInt, goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -113,7 +121,9 @@ export {
   type InitReport,
   initStream,
   type NatsTarget,
+  type ProgressSink,
   type ReplicationEvent,
+  type ReplicationProgress,
   streamProblems,
 } from './replicate/stream.js'
 export {
@@ -123,7 +133,27 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export type { CheckoutOptions, CheckoutResult } from './store/checkout.js'
+export {
+  type DiffEntry,
+  type DiffResult,
+  type DiffSide,
+  type DiffStatus,
+  diffRefs,
+  type FileDiff,
+  fileDiff,
+} from './store/diff.js'
+export {
+  collectGarbage,
+  DEFAULT_GRACE_MS,
+  type GcItem,
+  type GcOptions,
+  type GcProgress,
+  type GcResult,
+  parseDuration,
+} from './store/gc.js'
 export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './store/heads.js'
+export { drawGraph, type HistoryKind, type HistoryNode, historyOf } from './store/history.js'
 export {
   type ConflictPolicy,
   type ConflictSide,
@@ -138,6 +168,7 @@ export {
   encodeSnapshotRecord,
   MAX_DELTA_DEPTH,
   ObjectStore,
+  type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,
   type StoredObject,
@@ -145,16 +176,33 @@ export {
   snapshotEntry,
 } from './store/objects.js'
 export {
+  MarkSet,
+  type ObjectKind,
+  type ReachSink,
+  type Referrer,
+  snapshotObjects,
+  walkRoots,
+} from './store/reach.js'
+export { checkRecordEntries, type RecordProblem, scanRecords } from './store/records.js'
+export {
+  type ApplyOptions,
   applyEntries,
   type ChangeMark,
   type ChangeOp,
+  NO_EFFECT_REASONS,
+  type NoEffect,
+  type NoEffectReason,
   type ReplayProgress,
   replaySegment,
 } from './store/replay.js'
 export {
   type ForkResult,
   type Head,
+  type MissingBlob,
+  type PruneOptions,
+  type PruneResult,
   type ReplayOptions,
+  type ResolvedRef,
   SnapshotEngine,
   type SnapshotEngineOptions,
   type SnapshotInfo,
@@ -172,7 +220,8 @@ export {
   TreeBuilder,
   type TreeChange,
 } from './store/tree.js'
-export { formatRecord } from './transcript/format.js'
+export { type StoreProblem, verifyStore } from './store/verify.js'
+export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,
   type IdOptions,
@@ -233,6 +282,7 @@ export {
   isBoundaryMarker,
   lastBoundaryIndex,
   lastUuid,
+  type MessagesOptions,
   messages,
   pairToolBlocks,
   parseBoundaryMeta,

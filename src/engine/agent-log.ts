@@ -6,11 +6,12 @@
  */
 
 import { randomBytes } from 'node:crypto'
-import { realpathSync } from 'node:fs'
+import { closeSync, realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import { Piscina } from 'piscina'
+import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import { checkRoot, isInside } from './files.js'
@@ -22,10 +23,12 @@ import {
   readWorkspace,
   readWorkspaceBatches,
   readWorkspaceBytes,
+  recoverLog,
   resolveRoot,
   verifyWorkspace,
   type WorkspaceInfo,
 } from './logs.js'
+import { loadNative } from './native.js'
 import { checkOptionKeys } from './options.js'
 import type {
   AtomicPart,
@@ -38,12 +41,16 @@ import type {
   ToOwner,
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
-import type { VerifyReport } from './recovery.js'
+import type { VerifyOptions, VerifyReport } from './recovery.js'
+import { followLog, type WatchOptions } from './watch.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
   root?: string
-  /** Owner worker threads. Default: 2, or 1 on a single core. */
+  /**
+   * Owner worker threads. Default: 2, or 1 on a single core. 0: one owner runs in the caller's
+   * thread (the lowest cost for a process that commits little, such as a CLI command).
+   */
   workers?: number
   /** Open log files kept across all workers before idle ones are closed. Default 4096. */
   maxOpenFiles?: number
@@ -58,8 +65,21 @@ export interface AgentLogOptions {
    * `syncfs`: each commit flushes the whole filesystem holding the log folder.
    */
   durability?: Durability
+  /**
+   * What the object store above says about blobs and records (the store's `ObjectStore`
+   * implements it). Without it, snapshot and merge entries are refused from callers (only the
+   * store writes them) and `checkBlobs` cannot be used.
+   */
+  objects?: ObjectChecks
+  /** Default of the append option `checkBlobs`: refuse writes whose blob is not stored. Default false. */
+  checkBlobs?: boolean
   /** Size of each worker's commit journal in bytes (a multiple of 4096). Default 16 MiB. */
   journalSize?: number
+  /**
+   * Bytes of entries handed to append and not yet acknowledged, past which a new append waits
+   * for earlier ones to commit before it is queued (backpressure). Default 64 MiB.
+   */
+  maxPendingBytes?: number
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
@@ -72,32 +92,77 @@ const OPTION_KEYS = new Set([
   'syncThreads',
   'inlineCommit',
   'durability',
+  'objects',
+  'checkBlobs',
   'journalSize',
+  'maxPendingBytes',
   'ioModule',
   'ioOptions',
 ])
 
 interface Pending {
+  /** Its request id, once it is queued for its owner. */
+  id?: number
   resolve(value: unknown): void
   reject(err: Error): void
   /** -1: one entry (resolve an Ack); -2: raw bytes (resolve void); n ≥ 0: appendMany of n. */
   count: number
   owner: Owner
+  /** Body bytes counted against maxPendingBytes until it settles. */
+  bytes?: number
+  /** Removes the abort listener once it settled. */
+  unlisten?: () => void
+  workspace?: string
+}
+
+/** Options of one append (append, appendMany). */
+export interface AppendOptions {
+  /**
+   * Compare-and-append: commit only if the workspace's last seq, when the commit takes these
+   * entries, is this; otherwise fail with NOA_SEQ_MISMATCH carrying the current last seq
+   * (`details.lastSeq`). How a client retries after a lost acknowledgement without duplicating.
+   */
+  ifLastSeq?: number
+  /**
+   * Cancels the append while it is not yet taken into a commit (it then fails with
+   * NOA_ABORTED); once taken, it commits and resolves as usual.
+   */
+  signal?: AbortSignal
+  /**
+   * Refuse a `write` whose blob is not stored (NOA_MISSING_BLOB), checked through the log's
+   * `objects`. Default: the log's `checkBlobs` option (false unless set). Hosts that upload
+   * blobs after appending leave it off.
+   */
+  checkBlobs?: boolean
 }
 
 interface Outbox {
   ids: number[]
+  /** Per request, its ifLastSeq or -1; null while no request of this outbox has one. */
+  expects: number[] | null
   ws: string[]
   counts: number[]
   bodies: string[]
 }
 
 interface Owner {
-  port: MessagePort
-  task: Promise<OwnerStatus>
+  index: number
+  /** Null until the owner is started (on first use), and again after its worker died. */
+  port: MessagePort | null
+  task: Promise<OwnerStatus> | null
   outbox: Outbox
   scheduled: boolean
   failed: Error | null
+  /**
+   * The descriptors the owner worker holds (registered by it in shared memory): if its thread
+   * dies they are still open in this process, holding their locks, until closed from here.
+   */
+  fds: Int32Array | null
+  /** Starts so far (a respawned owner gets a journal of its own name). */
+  generation: number
+  /** When it was last started, and how many times in a row it died young. */
+  startedAt: number
+  quickDeaths: number
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
@@ -119,6 +184,10 @@ function positiveInt(
   }
   return v
 }
+
+type CheckedOptions = ReturnType<typeof checkOptions>
+
+const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
 
 function checkOptions(options: AgentLogOptions) {
   checkOptionKeys(options, OPTION_KEYS)
@@ -145,10 +214,37 @@ function checkOptions(options: AgentLogOptions) {
   if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
     throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
   }
+  const objects = options.objects
+  if (
+    objects !== undefined &&
+    (typeof objects !== 'object' ||
+      objects === null ||
+      typeof objects.hasBlob !== 'function' ||
+      typeof objects.checkRecords !== 'function')
+  ) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option objects must have hasBlob(hash) and checkRecords(workspace, entries, where) (an ObjectStore does)',
+      { field: 'objects' },
+    )
+  }
+  if (options.checkBlobs !== undefined && typeof options.checkBlobs !== 'boolean') {
+    throw optionError('checkBlobs', 'must be a boolean', options.checkBlobs)
+  }
+  if (options.checkBlobs && !objects) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option checkBlobs needs option objects (e.g. new ObjectStore(root))',
+      {
+        field: 'checkBlobs',
+      },
+    )
+  }
   if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
     throw optionError('ioModule', 'must be a module URL string', options.ioModule)
   }
-  const workers = positiveInt(options, 'workers', Math.min(2, availableParallelism()), 256)
+  const workers =
+    options.workers === 0 ? 0 : positiveInt(options, 'workers', Math.min(2, availableParallelism()), 256)
   return {
     root: resolveRoot(options.root),
     workers,
@@ -156,7 +252,10 @@ function checkOptions(options: AgentLogOptions) {
     syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,
+    objects,
+    checkBlobs: options.checkBlobs ?? false,
     journalSize,
+    maxPendingBytes: positiveInt(options, 'maxPendingBytes', 64 << 20, Number.MAX_SAFE_INTEGER),
   }
 }
 
@@ -176,92 +275,133 @@ function ownerIndex(name: string, n: number): number {
 export class AgentLog {
   readonly root: string
   readonly logDir: string
-  private readonly pool: Piscina
+  private readonly options: CheckedOptions
+  private readonly ioModule: string | undefined
+  private readonly ioOptions: unknown
+  private readonly journalBase: string
+  private piscina: Piscina | null = null
   private readonly owners: Owner[]
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
+  private pendingBytes = 0
+  /** The last seq acknowledged per workspace this log wrote, and its watchers' wake-up. */
+  private readonly ackedSeq = new Map<string, number>()
+  private readonly commits = new Map<string, { promise: Promise<void>; resolve: () => void }>()
+  private readonly maxPendingBytes: number
+  private readonly waiting: Array<{ send: () => void; p: Pending }> = []
   private nextBatch = 1
   /**
    * Atomic batches committed by one owner whose parts on other owners are not durable yet: the
    * committing owner's journal holds their only durable copy until every other owner answers.
    */
-  private readonly coordinators = new Map<
-    number,
-    { owner: Owner; others: Owner[]; left: number; ok: boolean }
-  >()
+  private readonly coordinators = new Map<number, { owner: Owner; waiting: Set<Owner>; ok: boolean }>()
   /** appendAtomic calls not yet settled. */
   private atomicsRunning = 0
   /** close() waits for running appendAtomic calls and for the coordinators' answers. */
   private drained: (() => void) | null = null
   private closing: Promise<OwnerStatus[]> | null = null
+  private readonly objects: ObjectChecks | undefined
+  private readonly checkBlobs: boolean
 
-  private constructor(root: string, pool: Piscina, owners: Owner[]) {
-    this.root = root
-    this.logDir = logDirOf(root)
-    this.pool = pool
-    this.owners = owners
-    for (const owner of owners) {
-      owner.port.on('message', (msg: FromOwner) => this.onMessage(msg))
-      owner.task.catch((err: unknown) => this.ownerFailed(owner, err))
-    }
+  private constructor(o: CheckedOptions, options: AgentLogOptions) {
+    this.maxPendingBytes = o.maxPendingBytes
+    this.objects = o.objects
+    this.checkBlobs = o.checkBlobs
+    this.root = o.root
+    this.logDir = logDirOf(o.root)
+    this.options = o
+    this.ioModule = options.ioModule
+    this.ioOptions = options.ioOptions
+    this.journalBase = `${process.pid}-${randomBytes(4).toString('hex')}`
+    const count = Math.max(1, o.workers)
+    this.owners = Array.from({ length: count }, (_, index) => ({
+      index,
+      port: null,
+      task: null,
+      outbox: { ids: [], ws: [], counts: [], bodies: [], expects: null },
+      scheduled: false,
+      failed: null,
+      fds: null,
+      generation: 0,
+      startedAt: 0,
+      quickDeaths: 0,
+    }))
   }
 
-  /** Starts the owner workers. Workspaces are opened (locked, tail recovered) on first use. */
+  /**
+   * Opens a root: replays the journals of processes that died, checks the root; starts nothing.
+   * Owner workers start when a workspace routed to them is first written (`workers: 0`: one
+   * owner runs in this thread instead, for processes that commit little, such as a CLI).
+   */
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    loadNative() // a missing addon is an error now, not at the first append
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
-    const pool = new Piscina({
-      filename: new URL('../workers/owner.js', import.meta.url).href,
-      minThreads: o.workers,
-      maxThreads: o.workers,
+    return new AgentLog(o, options)
+  }
+
+  private pool(): Piscina {
+    this.piscina ??= new Piscina({
+      filename: OWNER_MODULE,
+      minThreads: 0,
+      maxThreads: this.options.workers,
       concurrentTasksPerWorker: 1,
       idleTimeout: Number.POSITIVE_INFINITY,
     })
-    const owners: Owner[] = []
-    const journalName = `${process.pid}-${randomBytes(4).toString('hex')}`
-    const perWorker = Math.max(1, Math.floor(o.maxOpenFiles / o.workers))
-    for (let index = 0; index < o.workers; index++) {
-      const { port1, port2 } = new MessageChannel()
-      const init: OwnerInit = {
-        port: port2,
-        index,
-        root: o.root,
-        logDir: logDirOf(o.root),
-        maxOpenFiles: perWorker,
-        syncThreads: o.syncThreads,
-        inlineCommit: o.inlineCommit,
-        durability: o.durability,
-        journalSize: o.journalSize,
-        journalName,
-        ioModule: options.ioModule,
-        ioOptions: options.ioOptions,
-      }
-      // Each task runs for the pool's life, so with one task per worker each lands on its own thread.
-      const task = pool.run(init, { transferList: [port2] }) as Promise<OwnerStatus>
-      owners.push({
-        port: port1,
-        task,
-        outbox: { ids: [], ws: [], counts: [], bodies: [] },
-        scheduled: false,
-        failed: null,
-      })
+    return this.piscina
+  }
+
+  /** The owner, started if it is not running. */
+  private started(owner: Owner): Owner {
+    if (owner.port !== null || owner.failed !== null) return owner
+    const o = this.options
+    const { port1, port2 } = new MessageChannel()
+    const inThread = o.workers === 0
+    owner.fds = inThread ? null : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + 16))).fill(-1)
+    const init: OwnerInit = {
+      port: port2,
+      index: owner.index,
+      root: o.root,
+      logDir: logDirOf(o.root),
+      maxOpenFiles: this.perWorker,
+      syncThreads: o.syncThreads,
+      inlineCommit: o.inlineCommit,
+      durability: o.durability,
+      journalSize: o.journalSize,
+      journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
+      fds: owner.fds,
+      ioModule: this.ioModule,
+      ioOptions: this.ioOptions,
     }
-    const log = new AgentLog(o.root, pool, owners)
-    try {
-      await log.status() // every worker loaded the addon and answers
-    } catch (err) {
-      await pool.destroy()
-      throw err
-    }
-    return log
+    owner.generation++
+    owner.startedAt = performance.now()
+    owner.port = port1
+    port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
+    // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
+    const task = inThread
+      ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
+          m.default(init),
+        ) as Promise<OwnerStatus>)
+      : (this.pool().run(init, { transferList: [port2] }) as Promise<OwnerStatus>)
+    owner.task = task
+    task.catch((err: unknown) => this.ownerFailed(owner, port1, err))
+    return owner
+  }
+
+  private get perWorker(): number {
+    return Math.max(1, Math.floor(this.options.maxOpenFiles / Math.max(1, this.options.workers)))
   }
 
   /** Appends one entry; resolves with its seq and ts once it is durable. */
-  append(workspace: string, entry: EntryInput): Promise<Ack> {
+  append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
     try {
       checkWorkspace(workspace)
-      return this.submit(workspace, encodeBody(entry), -1) as Promise<Ack>
+      const body = encodeBody(entry)
+      if (options !== undefined || this.checkBlobs || isRecordEntry(entry)) {
+        this.checkEntries(workspace, [entry], options, () => 'entry')
+      }
+      return this.submit(workspace, body, -1, options) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -271,17 +411,71 @@ export class AgentLog {
    * Appends entries together: all are validated before any is sent, they get consecutive seqs,
    * and the promise resolves once all are durable (they share one commit).
    */
-  appendMany(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+  appendMany(workspace: string, entries: readonly EntryInput[], options?: AppendOptions): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
       if (!Array.isArray(entries))
         throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
+      return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** The store's path for its own records: no record check (see STORE_APPEND). */
+  [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
       return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
+  }
+
+  /** Record entries must be vouched for by `objects`; blobs checked when asked. */
+  private checkEntries(
+    workspace: string,
+    entries: readonly EntryInput[],
+    options: AppendOptions | undefined,
+    where: (i: number) => string,
+  ): void {
+    if (options !== undefined) checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
+    const checkBlobs = options?.checkBlobs ?? this.checkBlobs
+    if (typeof checkBlobs !== 'boolean') throw optionError('checkBlobs', 'must be a boolean', checkBlobs)
+    const objects = this.objects
+    if (checkBlobs && !objects) {
+      throw new NoaError(
+        'NOA_BAD_OPTION',
+        'append option checkBlobs needs the log opened with option objects (e.g. new ObjectStore(root))',
+        { field: 'checkBlobs' },
+      )
+    }
+    let records = false
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as EntryInput
+      if (e.op === 'snapshot' || e.op === 'merge') records = true
+      else if (checkBlobs && e.op === 'write' && !(objects as ObjectChecks).hasBlob(e.blob)) {
+        throw new NoaError(
+          'NOA_MISSING_BLOB',
+          `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first (noa blob put), or append with checkBlobs: false`,
+          { field: 'blob', blob: e.blob, path: e.path },
+        )
+      }
+    }
+    if (!records) return
+    if (!objects) {
+      const i = entries.findIndex((e) => e.op === 'snapshot' || e.op === 'merge')
+      throw new NoaError(
+        'NOA_BAD_ENTRY',
+        `${where(i)}: ${entries[i]?.op} entries are written by the store (SnapshotEngine snapshot, fork, merge); to append one by hand, open the log with option objects so it can check the record it names`,
+        { field: 'op' },
+      )
+    }
+    objects.checkRecords(workspace, entries, where)
   }
 
   /**
@@ -295,6 +489,7 @@ export class AgentLog {
     if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
       throw new NoaError('NOA_BAD_ARGUMENT', 'appendAtomic takes an object: { workspace: [entries] }')
     }
+    if (this.closing) throw closedError() // before ownerOf, which would start an owner
     const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
     for (const [workspace, entries] of Object.entries(batch)) {
       checkWorkspace(workspace)
@@ -303,6 +498,7 @@ export class AgentLog {
       }
       if (entries.length === 0) continue
       const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
+      this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
       const owner = this.ownerOf(workspace)
       let g = groups.get(owner)
       if (!g) {
@@ -315,7 +511,6 @@ export class AgentLog {
     }
     const owners = [...groups.keys()]
     if (owners.length === 0) return {}
-    if (this.closing) throw closedError()
     // A close that starts meanwhile lets the batch finish (its steps are sent even while
     // closing): owners holding prepared parts would otherwise never become idle.
     this.atomicsRunning++
@@ -350,7 +545,7 @@ export class AgentLog {
     const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
     const others = owners.slice(1)
     if (others.length > 0) {
-      this.coordinators.set(id, { owner: coordinator, others, left: others.length, ok: true })
+      this.coordinators.set(id, { owner: coordinator, waiting: new Set(others), ok: true })
     }
     try {
       await step(coordinator, (rid) => ({
@@ -367,8 +562,8 @@ export class AgentLog {
     await Promise.all(
       others.map((o) =>
         step(o, (rid) => ({ t: 'apply', id: rid, batch: id })).catch((err: unknown) => {
-          // Nothing was applied there, so no answer will come (a failed owner was counted already).
-          if (o.failed === null) this.partsApplied(id, false)
+          // Nothing was applied there, so no answer will come.
+          this.partsApplied(id, o, false)
           throw err
         }),
       ),
@@ -379,6 +574,7 @@ export class AgentLog {
         seq: part.firstSeq + k,
         ts: part.firstTs + k,
       }))
+      this.committed(part.ws, part.firstSeq + part.count - 1)
     }
     return out
   }
@@ -431,7 +627,10 @@ export class AgentLog {
         firstTs: f.ts,
         lastSeq: l.seq,
         lastTs: l.ts,
-      })).then(() => acks)
+      })).then(() => {
+        this.committed(workspace, l.seq)
+        return acks
+      })
     } catch (err) {
       return Promise.reject(err)
     }
@@ -452,7 +651,7 @@ export class AgentLog {
     } catch (err) {
       return Promise.reject(err)
     }
-    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    const owner = this.started(this.owners[ownerIndex(file, this.owners.length)] as Owner)
     return this.request(owner, (id) => ({
       t: 'raw',
       id,
@@ -488,6 +687,45 @@ export class AgentLog {
     }
   }
 
+  /**
+   * Every entry of a workspace from `fromSeq` (default 1) in order, then each new one as it
+   * commits, until the signal aborts or the iterator is returned. Resuming from the seq after
+   * the last one seen gives no gap and no duplicate. A slow consumer holds nothing but its read
+   * position. Entries appended by other processes are seen too (the file is followed).
+   */
+  watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    const file = existingLog(this.root, workspace)
+    return followLog(file, workspace, options, {
+      nextCommit: () => this.nextCommit(workspace),
+      // This process writes it: deliver only what it acknowledged (a line is in the file before
+      // the fdatasync of a commit made straight to it returns).
+      limit: () => this.ackedSeq.get(workspace) ?? Number.POSITIVE_INFINITY,
+    })
+  }
+
+  private nextCommit(workspace: string): Promise<void> {
+    let c = this.commits.get(workspace)
+    if (!c) {
+      let resolve!: () => void
+      const promise = new Promise<void>((r) => {
+        resolve = r
+      })
+      c = { promise, resolve }
+      this.commits.set(workspace, c)
+    }
+    return c.promise
+  }
+
+  /** A commit of this workspace was acknowledged: its watchers look at the file again. */
+  private committed(workspace: string, lastSeq: number): void {
+    if (lastSeq > (this.ackedSeq.get(workspace) ?? 0)) this.ackedSeq.set(workspace, lastSeq)
+    const c = this.commits.get(workspace)
+    if (c) {
+      this.commits.delete(workspace)
+      c.resolve()
+    }
+  }
+
   /** Entries of a workspace in seq order, streamed (never the whole file in memory). */
   read(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry> {
     return readWorkspace(this.root, workspace, options)
@@ -509,6 +747,8 @@ export class AgentLog {
    */
   async recover(workspace: string): Promise<OpenReport> {
     existingLog(this.root, workspace) // recovering a workspace that does not exist would create it
+    const idle = this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+    if (idle.port === null && idle.failed === null) return recoverLog(this.root, workspace) // no owner to start
     const owner = this.ownerOf(workspace)
     await this.request(owner, (id) => ({ t: 'release', id, target: workspace }))
     return (await this.request(owner, (id) => ({ t: 'open', id, ws: workspace }))) as OpenReport
@@ -539,7 +779,9 @@ export class AgentLog {
     if (typeof file !== 'string' || !isAbsolute(file)) {
       throw new NoaError('NOA_BAD_ARGUMENT', `releaseFile needs an absolute path, got ${file}`)
     }
-    return (await this.request(this.owners[ownerIndex(file, this.owners.length)] as Owner, (id) => ({
+    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    if (owner.port === null) return false // never started: it holds nothing
+    return (await this.request(owner, (id) => ({
       t: 'release',
       id,
       target: file,
@@ -547,9 +789,9 @@ export class AgentLog {
   }
 
   /** Full scan: every line valid, seq strictly increasing, ts non-decreasing. */
-  verify(workspace: string): Promise<VerifyReport> {
+  verify(workspace: string, options: VerifyOptions = {}): Promise<VerifyReport> {
     try {
-      return verifyWorkspace(this.root, workspace)
+      return verifyWorkspace(this.root, workspace, options)
     } catch (err) {
       return Promise.reject(err)
     }
@@ -560,7 +802,8 @@ export class AgentLog {
   }
 
   status(): Promise<OwnerStatus[]> {
-    return Promise.all(this.owners.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
+    const running = this.owners.filter((o) => o.port !== null && o.failed === null)
+    return Promise.all(running.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
       OwnerStatus[]
     >
   }
@@ -577,13 +820,13 @@ export class AgentLog {
           this.drained = resolve
         })
       }
-      const live = this.owners.filter((o) => o.failed === null)
+      const live = this.owners.filter((o) => o.failed === null && o.port !== null)
       const finals = await Promise.all(
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
       )
       await Promise.allSettled(live.map((o) => o.task))
-      await this.pool.destroy()
-      for (const o of this.owners) o.port.close()
+      await this.piscina?.destroy()
+      for (const o of this.owners) o.port?.close()
       // Nothing can answer any more: whatever is still waiting (it should be nothing) fails.
       for (const [id, p] of this.pending) {
         this.pending.delete(id)
@@ -599,18 +842,60 @@ export class AgentLog {
   }
 
   private ownerOf(workspace: string): Owner {
-    return this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+    return this.started(this.owners[ownerIndex(workspace, this.owners.length)] as Owner)
   }
 
-  /** Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn. */
-  private submit(workspace: string, bodies: string | string[], count: number): Promise<unknown> {
+  /**
+   * Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn.
+   * Past maxPendingBytes not yet acknowledged, the append waits its turn first.
+   */
+  private submit(
+    workspace: string,
+    bodies: string | string[],
+    count: number,
+    options?: AppendOptions,
+  ): Promise<unknown> {
     if (this.closing) return Promise.reject(closedError())
     const owner = this.ownerOf(workspace)
     if (owner.failed) return Promise.reject(owner.failed)
+    const expect = checkAppendOptions(options)
+    const signal = options?.signal
+    if (signal?.aborted) return Promise.reject(abortedError(workspace, signal))
+    let bytes = 0
+    if (typeof bodies === 'string') bytes = bodies.length
+    else for (const b of bodies) bytes += b.length
+    return new Promise((resolve, reject) => {
+      const p: Pending = { resolve, reject, count, owner, bytes, workspace }
+      const send = () => this.enqueueAppend(p, workspace, bodies, expect)
+      if (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes) {
+        const waiter = { send, p }
+        this.waiting.push(waiter)
+        if (signal) this.listen(p, signal, () => this.dropWaiter(waiter))
+        return
+      }
+      if (signal) this.listen(p, signal, null)
+      send()
+    })
+  }
+
+  private enqueueAppend(p: Pending, workspace: string, bodies: string | string[], expect: number): void {
+    if (this.closing) {
+      this.settle(-1, p)
+      p.reject(closedError())
+      return
+    }
+    const owner = p.owner
     const id = this.nextId++
+    this.pendingBytes += p.bytes ?? 0
+    this.pending.set(id, p)
+    p.id = id
     const out = owner.outbox
     out.ids.push(id)
     out.ws.push(workspace)
+    if (expect >= 0 || out.expects) {
+      out.expects ??= new Array(out.ids.length - 1).fill(-1)
+      out.expects.push(expect)
+    }
     if (typeof bodies === 'string') {
       out.counts.push(1)
       out.bodies.push(bodies)
@@ -622,15 +907,78 @@ export class AgentLog {
       owner.scheduled = true
       queueMicrotask(() => this.flush(owner))
     }
-    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count, owner }))
+  }
+
+  /**
+   * On abort: an append still waiting (backpressure) or still in this thread's outbox is simply
+   * dropped; one already with its owner is asked back, and fails only if the owner had not yet
+   * taken it into a commit.
+   */
+  private listen(p: Pending, signal: AbortSignal, waitingDrop: (() => boolean) | null): void {
+    const onAbort = () => {
+      if (waitingDrop?.()) {
+        p.unlisten?.()
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      const id = p.id
+      if (id === undefined || !this.pending.has(id)) return
+      if (this.removeFromOutbox(p.owner, id)) {
+        this.pending.delete(id)
+        this.settle(id, p)
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      p.owner.port?.postMessage({ t: 'cancel', ws: p.workspace as string, id } satisfies ToOwner)
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+    p.unlisten = () => signal.removeEventListener('abort', onAbort)
+  }
+
+  private dropWaiter(waiter: { send: () => void; p: Pending }): boolean {
+    const i = this.waiting.indexOf(waiter)
+    if (i < 0) return false
+    this.waiting.splice(i, 1)
+    return true
+  }
+
+  private removeFromOutbox(owner: Owner, id: number): boolean {
+    const out = owner.outbox
+    const i = out.ids.indexOf(id)
+    if (i < 0) return false
+    let b = 0
+    for (let k = 0; k < i; k++) b += out.counts[k] as number
+    out.bodies.splice(b, out.counts[i] as number)
+    out.ids.splice(i, 1)
+    out.ws.splice(i, 1)
+    out.counts.splice(i, 1)
+    out.expects?.splice(i, 1)
+    return true
+  }
+
+  /** An append settled: its bytes no longer count, its listener goes, and waiting appends move up. */
+  private settle(_id: number, p: Pending): void {
+    p.unlisten?.()
+    if (p.bytes !== undefined && p.id !== undefined) {
+      this.pendingBytes -= p.bytes
+      p.bytes = undefined
+    }
+    while (this.waiting.length > 0) {
+      const next = this.waiting[0] as { send: () => void; p: Pending }
+      if (this.pendingBytes > 0 && this.pendingBytes + (next.p.bytes ?? 0) > this.maxPendingBytes) break
+      this.waiting.shift()
+      next.send()
+    }
   }
 
   private flush(owner: Owner): void {
     owner.scheduled = false
     const out = owner.outbox
     if (out.ids.length === 0) return
-    owner.outbox = { ids: [], ws: [], counts: [], bodies: [] }
-    owner.port.postMessage({ t: 'append', ...out } satisfies ToOwner)
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    const msg: ToOwner = { t: 'append', ids: out.ids, ws: out.ws, counts: out.counts, bodies: out.bodies }
+    if (out.expects) msg.expects = out.expects
+    ;(owner.port as MessagePort).postMessage(msg)
   }
 
   private request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
@@ -639,11 +987,11 @@ export class AgentLog {
     this.flush(owner) // keep order: earlier appends go first
     const id = this.nextId++
     const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
-    owner.port.postMessage(make(id))
+    ;(owner.port as MessagePort).postMessage(make(id))
     return p
   }
 
-  private onMessage(msg: FromOwner): void {
+  private onMessage(msg: FromOwner, from?: Owner): void {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data
@@ -652,8 +1000,10 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
+          this.settle(id, p)
           const seq = d[i + 1] as number
           const ts = d[i + 2] as number
+          if (p.workspace !== undefined) this.committed(p.workspace, seq + Math.max(1, p.count) - 1)
           if (p.count === -1) p.resolve({ seq, ts })
           else if (p.count === -2) p.resolve(undefined)
           else {
@@ -669,12 +1019,13 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
+          this.settle(id, p)
           p.reject(deserializeError(msg.error))
         }
         break
       }
       case 'applied':
-        this.partsApplied(msg.batch, msg.ok)
+        if (from) this.partsApplied(msg.batch, from, msg.ok)
         break
       case 'reply': {
         const p = this.pending.get(msg.id)
@@ -693,12 +1044,13 @@ export class AgentLog {
    * if all were ok; otherwise the frame stays, and its journal is kept at close for the next
    * opener to replay.
    */
-  private partsApplied(batch: number, ok: boolean): void {
+  private partsApplied(batch: number, from: Owner, ok: boolean): void {
     const c = this.coordinators.get(batch)
-    if (!c) return
+    // Each owner answers once, whichever way (its message, its failure, a refused apply).
+    if (!c?.waiting.delete(from)) return
     if (!ok) c.ok = false
-    if (--c.left > 0) return
-    if (c.ok) c.owner.port.postMessage({ t: 'unpin', batch } satisfies ToOwner)
+    if (c.waiting.size > 0) return
+    if (c.ok) c.owner.port?.postMessage({ t: 'unpin', batch } satisfies ToOwner)
     this.forgetBatch(batch)
   }
 
@@ -714,24 +1066,82 @@ export class AgentLog {
     drained()
   }
 
-  private ownerFailed(owner: Owner, err: unknown): void {
-    owner.failed = new NoaError(
+  /**
+   * An owner worker died (an addon fault, out of memory in the worker): what was in flight on it
+   * fails with NOA_WORKER_FAILED, the descriptors it held are closed (releasing their locks, and
+   * its journal's), and the next use starts a new one, whose first open replays that journal as
+   * a dead process's. One that keeps dying at once is not started again.
+   */
+  private ownerFailed(owner: Owner, port: MessagePort, err: unknown): void {
+    if (owner.port !== port) return
+    const failed = new NoaError(
       'NOA_WORKER_FAILED',
-      `owner worker failed: ${(err as Error)?.message ?? String(err)}; its workspaces refuse appends`,
+      `owner worker ${owner.index} failed: ${(err as Error)?.message ?? String(err)}; what was in flight on it was not committed`,
       {},
       { cause: err },
     )
     for (const [id, p] of this.pending) {
       if (p.owner !== owner) continue
       this.pending.delete(id)
-      p.reject(owner.failed)
+      this.settle(id, p)
+      p.reject(failed)
+    }
+    port.close()
+    owner.port = null
+    owner.task = null
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    owner.scheduled = false
+    if (owner.fds) {
+      for (let i = 0; i < owner.fds.length; i++) {
+        const fd = Atomics.exchange(owner.fds, i, -1)
+        if (fd >= 0) {
+          try {
+            closeSync(fd)
+          } catch {
+            // already closed
+          }
+        }
+      }
+    }
+    owner.quickDeaths = performance.now() - owner.startedAt < 1000 ? owner.quickDeaths + 1 : 0
+    if (owner.quickDeaths >= 3 || this.closing) {
+      owner.failed = new NoaError(
+        'NOA_WORKER_FAILED',
+        `owner worker ${owner.index} keeps failing (${failed.message}); its workspaces refuse appends`,
+        {},
+        { cause: err },
+      )
     }
     // It will not answer for the atomic batches it had parts of (nor unpin those it committed).
     for (const [batch, c] of [...this.coordinators]) {
       if (c.owner === owner) this.forgetBatch(batch)
-      else if (c.others.includes(owner)) this.partsApplied(batch, false)
+      else this.partsApplied(batch, owner, false)
     }
   }
+}
+
+function checkAppendOptions(options: AppendOptions | undefined): number {
+  if (options === undefined) return -1
+  checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
+  const { ifLastSeq, signal } = options
+  if (ifLastSeq !== undefined && (!Number.isSafeInteger(ifLastSeq) || ifLastSeq < 0)) {
+    throw optionError('ifLastSeq', 'must be an integer >= 0', ifLastSeq)
+  }
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw optionError('signal', 'must be an AbortSignal', typeof signal)
+  }
+  return ifLastSeq ?? -1
+}
+
+const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
+
+function abortedError(workspace: string, signal: AbortSignal): NoaError {
+  return new NoaError(
+    'NOA_ABORTED',
+    `append to workspace ${workspace} was cancelled before it was committed`,
+    { workspace },
+    { cause: signal.reason },
+  )
 }
 
 function closedError(): NoaError {

@@ -28,11 +28,14 @@ export type NoaErrorCode =
   | 'NOA_BAD_STATE'
   | 'NOA_BAD_ARCHIVE'
   | 'NOA_COMPRESS'
+  | 'NOA_MISSING_BLOB'
   | 'NOA_NOT_REGULAR_FILE'
   | 'NOA_NOT_DIRECTORY'
   | 'NOA_NAME_TOO_LONG'
   | 'NOA_BAD_ROOT'
   | 'NOA_JOURNAL'
+  | 'NOA_ABORTED'
+  | 'NOA_SEQ_MISMATCH'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

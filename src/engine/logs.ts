@@ -7,7 +7,8 @@ import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
-import { recoverJournalsForRead } from './journal-recovery.js'
+import { recoverJournalsForRead, recoverJournalsLocked, withRootLock } from './journal-recovery.js'
+import { loadNative } from './native.js'
 
 function kindAt(file: string): string {
   try {
@@ -17,8 +18,16 @@ function kindAt(file: string): string {
   }
 }
 
+import { withPath } from './errors.js'
 import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './reader.js'
-import { countEntries, countersOf, inspectTail, type VerifyReport, verifyLog } from './recovery.js'
+import {
+  countEntries,
+  countersOf,
+  inspectTail,
+  type VerifyOptions,
+  type VerifyReport,
+  verifyLog,
+} from './recovery.js'
 
 export const DEFAULT_ROOT = './.noa'
 
@@ -135,11 +144,17 @@ export interface WorkspaceScan {
   problems: LogProblem[]
 }
 
-export async function scanWorkspaces(root: string): Promise<WorkspaceScan> {
+export interface ListOptions {
+  /** Called before each log is counted, with how many were before it and how many there are. */
+  onProgress?: (done: number, total: number, workspace: string) => void
+}
+
+export async function scanWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceScan> {
   const { workspaces: names, problems } = scanLogDir(root)
   recoverJournalsForRead(root)
   const workspaces: WorkspaceInfo[] = []
-  for (const ws of names) {
+  for (const [i, ws] of names.entries()) {
+    options.onProgress?.(i, names.length, ws)
     try {
       workspaces.push(await workspaceInfo(root, ws))
     } catch (err) {
@@ -164,8 +179,8 @@ export function problemOf(err: unknown, file: string): LogProblem {
  * error naming it, never skipped; `scanWorkspaces` lists the healthy ones and reports the rest,
  * files in `agent-logs/` that are not named like logs included.
  */
-export async function listWorkspaces(root: string): Promise<WorkspaceInfo[]> {
-  const { workspaces, problems: all } = await scanWorkspaces(root)
+export async function listWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceInfo[]> {
+  const { workspaces, problems: all } = await scanWorkspaces(root, options)
   // A stray file with another name is reported by scanWorkspaces but is no workspace of ours.
   const problems = all.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
   const first = problems[0]
@@ -211,8 +226,67 @@ export async function* readWorkspaceBytes(
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
-export async function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {
+export async function verifyWorkspace(
+  root: string,
+  workspace: string,
+  options: VerifyOptions = {},
+): Promise<VerifyReport> {
   const file = existingLog(root, workspace)
   recoverJournalsForRead(root)
-  return verifyLog(file)
+  return verifyLog(file, options)
+}
+
+/** What recovering a workspace found and did. */
+export interface RecoverReport {
+  workspace: string
+  file: string
+  created: boolean
+  /** Bytes of a partial last line that were cut. */
+  truncatedBytes: number
+  size: number
+  lastSeq: number
+  lastTs: number
+}
+
+/**
+ * Recovery of one workspace without an owner: under the root lock, the journals of dead
+ * processes are replayed, then the log is locked, a partial last line cut (ftruncate +
+ * fdatasync) and its last seq and ts read. What opening a workspace in an owner does, for the
+ * processes that only recover (the CLI's `recover`, a read-only tool): no worker is started.
+ */
+export function recoverLog(root: string, workspace: string): RecoverReport {
+  const file = existingLog(root, workspace)
+  const native = loadNative()
+  return withRootLock(root, () => {
+    recoverJournalsLocked(root)
+    let fd: number
+    try {
+      fd = native.openAppend(file, false, true)
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException
+      if (e.syscall === 'flock') {
+        throw new NoaError(
+          'NOA_WORKSPACE_LOCKED',
+          `workspace ${workspace} is locked by another writer (${file})`,
+          {
+            workspace,
+            file,
+          },
+        )
+      }
+      throw withPath(err, file)
+    }
+    try {
+      const tail = inspectTail(fd)
+      const { lastSeq, lastTs } = countersOf(file, tail)
+      const truncatedBytes = tail.size - tail.validLength
+      if (truncatedBytes > 0) {
+        native.ftruncate(fd, tail.validLength)
+        native.fdatasync(fd)
+      }
+      return { workspace, file, created: false, truncatedBytes, size: tail.validLength, lastSeq, lastTs }
+    } finally {
+      native.close(fd)
+    }
+  })
 }

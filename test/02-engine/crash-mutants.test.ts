@@ -15,10 +15,11 @@
  *   an offset never change once acknowledged, and each process has a journal of its own).
  * - the END flag ignored: every round is one frame, flagged END.
  */
-import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { nativeCandidates } from '../../dist/src/engine/native.js'
 import {
   DIST,
   explore,
@@ -160,8 +161,9 @@ function mutantDist(m: Mutant): { dist: string; dir: string } {
 }
 
 describe.runIf(process.env.NOA_CRASH_MUTANTS === '1')('crash-state explorer catches mutants', () => {
-  // The copies load the addon from this build.
-  process.env.NOA_NATIVE_PATH = join(ROOT_DIR, 'build', 'Release', 'noa_io.node')
+  // The copies load the addon this package loads (its build, or its prebuild).
+  const addon = nativeCandidates().find((f) => existsSync(f))
+  if (addon) process.env.NOA_NATIVE_PATH = addon
   for (const m of MUTANTS) {
     it(`catches: ${m.name}`, async () => {
       const { dist, dir } = mutantDist(m)
