@@ -65,7 +65,7 @@ describe(`crash-state explorer (${LONG ? 'long' : 'quick'} mode)`, () => {
           // Nothing the owners did failed (the only failing call is the open that finds a log
           // missing and then creates it): a sync on a closed descriptor would show here.
           expect(Object.keys(r.failedOps).filter((op) => op !== 'open ENOENT')).toEqual([])
-          const summary = `seed ${seed}: ${r.ops} ops, ${r.crashPoints} crash points, ${r.states} states (${r.distinct} distinct, ${r.replayed} replayed a journal, ${r.cut} cut a torn tail, ${r.rescued} needed the journal for an acknowledged entry, ${r.agentLogChecked} opened by an AgentLog); run: ${JSON.stringify(w.stats)}, ${w.acks.length} acks`
+          const summary = `seed ${seed}: ${r.ops} ops, ${r.crashPoints} crash points, ${r.states} states (${r.distinct} distinct, ${r.replayed} replayed a journal, ${r.cut} cut a torn tail, ${r.checksummed} checked a checksum sidecar, ${r.rescued} needed the journal for an acknowledged entry, ${r.agentLogChecked} opened by an AgentLog); run: ${JSON.stringify(w.stats)}, ${w.acks.length} acks`
           console.log(summary)
           expect(
             r.failures,
@@ -77,6 +77,7 @@ describe(`crash-state explorer (${LONG ? 'long' : 'quick'} mode)`, () => {
           expect(w.stats.wraps).toBeGreaterThan(0)
           expect(w.stats.atomics).toBeGreaterThan(0)
           expect(r.rescued).toBeGreaterThan(0)
+          expect(r.checksummed).toBeGreaterThan(0)
           expect(r.agentLogChecked).toBe(mode.agentLogChecks)
           totals.crashPoints += r.crashPoints
           totals.states += r.states

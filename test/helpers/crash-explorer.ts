@@ -34,6 +34,7 @@ import { dirname, join, relative } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { crc32c } from '@node-rs/crc32'
 import type * as Recovery from '../../dist/src/engine/journal-recovery.js'
+import type * as Logs from '../../dist/src/engine/logs.js'
 import type * as TailRecovery from '../../dist/src/engine/recovery.js'
 import type * as Engine from '../../dist/src/index.js'
 
@@ -648,6 +649,7 @@ export interface RecoveryModules {
   recoverJournals: typeof Recovery.recoverJournals
   inspectTail: typeof TailRecovery.inspectTail
   countersOf: typeof TailRecovery.countersOf
+  checkSidecar: typeof Logs.checkSidecar
 }
 
 export async function recoveryModules(dist = DIST, recoveryFile?: string): Promise<RecoveryModules> {
@@ -655,7 +657,13 @@ export async function recoveryModules(dist = DIST, recoveryFile?: string): Promi
     pathToFileURL(recoveryFile ?? join(dist, 'src/engine/journal-recovery.js')).href
   )) as typeof Recovery
   const tail = (await import(pathToFileURL(join(dist, 'src/engine/recovery.js')).href)) as typeof TailRecovery
-  return { recoverJournals: rec.recoverJournals, inspectTail: tail.inspectTail, countersOf: tail.countersOf }
+  const logs = (await import(pathToFileURL(join(dist, 'src/engine/logs.js')).href)) as typeof Logs
+  return {
+    recoverJournals: rec.recoverJournals,
+    inspectTail: tail.inspectTail,
+    countersOf: tail.countersOf,
+    checkSidecar: logs.checkSidecar,
+  }
 }
 
 const FRAME_MAGIC = 0x31464a4e
@@ -685,29 +693,40 @@ function patchInodes(journal: Buffer, inodes: (recorded: bigint) => bigint): voi
   }
 }
 
-/** Writes a state into `dir` (a fresh root) with the journals' inodes mapped. */
+/**
+ * A checksum sidecar names its log's inode in its header (another inode: the sidecar is not
+ * used); mapped like the journal records', only in a header whose checksum held.
+ */
+function patchSidecar(sum: Buffer, inodes: (recorded: bigint) => bigint): void {
+  if (sum.length < 32 || sum.toString('latin1', 0, 8) !== 'NOASUMS1') return
+  if (sum.readUInt32LE(28) !== crc32c(sum.subarray(0, 28)) >>> 0) return
+  sum.writeBigUInt64LE(inodes(sum.readBigUInt64LE(16)), 16)
+  sum.writeUInt32LE(crc32c(sum.subarray(0, 28)) >>> 0, 28)
+}
+
+/** Writes a state into `dir` (a fresh root), the inodes that journals and sidecars name mapped. */
 export function materialize(model: Model, state: CrashState, dir: string): void {
   mkdirSync(join(dir, 'agent-logs'), { recursive: true })
   const newIno = new Map<number, bigint>()
-  const journals: Array<{ path: string; data: Buffer }> = []
+  const naming: Array<{ path: string; data: Buffer; patch: typeof patchInodes }> = []
   for (const [path, { id, data }] of state.files) {
     const rel = relative(model.root, path)
     const target = join(dir, rel)
     mkdirSync(dirname(target), { recursive: true })
-    if (rel.startsWith('journal/')) {
-      journals.push({ path: target, data })
+    if (rel.startsWith('journal/') || rel.startsWith('checksums/')) {
+      naming.push({ path: target, data, patch: rel.startsWith('journal/') ? patchInodes : patchSidecar })
       continue
     }
     writeFileSync(target, data)
     newIno.set(id, fstatIno(target))
   }
-  for (const j of journals) {
-    const copy = Buffer.from(j.data)
-    patchInodes(copy, (ino) => {
+  for (const f of naming) {
+    const copy = Buffer.from(f.data)
+    f.patch(copy, (ino) => {
       const id = model.inoToFile.get(ino.toString())
       return id === undefined ? 0n : (newIno.get(id) ?? 0n)
     })
-    writeFileSync(j.path, copy)
+    writeFileSync(f.path, copy)
   }
 }
 
@@ -726,12 +745,19 @@ export interface Recovered {
   /** Bytes the replay wrote, and torn tails cut. */
   replayed: number
   cut: number
+  /** Log bytes checked against their checksum sidecar, and the blocks that did not match. */
+  checksummed: number
+  damaged: string[]
   error: string | null
 }
 
-/** The next process's recovery: dead journals replayed, then each workspace's torn tail cut. */
+/**
+ * The next process's recovery: dead journals replayed, then each workspace's torn tail cut.
+ * Then each log is checked against its checksum sidecar, as verify does: a sidecar record lost
+ * or torn by the crash leaves its block unchecked, but no recorded block may mismatch.
+ */
 export function recoverState(dir: string, workspaces: readonly string[], m: RecoveryModules): Recovered {
-  const out: Recovered = { logs: new Map(), replayed: 0, cut: 0, error: null }
+  const out: Recovered = { logs: new Map(), replayed: 0, cut: 0, checksummed: 0, damaged: [], error: null }
   try {
     for (const r of m.recoverJournals(dir)) out.replayed += r.bytes
     const jdir = join(dir, 'journal')
@@ -757,6 +783,18 @@ export function recoverState(dir: string, workspaces: readonly string[], m: Reco
         closeSync(fd)
       }
       out.logs.set(ws, readFileSync(file))
+      const report = m.checkSidecar(dir, ws, file, {
+        file,
+        ok: true,
+        entries: 0,
+        firstSeq: 0,
+        lastSeq: 0,
+        lastTs: 0,
+        bytes: 0,
+        tornTailBytes: 0,
+      })
+      out.checksummed += report.checksummedBytes ?? 0
+      if (report.damaged) out.damaged.push(`${ws}: ${report.problem?.reason}`)
     }
   } catch (err) {
     out.error = `${(err as { code?: string }).code ?? ''} ${(err as Error).message}`
@@ -824,6 +862,8 @@ export function expectations(w: WorkloadResult): { expected: Expected; problems:
 /** What a recovered state is checked on: its logs reduced to entry counts. */
 export interface Outcome {
   error: string | null
+  /** Sidecar blocks that did not match the recovered log. */
+  damaged: string[]
   /** Workspace → whole lines of its recovered log, which is a prefix of the final log. */
   entries: Map<string, number>
   /** Logs that are not a prefix of the final log, described. */
@@ -831,7 +871,7 @@ export interface Outcome {
 }
 
 export function outcomeOf(ex: Expected, rec: Recovered): Outcome {
-  const out: Outcome = { error: rec.error, entries: new Map(), notPrefix: [] }
+  const out: Outcome = { error: rec.error, damaged: rec.damaged, entries: new Map(), notPrefix: [] }
   for (const [ws, log] of rec.logs) {
     const final = ex.final.get(ws) ?? Buffer.alloc(0)
     if (log.length > final.length || !final.subarray(0, log.length).equals(log)) {
@@ -850,7 +890,7 @@ export function outcomeOf(ex: Expected, rec: Recovered): Outcome {
 /** Problems of one recovered state at crash point k (empty: it passes). */
 export function checkState(ex: Expected, k: number, o: Outcome): string[] {
   if (o.error) return [`recovery failed: ${o.error}`]
-  const problems = [...o.notPrefix]
+  const problems = [...o.notPrefix, ...o.damaged]
   const entries = o.entries
   for (const [ws, list] of ex.acked) {
     const have = entries.get(ws)
@@ -901,6 +941,8 @@ export interface ExploreReport {
   /** Distinct states whose recovery replayed journal bytes, or cut a torn tail. */
   replayed: number
   cut: number
+  /** Distinct states in which some log was checked against its checksum sidecar. */
+  checksummed: number
   /** Checked states in which an acknowledged entry was missing from its .log before recovery. */
   rescued: number
   /** States also recovered, verified and appended to by a real AgentLog. */
@@ -940,6 +982,7 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
     distinct: 0,
     replayed: 0,
     cut: 0,
+    checksummed: 0,
     rescued: 0,
     agentLogChecked: 0,
     failures: [],
@@ -999,6 +1042,7 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
               sample[Math.floor(rand() * room)] = { state, rec }
           }
           if (rec.cut > 0) report.cut++
+          if (rec.checksummed > 0) report.checksummed++
         }
         const bad = checkState(expected, k, done.outcome)
         if (bad.length > 0) {
