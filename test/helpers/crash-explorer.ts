@@ -989,6 +989,7 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
     failedOps: Object.fromEntries(model.failures),
     strays: model.strays,
   }
+  problems.push(...unrecorded(model, ops.length))
   if (problems.length > 0) {
     report.failures.push({ k: ops.length, state: 'the uncrashed run', problems })
     return report
@@ -1061,6 +1062,34 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
     if (!o.scratch) rmSync(scratch, { recursive: true, force: true })
   }
   return report
+}
+
+/** Every file below `dir`, recursively (folders left out). */
+function filesBelow(dir: string): string[] {
+  if (!existsSync(dir)) return []
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesBelow(join(dir, e.name)) : [join(dir, e.name)],
+  )
+}
+
+/**
+ * The trace must account for the whole root: all of its operations applied give exactly the
+ * files on disk at the end of the run, byte for byte. A write that went around the io seam
+ * (and so around the explorer) shows here.
+ */
+function unrecorded(model: Model, n: number): string[] {
+  const end = stateAt(model, new DurableBase(model), n, 'all', () => 0)
+  const problems: string[] = []
+  const onDisk = filesBelow(model.root)
+  for (const path of onDisk) {
+    const f = end.files.get(path)
+    if (!f) problems.push(`${path} is on disk but the trace never created it`)
+    else if (!f.data.equals(readFileSync(path))) problems.push(`${path} differs from its recorded writes`)
+  }
+  for (const path of end.files.keys()) {
+    if (!onDisk.includes(path)) problems.push(`${path} is in the trace but not on disk`)
+  }
+  return problems
 }
 
 /** Whether the .log, before recovery, lacked an entry acknowledged by k (so replay was needed). */
