@@ -238,6 +238,8 @@ export interface OwnerStatus {
   directCommits: number
   /** Times a round went back to the start of the journal. */
   wraps: number
+  /** Times a round found the journal full and waited for a checkpoint to free space (a sign the journal is small for the load). */
+  spaceWaits: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

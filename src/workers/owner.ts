@@ -225,6 +225,7 @@ class Owner {
     checkpoints: 0,
     directCommits: 0,
     wraps: 0,
+    spaceWaits: 0,
   }
 
   constructor(
@@ -616,6 +617,7 @@ class Owner {
     if (place === null) {
       // The live part of the journal reaches the head: a checkpoint must free space first.
       this.needSpace = true
+      this.stats.spaceWaits++
       this.startCheckpoint()
       return
     }
