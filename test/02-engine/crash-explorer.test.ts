@@ -162,7 +162,7 @@ describe('crash-state explorer: atomic batches across workers', () => {
         traceDir,
         acks: rec.acks,
         errors: [],
-        stats: { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 1 },
+        stats: { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 1, spaceWaits: 0 },
         workspaces: [a, b],
       }
       const ops = readTrace(traceDir)

@@ -87,7 +87,15 @@ export interface WorkloadResult {
   acks: AckRecord[]
   /** Unexpected rejections of the uncrashed run (there should be none). */
   errors: string[]
-  stats: { checkpoints: number; wraps: number; rounds: number; directCommits: number; atomics: number }
+  stats: {
+    checkpoints: number
+    wraps: number
+    rounds: number
+    directCommits: number
+    atomics: number
+    /** Rounds that found the journal full and waited for a checkpoint. */
+    spaceWaits: number
+  }
   workspaces: string[]
 }
 
@@ -120,7 +128,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
   const rec = recording(o.traceDir)
   const acks = rec.acks
   const errors: string[] = []
-  const stats = { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 0 }
+  const stats = { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 0, spaceWaits: 0 }
   // Paths make every entry recognizable; the padding makes lines long enough that a 256 KiB
   // journal is checkpointed and wrapped many times per session.
   const pad = (n: number) => 'x'.repeat(n)
@@ -225,9 +233,12 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
         await Promise.all(inFlight)
       } else if (r < 0.85) {
         // A burst of large batches on one workspace of each worker: few operations, much
-        // journal, so that every session checkpoints and wraps its journals.
+        // journal, so that every session checkpoints and wraps its journals. With slow
+        // checkpoint syncs (seedMode) a journal fills and a round waits for space, so the next
+        // frame overwrites space freed by the header just written: the states in which that
+        // header's fdatasync is what keeps replay from starting at an overwritten frame.
         const pair = [pick(workspaces.slice(0, 3)), pick(workspaces.slice(3))]
-        for (let round = 0; round < 4; round++) {
+        for (let round = 0; round < 8; round++) {
           for (const ws of pair) {
             const t = tag++
             const es = Array.from({ length: 8 }, (_, k) => ({
@@ -261,6 +272,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
       stats.wraps += s.wraps
       stats.rounds += s.rounds
       stats.directCommits += s.directCommits
+      stats.spaceWaits += s.spaceWaits
     }
     await log.close()
   }
