@@ -303,8 +303,15 @@ export class AgentLog {
   private waiting: Array<Pending | null> = []
   private waitingHead = 0
   private nextBatch = 1
-  /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
-  private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
+  /**
+   * Atomic batches committed by one owner whose parts on other owners are not durable yet: the
+   * committing owner's journal holds their only durable copy until every other owner answers.
+   */
+  private readonly coordinators = new Map<number, { owner: Owner; waiting: Set<Owner>; ok: boolean }>()
+  /** appendAtomic calls not yet settled. */
+  private atomicsRunning = 0
+  /** close() waits for running appendAtomic calls and for the coordinators' answers. */
+  private drained: (() => void) | null = null
   private closing: Promise<OwnerStatus[]> | null = null
   /** The `objects` option: what vouches for snapshot and merge entries appended here (none: refused). */
   readonly objects: ObjectChecks | undefined
@@ -389,7 +396,7 @@ export class AgentLog {
     owner.generation++
     owner.startedAt = performance.now()
     owner.port = port1
-    port1.on('message', (msg: FromOwner) => this.onMessage(msg))
+    port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
     // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
     const task = inThread
       ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
@@ -501,6 +508,7 @@ export class AgentLog {
     if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
       throw new NoaError('NOA_BAD_ARGUMENT', 'appendAtomic takes an object: { workspace: [entries] }')
     }
+    if (this.closing) throw closedError() // before ownerOf, which would start an owner
     const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
     for (const [workspace, entries] of Object.entries(batch)) {
       checkWorkspace(workspace)
@@ -521,15 +529,31 @@ export class AgentLog {
       for (const b of bodies) g.bodies.push(b)
     }
     const owners = [...groups.keys()]
-    const coordinator = owners[0]
-    if (coordinator === undefined) return {}
+    if (owners.length === 0) return {}
+    // A close that starts meanwhile lets the batch finish (its steps are sent even while
+    // closing): owners holding prepared parts would otherwise never become idle.
+    this.atomicsRunning++
+    try {
+      return await this.runAtomic(groups, owners)
+    } finally {
+      this.atomicsRunning--
+      this.checkDrained()
+    }
+  }
+
+  private async runAtomic(
+    groups: Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>,
+    owners: Owner[],
+  ): Promise<Record<string, Ack[]>> {
+    const coordinator = owners[0] as Owner
     const id = this.nextBatch++
+    const step = (o: Owner, make: (rid: number) => ToOwner) => this.request(o, make, true)
     const abortAll = () =>
-      Promise.allSettled(owners.map((o) => this.request(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
+      Promise.allSettled(owners.map((o) => step(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
     const prepared = await Promise.allSettled(
       owners.map((o) => {
         const g = groups.get(o) as { ws: string[]; counts: number[]; bodies: string[] }
-        return this.request(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
+        return step(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
       }),
     )
     const refused = prepared.find((r) => r.status === 'rejected')
@@ -539,20 +563,30 @@ export class AgentLog {
     }
     const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
     const others = owners.slice(1)
-    if (others.length > 0) this.coordinators.set(id, { owner: coordinator, left: others.length })
+    if (others.length > 0) {
+      this.coordinators.set(id, { owner: coordinator, waiting: new Set(others), ok: true })
+    }
     try {
-      await this.request(coordinator, (rid) => ({
+      await step(coordinator, (rid) => ({
         t: 'atomicCommit',
         id: rid,
         batch: id,
         foreign: parts.slice(1).flat(),
       }))
     } catch (err) {
-      this.coordinators.delete(id)
+      this.forgetBatch(id)
       await abortAll()
       throw err
     }
-    await Promise.all(others.map((o) => this.request(o, (rid) => ({ t: 'apply', id: rid, batch: id }))))
+    await Promise.all(
+      others.map((o) =>
+        step(o, (rid) => ({ t: 'apply', id: rid, batch: id })).catch((err: unknown) => {
+          // Nothing was applied there, so no answer will come.
+          this.partsApplied(id, o, false)
+          throw err
+        }),
+      ),
+    )
     const out: Record<string, Ack[]> = {}
     for (const part of parts.flat()) {
       out[part.ws] = Array.from({ length: part.count }, (_, k) => ({
@@ -797,6 +831,14 @@ export class AgentLog {
   close(): Promise<OwnerStatus[]> {
     if (this.closing) return this.closing
     this.closing = (async () => {
+      // An owner that committed an atomic batch may remove its journal only once the other
+      // owners' parts are durable in their logs: wait for their answers (they come without
+      // further requests: each owner fdatasyncs the parts it wrote on its own).
+      if (this.atomicsRunning > 0 || this.coordinators.size > 0) {
+        await new Promise<void>((resolve) => {
+          this.drained = resolve
+        })
+      }
       const live = this.owners.filter((o) => o.failed === null && o.port !== null)
       const finals = await Promise.all(
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
@@ -980,7 +1022,7 @@ export class AgentLog {
     return p
   }
 
-  private onMessage(msg: FromOwner): void {
+  private onMessage(msg: FromOwner, from?: Owner): void {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data
@@ -1013,14 +1055,9 @@ export class AgentLog {
         }
         break
       }
-      case 'applied': {
-        const c = this.coordinators.get(msg.batch)
-        if (c && --c.left === 0) {
-          this.coordinators.delete(msg.batch)
-          c.owner.port?.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
-        }
+      case 'applied':
+        if (from) this.partsApplied(msg.batch, from, msg.ok)
         break
-      }
       case 'reply': {
         const p = this.pending.get(msg.id)
         if (!p) break
@@ -1030,6 +1067,34 @@ export class AgentLog {
         break
       }
     }
+  }
+
+  /**
+   * One other owner's answer for an atomic batch: its parts are durable in its logs (ok), or one
+   * could not be made so. Once all answered, the committing owner may reuse the batch's frame
+   * if all were ok; otherwise the frame stays, and its journal is kept at close for the next
+   * opener to replay.
+   */
+  private partsApplied(batch: number, from: Owner, ok: boolean): void {
+    const c = this.coordinators.get(batch)
+    // Each owner answers once, whichever way (its message, its failure, a refused apply).
+    if (!c?.waiting.delete(from)) return
+    if (!ok) c.ok = false
+    if (c.waiting.size > 0) return
+    if (c.ok) c.owner.port?.postMessage({ t: 'unpin', batch } satisfies ToOwner)
+    this.forgetBatch(batch)
+  }
+
+  private forgetBatch(batch: number): void {
+    this.coordinators.delete(batch)
+    this.checkDrained()
+  }
+
+  private checkDrained(): void {
+    if (this.drained === null || this.atomicsRunning > 0 || this.coordinators.size > 0) return
+    const drained = this.drained
+    this.drained = null
+    drained()
   }
 
   /**
@@ -1077,6 +1142,11 @@ export class AgentLog {
         {},
         { cause: err },
       )
+    }
+    // It will not answer for the atomic batches it had parts of (nor unpin those it committed).
+    for (const [batch, c] of [...this.coordinators]) {
+      if (c.owner === owner) this.forgetBatch(batch)
+      else this.partsApplied(batch, owner, false)
     }
   }
 }
