@@ -285,10 +285,9 @@ export class SnapshotEngine {
     const s = options.fromScratch
       ? await this.fromScratch(workspace, lengthOfLog(existingLog(this.root, workspace)), options)
       : await this.computeState(workspace, options)
-    const bytes = s.builder.encode()
     return {
       workspace,
-      tree: Tree.decode(sha256(bytes), bytes),
+      tree: Tree.ofPack(s.builder.buildPack(this.store)),
       parent: s.head?.record.id ?? null,
       since: s.since,
       seq: s.seq,
@@ -342,8 +341,7 @@ export class SnapshotEngine {
       }
     }
     const s = await this.computeState(workspace, { until })
-    const bytes = s.builder.encode()
-    const tree = Tree.decode(sha256(bytes), bytes)
+    const tree = Tree.ofPack(s.builder.buildPack(this.store))
     this.store.remember(tree)
     return { ref, tree, snapshotId: s.head?.record.id ?? null, workspace, seq: until ?? s.seq }
   }
@@ -378,7 +376,6 @@ export class SnapshotEngine {
           entry: null,
         }
       }
-      const bytes = s.builder.encode()
       const missingBlobs = await this.missingBlobs(workspace, s)
       const record = await this.storeSnapshot(
         {
@@ -390,7 +387,6 @@ export class SnapshotEngine {
           message,
           ts: nowMicros(),
         },
-        bytes,
         s.builder,
       )
       const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
@@ -419,7 +415,7 @@ export class SnapshotEngine {
     checkWorkspace(workspace)
     const record = await this.store.getSnapshot(snapshotId)
     const tree = await this.treeOf(record) // the base must be whole before anything points at it
-    if (!this.store.has(record.tree)) await this.store.putTree(tree.bytes) // rebuilt: store it again
+    if (!this.store.has(record.tree)) await this.store.putWholeTree(tree) // rebuilt: store it again
     const message = options.message ?? `fork of ${record.workspace} at ${record.id}`
     encodeBody({ op: 'snapshot', snapshot_id: record.id, message })
     return this.mutex.run([workspace], async () => {
@@ -450,7 +446,7 @@ export class SnapshotEngine {
         openWorkspace: (ws) => (this.log as AgentLog).openWorkspace(ws).then(() => undefined),
         mutex: this.mutex,
         head: (ws) => this.findHead(ws, { strict: options.strict }),
-        storeSnapshot: (input, bytes, built) => this.storeSnapshot(input, bytes, built),
+        storeSnapshot: (input, built) => this.storeSnapshot(input, built),
         treeOf: (record) => this.treeOf(record),
       },
       target,
@@ -525,7 +521,6 @@ export class SnapshotEngine {
           message,
           ts: nowMicros(),
         },
-        s.builder.encode(),
         s.builder,
       )
       const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
@@ -563,17 +558,13 @@ export class SnapshotEngine {
   }
 
   /**
-   * Stores a tree (as a delta against the builder's base when worth it) and its record in one
-   * batch; the caller appends the entry after.
+   * Stores a tree (the folders on the changed paths, in one pack) and its record in one batch;
+   * the caller appends the entry after.
    */
-  async storeSnapshot(
-    input: Omit<SnapshotRecordInput, 'tree'>,
-    treeBytes: Buffer,
-    built: TreeBuilder,
-  ): Promise<SnapshotRecord> {
-    const tree = this.store.treeObject(treeBytes, built)
+  async storeSnapshot(input: Omit<SnapshotRecordInput, 'tree'>, built: TreeBuilder): Promise<SnapshotRecord> {
+    const tree = this.store.treeObject(null, built)
     const record = await this.store.putSnapshot({ ...input, tree: tree.id }, [tree])
-    this.store.stored(tree.id, treeBytes)
+    this.store.stored(tree.id)
     return record
   }
 
@@ -612,9 +603,15 @@ export class SnapshotEngine {
     }
     const builder = new TreeBuilder(base)
     await replaySegment(this.root, record.workspace, builder, { since: record.since, until: record.seq })
-    const bytes = builder.encode()
-    if (sha256(bytes) !== record.tree) return null
-    const tree = Tree.decode(record.tree, bytes)
+    // The record names the tree in the format it was written in: folders, or flat before.
+    const pack = builder.buildPack(this.store)
+    let tree: Tree
+    if (pack.id === record.tree) tree = Tree.ofPack(pack)
+    else {
+      const bytes = builder.encode()
+      if (sha256(bytes) !== record.tree) return null
+      tree = Tree.decode(record.tree, bytes)
+    }
     this.store.remember(tree)
     return tree
   }

@@ -115,7 +115,7 @@ describe('a root written with flat trees', () => {
         { op: 'delete', path: 'a' },
       ])
       const s = await engine.snapshot('main', { message: 'on top' })
-      const want = { ...expected.now.main?.files, 'src/a/f1.ts': blob }
+      const want: Record<string, string> = { ...expected.now.main?.files, 'src/a/f1.ts': blob }
       delete want.a
       expect(
         Object.fromEntries((await new SnapshotEngine({ root }).tree(s.snapshotId as string)).entries()),

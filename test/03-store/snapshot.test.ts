@@ -130,7 +130,10 @@ describe('snapshots', () => {
     expect(a.snapshotId).not.toBe(b.snapshotId) // records differ: workspace, seq, time
     expect(a.snapshotId).toMatch(/^noa_[0-9a-f]{64}$/)
     const tree = await engine.tree(a.snapshotId as string)
-    expect(tree.id).toBe(sha256(tree.bytes))
+    // Stored per folder: the tree is named by its root folder, which names `src/` by its hash.
+    expect(tree.format).toBe('dirs')
+    const src = sha256(`noa-tree 2\na.ts\0${blobOf(1)}\nb.ts\0${blobOf(2)}\n`)
+    expect(tree.id).toBe(sha256(`noa-tree 2\nREADME\0${blobOf(3)}\nsrc/\0${src}\n`))
     expect(tree.bytes.toString('utf8')).toBe(
       `${TREE_HEADER}README\0${blobOf(3)}\nsrc/a.ts\0${blobOf(1)}\nsrc/b.ts\0${blobOf(2)}\n`,
     )
