@@ -1,6 +1,6 @@
 /**
- * A realistic workspace log for the replay benchmark: ~10k distinct paths in a source-tree
- * layout, mostly writes (hot files more often than cold ones), some deletes and renames, every
+ * A realistic workspace log for the replay benchmark: ~10k (or 100k) distinct paths in a
+ * source-tree layout, mostly writes (hot files more often than cold ones), some deletes and renames, every
  * entry valid against the files that exist at that point, ~200-byte lines. Seeded, so every run
  * replays the same log.
  */
@@ -44,13 +44,15 @@ export class WorkloadModel {
 
   constructor(seed = 42, distinctPaths = 10_000) {
     this.random = rng(seed)
+    // A larger workspace has more packages, not fuller folders: about 6 names per folder.
+    const packages = Math.max(4, Math.round(distinctPaths / 2500))
     for (let i = 0; i < distinctPaths; i++) {
       const area = AREAS[i % AREAS.length] as string
       const mod = Math.floor(i / AREAS.length) % 40
       const word = WORDS[Math.floor(i / 400) % WORDS.length] as string
       const ext = EXTS[i % EXTS.length] as string
       this.names.push(
-        `packages/agent-${i % 4}/src/${area}/module-${String(mod).padStart(2, '0')}/${word}-request-handler-${i}.${ext}`,
+        `packages/agent-${i % packages}/src/${area}/module-${String(mod).padStart(2, '0')}/${word}-request-handler-${i}.${ext}`,
       )
     }
   }
@@ -83,6 +85,11 @@ export class WorkloadModel {
       const name = this.names[Math.floor(this.random() * this.names.length)] as string
       if (!this.index.has(name)) return name
     }
+  }
+
+  /** Files that exist now. */
+  get liveCount(): number {
+    return this.live.length
   }
 
   next(): EntryInput {
