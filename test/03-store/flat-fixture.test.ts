@@ -4,7 +4,7 @@
  * written by that code and is committed as it was: every read of it must give what that code
  * read (expected.json, written by it too), so a later change cannot break old roots silently.
  */
-import { cpSync, readdirSync, readFileSync } from 'node:fs'
+import { cpSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
@@ -101,6 +101,24 @@ describe('a root written with flat trees', () => {
       removed: 19,
       missing: 0,
     })
+  })
+
+  it('fails verify --objects when a whole flat tree or a link of a delta chain is damaged', () => {
+    for (const kind of ['noa-tree 1', 'noa-tree-delta 1']) {
+      const root = copyRoot()
+      const dir = join(root, 'objects')
+      const victim = readdirSync(dir)
+        .flatMap((shard) => readdirSync(join(dir, shard)).map((name) => join(dir, shard, name)))
+        .find((f) => readFileSync(f).toString('latin1').startsWith(`${kind}\n`)) as string
+      const bytes = readFileSync(victim)
+      // A hex digit of a blob hash changed: the framing still parses, only the hash tells.
+      const at = bytes.lastIndexOf(0x0a, bytes.length - 2) - 1
+      bytes[at] = bytes[at] === 0x30 ? 0x31 : 0x30
+      writeFileSync(victim, bytes)
+      const cli = runCli(['verify', '--objects', '--root', root])
+      expect(cli.status, kind).toBe(1)
+      expect(cli.stderr, kind).toMatch(/tree [0-9a-f]{64}.* (is corrupt|hashes to)/)
+    }
   })
 
   it('takes new snapshots, forks, merges and checkouts on top of the old trees', async () => {
