@@ -8,7 +8,7 @@ import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from './entry.js'
 import { openFile, openFileSync, READ } from './files.js'
 import { parallelEntryBatches, useThreads } from './parallel.js'
-import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
+import { BadLine, corruptLine, LineScanner, type ParseOptions, parseLines } from './scan.js'
 
 const CHUNK = 1 << 20
 const NL = 0x0a
@@ -96,6 +96,8 @@ export interface EntryReadOptions {
   end?: number
   /** Check every field of every entry (default true). */
   validate?: boolean
+  /** Pass over lines that are not entries instead of refusing (a lookup that needs no proof). */
+  skipBadLines?: boolean
 }
 
 /** Entries in file order, in batches. Malformed lines are corruption: a NoaError with file:line. */
@@ -105,11 +107,12 @@ export async function* readEntryBatches(
 ): AsyncGenerator<Entry[]> {
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
-  const parse = { validate: options.validate ?? true, fromSeq }
+  const parse: ParseOptions = { validate: options.validate ?? true, fromSeq }
+  if (options.skipBadLines) parse.onBad = () => undefined
   const end = options.end ?? logSize(file)
   let lineNo = 0
   let from = start
-  if (useThreads(end - start)) {
+  if (!options.skipBadLines && useThreads(end - start)) {
     const state = { lines: 0, resumeAt: start, complete: false }
     yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
     if (state.complete) return
@@ -194,23 +197,29 @@ export function seekSeq(file: string, seq: number): number {
       if (at < seq) lo = s + Buffer.byteLength(line) + 1
       else hi = s
     }
-    // Linear pass over what is left.
+    // Linear pass over what is left. A line whose seq cannot be read is passed over only once a
+    // later line shows it came before `seq` (seqs increase); otherwise the search ends on it, so
+    // the reader meets the damage instead of starting past it.
     let p = lo
+    let bad: number | null = null
     while (p < hi) {
       const line = lineAt(fd, p, size)
-      if (line === null) return size
+      if (line === null) return bad ?? size
       if (line.length > 0) {
-        let at: number
+        let at: number | null = null
         try {
           at = parseCounters(line).seq
         } catch {
-          return p
+          bad ??= p
         }
-        if (at >= seq) return p
+        if (at !== null) {
+          if (at >= seq) return bad ?? p
+          bad = null
+        }
       }
       p += Buffer.byteLength(line) + 1
     }
-    return hi
+    return bad ?? hi
   } finally {
     closeSync(fd)
   }

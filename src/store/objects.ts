@@ -23,7 +23,7 @@ import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
 import { type Dir, PACK_HEADER, Pack, packFromSorted } from './dirs.js'
 import { checkRecordEntries } from './records.js'
-import { NO_EFFECT_REASONS, type NoEffectReason } from './replay.js'
+import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'
 import { TREE_HEADER, Tree, TreeBuilder } from './tree.js'
 
 const HASH_RE = /^[0-9a-f]{64}$/
@@ -112,6 +112,12 @@ export interface SnapshotRecord {
    * none, so records without any encode as before).
    */
   noEffect?: RecordedNoEffect[]
+  /**
+   * Damaged parts of the log in (since, seq] that a `skipDamaged` snapshot left out: each with
+   * its byte range and, where they could be read, its seqs (stored as `skipped`; absent when
+   * none). The tree holds every other entry; these stay in the log for whoever repairs it.
+   */
+  skipped?: Skipped[]
   /** Merge snapshots only: the conflicts met and who won (absent when none). */
   conflicts?: MergeConflict[]
   /**
@@ -154,6 +160,17 @@ export function encodeSnapshotRecord(r: SnapshotRecordInput): Buffer {
   o.seq = r.seq
   if (r.noEffect !== undefined && r.noEffect.length > 0) {
     o.no_effect = r.noEffect.map((n) => ({ seq: n.seq, reason: n.reason }))
+  }
+  if (r.skipped !== undefined && r.skipped.length > 0) {
+    o.skipped = r.skipped.map((k) => {
+      const x: Record<string, unknown> = {}
+      if (k.offset !== undefined) x.offset = k.offset
+      if (k.length !== undefined) x.length = k.length
+      if (k.firstSeq !== undefined) x.first_seq = k.firstSeq
+      if (k.lastSeq !== undefined) x.last_seq = k.lastSeq
+      x.reason = k.reason
+      return x
+    })
   }
   if (r.conflicts !== undefined && r.conflicts.length > 0) {
     o.conflicts = r.conflicts.map((c) => ({
@@ -229,6 +246,34 @@ function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
     )
       throw bad('no_effect')
     record.noEffect = (list as RecordedNoEffect[]).map((n) => ({ seq: n.seq, reason: n.reason }))
+  }
+  if (o.skipped !== undefined) {
+    const list = o.skipped
+    const optCount = (v: unknown) => v === undefined || isCount(v)
+    if (
+      !Array.isArray(list) ||
+      list.some(
+        (k) =>
+          typeof k !== 'object' ||
+          k === null ||
+          !optCount(k.offset) ||
+          !optCount(k.length) ||
+          !optCount(k.first_seq) ||
+          !optCount(k.last_seq) ||
+          !(SKIP_REASONS as readonly unknown[]).includes(k.reason),
+      )
+    )
+      throw bad('skipped')
+    record.skipped = (list as Array<Record<string, number | undefined> & { reason: Skipped['reason'] }>).map(
+      (k) => {
+        const x: Skipped = { reason: k.reason }
+        if (k.offset !== undefined) x.offset = k.offset
+        if (k.length !== undefined) x.length = k.length
+        if (k.first_seq !== undefined) x.firstSeq = k.first_seq
+        if (k.last_seq !== undefined) x.lastSeq = k.last_seq
+        return x
+      },
+    )
   }
   if (o.conflicts !== undefined) {
     if (!Array.isArray(o.conflicts)) throw bad('conflicts')
