@@ -14,7 +14,7 @@
  * Every entry is read with the full validation of `parseEntry` (the line scanner makes it
  * cheaper than a bare JSON.parse), so a snapshot never takes in a line `verify` would refuse.
  */
-import { closeSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
@@ -22,6 +22,7 @@ import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readChunks, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
 import { BadLine, LineScanner, parseLines } from '../engine/scan.js'
+import { damagedBlocks, readSidecar, type SumBlock, sidecarPath } from '../engine/sidecar.js'
 import type { TreeBuilder } from './tree.js'
 
 /**
@@ -141,7 +142,7 @@ export interface SegmentResult {
   noEffect: NoEffect[]
   /** Last seq read (since, when nothing was); a skipped seq counts. */
   lastSeq: number
-  /** What `skipDamaged` left out, in log order. */
+  /** What `skipDamaged` left out, by byte offset (entries out of seq order, which have none, last). */
   skipped: Skipped[]
 }
 
@@ -288,8 +289,27 @@ export async function replaySegment(
   const end = options.endByte ?? logEnd(file)
   const skipped: Skipped[] = []
   const passed = { lastSeq: 0 }
+  // A flipped byte inside a string is still a valid entry: the checksums beside the log are
+  // what show it, so the blocks the segment reads are checked before anything is applied.
+  const damaged = damagedBlocksIn(root, workspace, file, start, end)
+  if (damaged.length > 0 && !options.skipDamaged) {
+    const b = damaged[0] as SumBlock
+    const more = damaged.length > 1 ? ` (and ${damaged.length - 1} more damaged blocks)` : ''
+    throw new NoaError(
+      'NOA_CORRUPT_LOG',
+      `workspace ${workspace}: damaged block: bytes ${b.offset}-${b.offset + b.length - 1}, seqs ${b.firstSeq}-${b.firstSeq + b.entries - 1} do not match their checksum${more}`,
+      {
+        workspace,
+        file,
+        offset: b.offset,
+        length: b.length,
+        firstSeq: b.firstSeq,
+        lastSeq: b.firstSeq + b.entries - 1,
+      },
+    )
+  }
   const batches = options.skipDamaged
-    ? skipDamaged(file, start, end, since, until, skipped, passed)
+    ? skipDamaged(file, start, end, since, until, skipped, passed, damaged)
     : end - start <= SYNC_RANGE
       ? oneBatch(file, start, end)
       : readEntryBatches(file, { fromSeq: since + 1, end })
@@ -338,8 +358,14 @@ export async function replaySegment(
     onProgress?.({ workspace, seq: lastSeq, first: since + 1, last, entries })
     if (done) break // leaving the loop closes the file
   }
+  // Lines are recorded when the next good entry places them, blocks when met: by offset again
+  // (entries out of seq order, which have none, go last).
+  const byOffset = skipped
+    .filter((k) => k.offset !== undefined)
+    .sort((a, b) => (a.offset ?? 0) - (b.offset ?? 0))
+  const ordered = [...byOffset, ...skipped.filter((k) => k.offset === undefined)]
   // A skipped seq after the last good one is covered too, so the next snapshot does not meet it again.
-  return { applied, treeOps, noEffect, lastSeq: Math.max(lastSeq, passed.lastSeq), skipped }
+  return { applied, treeOps, noEffect, lastSeq: Math.max(lastSeq, passed.lastSeq), skipped: ordered }
 }
 
 /** A damaged line met while reading, before it is known which seqs it held. */
@@ -367,7 +393,31 @@ async function* skipDamaged(
   until: number | undefined,
   skipped: Skipped[],
   passed: { lastSeq: number },
+  damaged: readonly SumBlock[],
 ): AsyncGenerator<Entry[]> {
+  // A damaged block is left out whole (which of its entries is wrong cannot be told), recorded
+  // where it comes in log order; its seqs as far as the segment goes.
+  let nextBlock = 0
+  const blockBefore = (offset: number) => {
+    while (nextBlock < damaged.length && (damaged[nextBlock] as SumBlock).offset <= offset) {
+      const b = damaged[nextBlock++] as SumBlock
+      const first = Math.max(b.firstSeq, since + 1)
+      const last = Math.min(b.firstSeq + b.entries - 1, until ?? Number.POSITIVE_INFINITY)
+      const k: Skipped = { offset: b.offset, length: b.length, reason: 'damaged-block' }
+      if (first <= last) {
+        k.firstSeq = first
+        k.lastSeq = last
+        if (last > passed.lastSeq) passed.lastSeq = last
+      }
+      skipped.push(k)
+    }
+  }
+  const inBlock = (seq: number | null, offset: number | null) =>
+    damaged.some((b) =>
+      offset !== null
+        ? offset >= b.offset && offset < b.offset + b.length
+        : seq !== null && seq >= b.firstSeq && seq < b.firstSeq + b.entries,
+    )
   // The good seq before the damage; unknown after a seek (the line before the start is not read).
   let prev: number | null = start === 0 ? 0 : null
   let pending: PendingLine[] = []
@@ -403,6 +453,7 @@ async function* skipDamaged(
       validate: true,
       fromSeq: 1,
       onBad: (offset, length, line) => {
+        if (inBlock(null, base + offset)) return
         const m = SEQ_AT_START.exec(line)
         bad.push({ at: out.length, line: { offset: base + offset, length, named: m ? Number(m[1]) : null } })
       },
@@ -415,6 +466,10 @@ async function* skipDamaged(
         pending.push((bad[b++] as (typeof bad)[number]).line)
       if (i === out.length) break
       const e = out[i] as Entry
+      if (inBlock(e.seq, null)) {
+        blockBefore(blockStartOf(damaged, e.seq))
+        continue
+      }
       if (prev !== null && e.seq <= prev) {
         if (e.seq > since && (until === undefined || e.seq <= until)) {
           skipped.push({ firstSeq: e.seq, lastSeq: e.seq, reason: 'seq-order' })
@@ -432,6 +487,42 @@ async function* skipDamaged(
     if (keep.length > 0) yield keep
   }
   flush(null)
+  blockBefore(Number.POSITIVE_INFINITY)
+}
+
+/** Offset of the damaged block holding `seq`. */
+function blockStartOf(blocks: readonly SumBlock[], seq: number): number {
+  for (const b of blocks) if (seq >= b.firstSeq && seq < b.firstSeq + b.entries) return b.offset
+  return 0
+}
+
+/**
+ * The blocks of [start, end) of a log whose bytes do not match the checksum sidecar, in order;
+ * none when it has no usable sidecar (another tool's log, an older one, or one replaced since).
+ */
+export function damagedBlocksIn(
+  root: string,
+  workspace: string,
+  file: string,
+  start: number,
+  end: number,
+): SumBlock[] {
+  if (end <= start) return []
+  const fd = openFileSync(file, READ, { what: 'log' })
+  try {
+    const st = fstatSync(fd, { bigint: true })
+    let sidecar: ReturnType<typeof readSidecar>
+    try {
+      sidecar = readSidecar(sidecarPath(root, workspace), st.ino, Number(st.size))
+    } catch {
+      return [] // unreadable: the log is read by its lines alone, as without one
+    }
+    if (sidecar === null) return []
+    const wanted = sidecar.blocks.filter((b) => b.offset < end && b.offset + b.length > start)
+    return wanted.length === 0 ? [] : damagedBlocks(fd, wanted)
+  } finally {
+    closeSync(fd)
+  }
 }
 
 function sortTail(list: NoEffect[], from: number): void {

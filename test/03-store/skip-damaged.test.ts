@@ -3,9 +3,10 @@
  * with skipDamaged (`noa snapshot --skip-damaged`) leaves it out, records exactly what it left
  * out (seqs where they can be known, byte ranges always), and the workspace goes on from there.
  */
-import { readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { sidecarPath } from '../../dist/src/engine/sidecar.js'
 import { AgentLog, type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
 import { blobOf, runCli } from '../helpers/index.js'
 import { files, refusal, setup } from '../helpers/snapshot.js'
@@ -37,6 +38,7 @@ describe('snapshot skipDamaged', () => {
     const three = damageLine(root, 3, (l) => l.replace('{"seq":3,', '{"se#":3,'))
     const five = damageLine(root, 5, (l) => l.replace('"op":"write"', '"op":"wrote"'))
     await log.close()
+    rmSync(sidecarPath(root, 'ws')) // a log without checksums (another tool's): its lines alone tell
     const reopened = await AgentLog.open({ root, workers: 1 })
     try {
       const eng = new SnapshotEngine({ log: reopened })
@@ -105,6 +107,7 @@ describe('snapshot skipDamaged', () => {
     const { root, log } = await setup()
     await log.appendMany('ws', [w('a', 1), w('b', 2), w('c', 3)])
     await log.close()
+    rmSync(sidecarPath(root, 'ws'))
     const d = damageLine(root, 2, (l) => l.replace('{"seq":2,', '{"seq";2,'))
     const refused = runCli(['snapshot', 'ws', '--root', root])
     expect(refused.status).toBe(1)
@@ -134,5 +137,50 @@ describe('snapshot skipDamaged', () => {
       skipped: unknown[]
     }
     expect(json.skipped).toContainEqual({ snapshot: r.snapshotId, ...(r.skipped[0] as object) })
+  })
+
+  it('refuses a block that does not match its checksum, and skipping leaves the whole block out, by its seqs', async () => {
+    const { root, log } = await setup()
+    for (let i = 0; i < 3000; i += 500) {
+      await log.appendMany(
+        'ws',
+        Array.from({ length: 500 }, (_, k) => w(`src/f${i + k}.ts`, i + k)),
+      )
+    }
+    await log.close() // the sidecar now covers every block
+    const file = join(root, 'agent-logs', 'ws.log')
+    const text = readFileSync(file, 'latin1')
+    const at = text.indexOf('"src/f2000.ts"') + 7 // f2000 → f3000: still a valid entry
+    writeFileSync(file, `${text.slice(0, at)}3${text.slice(at + 1)}`, 'latin1')
+    const reopened = await AgentLog.open({ root, workers: 1 })
+    try {
+      const engine = new SnapshotEngine({ log: reopened })
+      const err = await refusal(engine.snapshot('ws'))
+      expect(err.code).toBe('NOA_CORRUPT_LOG')
+      expect(err.message).toMatch(
+        /^workspace ws: damaged block: bytes \d+-\d+, seqs \d+-\d+ do not match their checksum; .*--skip-damaged/,
+      )
+      const { offset, length, firstSeq, lastSeq } = err.details as Record<string, number>
+      expect(offset).toBeLessThanOrEqual(at)
+      expect(offset + length).toBeGreaterThan(at)
+      expect(firstSeq).toBeLessThanOrEqual(2001)
+      expect(lastSeq).toBeGreaterThanOrEqual(2001)
+      // A full replay says the same.
+      expect((await refusal(engine.replay('ws', { fromScratch: true }))).message).toContain('damaged block')
+
+      const s = await engine.snapshot('ws', { skipDamaged: true })
+      expect(s.skipped).toEqual([{ offset, length, firstSeq, lastSeq, reason: 'damaged-block' }])
+      const tree = await engine.tree(s.snapshotId as string)
+      expect(tree.size).toBe(3000 - (lastSeq - firstSeq + 1))
+      expect(tree.get('src/f3000.ts')).toBeUndefined() // the flipped entry is not taken in
+      expect(tree.get(`src/f${firstSeq - 2}.ts`)).toBe(blobOf(firstSeq - 2))
+      expect(tree.get(`src/f${firstSeq - 1}.ts`)).toBeUndefined()
+      expect(tree.get(`src/f${lastSeq - 1}.ts`)).toBeUndefined()
+      expect(tree.get(`src/f${lastSeq}.ts`)).toBe(blobOf(lastSeq))
+      await reopened.appendMany('ws', [w('late', 1)])
+      expect((await engine.snapshot('ws')).created).toBe(true) // starts after the damage
+    } finally {
+      await reopened.close()
+    }
   })
 })

@@ -112,7 +112,9 @@ describe('replay rules', () => {
       const err = await refusal(engine.snapshot('ws', { message: 'x' }))
       expect(err.code).toBe('NOA_CORRUPT_LOG')
       const where = lines < 1000 ? `${file} (line at byte ${offset})` : `${file}:${lines - 10}`
-      expect(err.message).toBe(`${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"`)
+      expect(err.message).toBe(
+        `${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"; a snapshot with skipDamaged (noa snapshot ws --skip-damaged) leaves the damaged lines out and records which`,
+      )
       expect(await engine.listSnapshots('ws')).toEqual([])
     })
   }
@@ -444,6 +446,7 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
       'entriesReplayed',
       'noEffect',
       'missingBlobs',
+      'skipped',
     ])
     expect(out).toMatchObject({ created: true, parent: id, seq: 5, entriesReplayed: 0 })
     const list = runCli(['snapshots', 'main', '--root', root])
