@@ -16,6 +16,7 @@ import {
 } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { crc32c, crc32cSmall } from '../../dist/src/engine/crc.js'
 import { seekSeq, sidecarSeek } from '../../dist/src/engine/reader.js'
 import { encodeSumHeader, encodeSumRecord, readSidecar, sidecarPath } from '../../dist/src/engine/sidecar.js'
 import { AgentLog, type EntryInput, verifyWorkspace } from '../../dist/src/index.js'
@@ -40,6 +41,13 @@ async function filled(root: string, n: number): Promise<void> {
 }
 
 describe('checksum sidecar', () => {
+  it('reads its records with a JS CRC32C that agrees with the native one', () => {
+    const bytes = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 131 + 7) & 0xff))
+    for (let n = 0; n <= 64; n++)
+      expect(crc32cSmall(bytes, n, n + 28)).toBe(crc32c(bytes.subarray(n, n + 28)))
+    expect(crc32cSmall(Buffer.from('123456789'), 0, 9)).toBe(0xe3069283) // the CRC-32C check value
+  })
+
   it('covers the whole log after a clean close, block by block', async () => {
     const root = tempDir()
     await filled(root, 3000) // ~290 KB: four full blocks and a partial one
