@@ -145,7 +145,9 @@ export function writeLog(file: string, count: number, model: WorkloadModel): { b
     const ts0 = 1_717_592_400_000_000
     const cut = () => {
       const data = Buffer.from(block)
-      records.push(encodeSumRecord({ offset: bytes, firstSeq, length: data.length, entries, crc: crc32c(data) }))
+      records.push(
+        encodeSumRecord({ offset: bytes, firstSeq, length: data.length, entries, crc: crc32c(data) }),
+      )
       bytes += writeSync(fd, data)
       block = ''
       entries = 0
