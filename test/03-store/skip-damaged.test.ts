@@ -160,7 +160,12 @@ describe('snapshot skipDamaged', () => {
       expect(err.message).toMatch(
         /^workspace ws: damaged block: bytes \d+-\d+, seqs \d+-\d+ do not match their checksum; .*--skip-damaged/,
       )
-      const { offset, length, firstSeq, lastSeq } = err.details as Record<string, number>
+      const { offset, length, firstSeq, lastSeq } = err.details as {
+        offset: number
+        length: number
+        firstSeq: number
+        lastSeq: number
+      }
       expect(offset).toBeLessThanOrEqual(at)
       expect(offset + length).toBeGreaterThan(at)
       expect(firstSeq).toBeLessThanOrEqual(2001)
