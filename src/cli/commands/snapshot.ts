@@ -16,15 +16,15 @@ export const spec = command({
       type: 'boolean',
       description: 'write a snapshot even when nothing happened since the last one',
     },
-    'skip-damaged': {
-      type: 'boolean',
-      description:
-        'leave damaged lines of the log out instead of refusing, and record exactly which (seqs, byte ranges) in the snapshot',
-    },
     strict: {
       type: 'boolean',
       description:
         'refuse entries that cannot apply (delete or rename of a missing path) instead of recording them',
+    },
+    'skip-damaged': {
+      type: 'boolean',
+      description:
+        'leave damaged lines of the log out instead of refusing, and record exactly which (seqs, byte ranges) in the snapshot',
     },
   },
   positionals: [1, 1],
