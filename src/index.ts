@@ -239,3 +239,14 @@ export {
   viewForModel,
 } from './transcript/view.js'
 export { TranscriptWriter, type TranscriptWriterOptions, type WriterMode } from './transcript/writer.js'
+// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
+import './serve/forward.js'
+export {
+  type ConnectOptions,
+  connectDaemon,
+  type DaemonInfo,
+  RemoteAgentLog,
+  type RemoteAppendOptions,
+} from './serve/client.js'
+export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
+export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'

@@ -160,6 +160,20 @@ function checkOptions(options: AgentLogOptions) {
   }
 }
 
+/**
+ * How `AgentLog.open` reaches a daemon (`noa serve`) serving its root: resolves with an AgentLog
+ * that talks to it, or null when none serves the root. Installed by the daemon's client, a layer
+ * above this one, so that the engine does not import it.
+ */
+export type Forwarder = (root: string) => Promise<AgentLog | null>
+
+let forwarder: Forwarder | null = null
+
+/** Installs (or, with null, removes) the forwarder `AgentLog.open` asks first. */
+export function setForwarder(f: Forwarder | null): void {
+  forwarder = f
+}
+
 export const DEFAULT_JOURNAL_SIZE = 16 << 20
 const MIN_JOURNAL_SIZE = 256 << 10
 
@@ -185,7 +199,8 @@ export class AgentLog {
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
 
-  private constructor(root: string, pool: Piscina, owners: Owner[]) {
+  /** Protected for the daemon's client (src/serve), which extends this class with no owners of its own. */
+  protected constructor(root: string, pool: Piscina, owners: Owner[]) {
     this.root = root
     this.logDir = logDirOf(root)
     this.pool = pool
@@ -200,6 +215,11 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    if (forwarder) {
+      // A daemon serving this root owns its workspaces: talk to it instead of starting owners.
+      const remote = await forwarder(o.root)
+      if (remote) return remote
+    }
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
     const pool = new Piscina({
       filename: new URL('../workers/owner.js', import.meta.url).href,

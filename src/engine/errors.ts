@@ -33,6 +33,19 @@ export type NoaErrorCode =
   | 'NOA_NAME_TOO_LONG'
   | 'NOA_BAD_ROOT'
   | 'NOA_JOURNAL'
+  | 'NOA_SEQ_MISMATCH'
+  | 'NOA_ABORTED'
+  | 'NOA_FELL_BEHIND'
+  // the daemon (noa serve) and its clients
+  | 'NOA_PROTOCOL'
+  | 'NOA_TOO_LARGE'
+  | 'NOA_UNAUTHORIZED'
+  | 'NOA_TOO_MANY_CONNECTIONS'
+  | 'NOA_SHUTTING_DOWN'
+  | 'NOA_DAEMON_LOST'
+  | 'NOA_DAEMON_UNAVAILABLE'
+  | 'NOA_DAEMON_RUNNING'
+  | 'NOA_BAD_SOCKET'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */
