@@ -1,3 +1,6 @@
+// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
+import './serve/forward.js'
+
 export * from './context/index.js'
 export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
 export {
@@ -123,6 +126,15 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export {
+  type ConnectOptions,
+  connectDaemon,
+  type DaemonInfo,
+  RemoteAgentLog,
+  type RemoteAppendOptions,
+} from './serve/client.js'
+export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
+export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'
 export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './store/heads.js'
 export {
   type ConflictPolicy,
@@ -239,14 +251,3 @@ export {
   viewForModel,
 } from './transcript/view.js'
 export { TranscriptWriter, type TranscriptWriterOptions, type WriterMode } from './transcript/writer.js'
-// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
-import './serve/forward.js'
-export {
-  type ConnectOptions,
-  connectDaemon,
-  type DaemonInfo,
-  RemoteAgentLog,
-  type RemoteAppendOptions,
-} from './serve/client.js'
-export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
-export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'
