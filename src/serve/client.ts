@@ -57,6 +57,8 @@ export interface RemoteAppendOptions {
   signal?: AbortSignal
 }
 
+const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN', 'NOA_FELL_BEHIND'])
+
 /** Longest answer line this side takes (a workspaces() listing of a very large root). */
 const MAX_ANSWER_LINE = 1 << 30
 
@@ -520,7 +522,10 @@ export class RemoteAgentLog extends AgentLog {
         yield batch
       }
     } catch (err) {
-      if (err instanceof NoaError && err.details.resumeFrom === undefined) err.details.resumeFrom = next
+      // Errors that end a stream without anything being wrong with the log say where to go on.
+      if (err instanceof NoaError && RESUMABLE.has(err.code) && err.details.resumeFrom === undefined) {
+        err.details.resumeFrom = next
+      }
       throw err
     }
   }
