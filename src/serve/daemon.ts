@@ -264,6 +264,7 @@ export class Daemon implements SessionHost {
       ),
     )
     if (this.logValue) await this.logValue.close()
+    for (const s of this.sessions) s.finish()
     // Clients that did not close their side after the daemon ended its own are cut.
     const cut = setTimeout(() => {
       for (const s of this.sessions) s.destroy()

@@ -83,7 +83,7 @@ export class Session {
   private out: string[] = []
   private flushing = false
   private helloTimer: NodeJS.Timeout | null
-  /** Set once the daemon drains: the socket ends when nothing is in flight. */
+  /** Set once the daemon drains: new requests are refused. */
   private ending = false
 
   constructor(
@@ -115,13 +115,23 @@ export class Session {
     this.fatal(err)
   }
 
-  /** The daemon drains: streams end, new requests are refused, the socket ends once idle. */
+  /**
+   * The daemon drains: streams end, new requests are refused with NOA_SHUTTING_DOWN; requests
+   * already taken go on. The connection stays open (answering refusals) until `finish`.
+   */
   drain(): void {
     this.ending = true
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort.abort(shuttingDown())
     }
-    this.endIfIdle()
+  }
+
+  /** Sends what is left and ends the connection (the daemon is done with it). */
+  finish(): void {
+    if (this.state === 'closed') return
+    this.flush()
+    this.state = 'closed'
+    this.socket.end()
   }
 
   private onData(chunk: Buffer): void {
@@ -477,7 +487,6 @@ export class Session {
     }
     if (this.inFlight.size < this.host.limits.maxInFlight) this.unpause(PAUSE_IN_FLIGHT)
     this.host.released()
-    this.endIfIdle()
   }
 
   private sendError(id: number | null, err: unknown): void {
@@ -528,13 +537,6 @@ export class Session {
     if ((this.paused & reason) === 0) return
     this.paused &= ~reason
     if (this.paused === 0 && this.state !== 'closed') this.socket.resume()
-  }
-
-  private endIfIdle(): void {
-    if (!this.ending || this.inFlight.size > 0 || this.state === 'closed') return
-    this.flush()
-    this.state = 'closed'
-    this.socket.end()
   }
 
   /** A protocol violation: answered with id null, then the connection is closed. */

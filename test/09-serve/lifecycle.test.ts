@@ -1,0 +1,136 @@
+/**
+ * The daemon's life: a drain (SIGTERM, SIGINT) commits and answers every append it had taken and
+ * refuses new ones with NOA_SHUTTING_DOWN, then exits 0; a SIGKILL loses no acknowledged entry,
+ * its clients get NOA_DAEMON_LOST, and a restarted daemon recovers the root (the dead one's
+ * journal replayed) and the same clients go on through it.
+ */
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { AgentLog, connectDaemon, Daemon, type EntryInput, isNoaError } from '../../dist/src/index.js'
+import { ROOT_DIR, tempDir } from '../helpers/index.js'
+import { LineClient, startDaemon } from '../helpers/serve.js'
+
+const SLOW_IO = new URL('test/fixtures/slow-commit-io.mjs', `file://${ROOT_DIR}/`).href
+const del = (path: string): EntryInput => ({ op: 'delete', path })
+
+function logLines(root: string, ws: string): Array<{ seq: number; path: string }> {
+  return readFileSync(join(root, 'agent-logs', `${ws}.log`), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l))
+}
+
+describe('noa serve lifecycle', () => {
+  it('drains: appends taken are committed and answered, new ones refused with NOA_SHUTTING_DOWN', async () => {
+    const root = tempDir()
+    // Commits take 300 ms, so the appends below are still in flight when the drain starts.
+    const d = await Daemon.start({
+      root,
+      log: { workers: 1, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 300 } },
+    })
+    const c = await LineClient.open(d.socketPath)
+    await c.hello()
+    c.send(Array.from({ length: 50 }, (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`).join(''))
+    c.send({ id: 100, op: 'watch', ws: 'w' })
+    await new Promise((r) => setTimeout(r, 100)) // received and handed to the engine
+    const drained = d.drain()
+    c.send({ id: 50, op: 'append', ws: 'w', entry: del('late') })
+    const late = await LineClient.open(d.socketPath)
+    expect(await late.next()).toMatchObject({ id: null, error: { code: 'NOA_SHUTTING_DOWN' } })
+    const answers = new Map<number, { ok: boolean; result?: { seq: number }; error?: { code: string } }>()
+    while (answers.size < 52) {
+      const m = await c.next()
+      expect(m).not.toBeNull()
+      if (m.chunk) continue
+      answers.set(m.id, m)
+    }
+    expect(answers.get(50)?.error?.code).toBe('NOA_SHUTTING_DOWN')
+    expect(answers.get(100)?.error?.code).toBe('NOA_SHUTTING_DOWN') // the watch ended
+    for (let i = 0; i < 50; i++) expect(answers.get(i)).toMatchObject({ ok: true, result: { seq: i + 1 } })
+    await drained
+    expect(await c.next()).toBeNull() // the daemon closed the connection once done
+    expect(logLines(root, 'w').map((e) => e.path)).toEqual(Array.from({ length: 50 }, (_, i) => `f${i}`))
+    // The root is free again: opened in process, no daemon.
+    const log = await AgentLog.open({ root, workers: 1 })
+    expect((await log.append('w', del('after'))).seq).toBe(51)
+    await log.close()
+  })
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`exits 0 on ${signal} after answering every append it took`, async () => {
+      const root = tempDir()
+      const d = await startDaemon(root)
+      const log = await connectDaemon({ root })
+      const results: Array<Promise<unknown>> = []
+      for (let i = 0; i < 2000; i++) results.push(log.append(`w${i % 4}`, del(`f${i}`)))
+      await results[0]
+      const exit = d.stop(signal)
+      for (let i = 2000; i < 2100; i++) results.push(log.append(`w${i % 4}`, del(`f${i}`)))
+      const settled = await Promise.allSettled(results)
+      expect(await exit).toEqual({ code: 0, signal: null })
+      const acked = new Set<string>()
+      settled.forEach((r, i) => {
+        if (r.status === 'fulfilled') acked.add(`w${i % 4}:${(r.value as { seq: number }).seq}:f${i}`)
+        else {
+          // Refused once the drain began, or sent as the daemon was closing the connection.
+          expect(['NOA_SHUTTING_DOWN', 'NOA_DAEMON_LOST']).toContain((r.reason as { code: string }).code)
+        }
+      })
+      expect(acked.size).toBeGreaterThan(0)
+      const stored = new Set<string>()
+      for (let k = 0; k < 4; k++) {
+        for (const e of logLines(root, `w${k}`)) stored.add(`w${k}:${e.seq}:${e.path}`)
+      }
+      for (const a of acked) expect(stored.has(a)).toBe(true)
+      expect(stored.size).toBe(acked.size) // nothing refused was written
+      await log.close()
+    })
+  }
+
+  it('SIGKILL: no acknowledged entry lost, clients get NOA_DAEMON_LOST, a restarted daemon takes over', async () => {
+    const root = tempDir()
+    let d = await startDaemon(root)
+    const log = await AgentLog.open({ root })
+    const acked: Array<{ ws: string; seq: number; path: string }> = []
+    const lost: string[] = []
+    let i = 0
+    const loops = Array.from({ length: 16 }, async (_, k) => {
+      const ws = `w${k % 4}`
+      for (;;) {
+        const path = `f${i++}`
+        try {
+          const a = await log.append(ws, del(path))
+          acked.push({ ws, seq: a.seq, path })
+        } catch (err) {
+          expect(isNoaError(err, 'NOA_DAEMON_LOST')).toBe(true)
+          lost.push(path)
+          return
+        }
+      }
+    })
+    while (acked.length < 500) await new Promise((r) => setTimeout(r, 10))
+    await d.stop('SIGKILL')
+    await Promise.all(loops)
+    expect(lost.length).toBe(16)
+    // No daemon: the client's next request fails with the same named error, never hangs.
+    await expect(log.append('w0', del('x'))).rejects.toMatchObject({ code: 'NOA_DAEMON_LOST' })
+    d = await startDaemon(root)
+    const byWs = new Map<string, Array<{ seq: number; path: string }>>()
+    for (let k = 0; k < 4; k++) byWs.set(`w${k}`, logLines(root, `w${k}`))
+    for (const a of acked) expect(byWs.get(a.ws)?.[a.seq - 1]?.path).toBe(a.path)
+    // Entries whose answer was lost may be there (committed before the kill) or not; nothing else is.
+    const known = new Set([...acked.map((a) => a.path), ...lost])
+    for (const [, entries] of byWs) {
+      entries.forEach((e, n) => {
+        expect(e.seq).toBe(n + 1)
+        expect(known.has(e.path)).toBe(true)
+      })
+    }
+    // The same AgentLog goes on through the new daemon.
+    const next = await log.append('w0', del('after'))
+    expect(next.seq).toBe((byWs.get('w0')?.length ?? 0) + 1)
+    await log.close()
+    expect((await d.stop()).code).toBe(0)
+  })
+})
