@@ -31,6 +31,29 @@
 #define IOV_MAX 1024
 #endif
 
+// The prebuilt addon that ships in the package must load wherever Node 20 runs (glibc 2.28 and
+// the libstdc++ of GCC 8, as on RHEL 8), while it is built with a newer toolchain. Two
+// references would otherwise need a newer libstdc++ than that:
+// - condition_variable::wait: GCC 12's libstdc++ gives it a new default version (3.4.30); the
+//   reference is bound to the original one (3.4.11), which every libstdc++ since GCC 4.3 keeps
+//   with the same behaviour.
+// - __throw_bad_array_new_length (3.4.29, GCC 11): what an allocation of an impossible array
+//   size calls. Defined here; the addon is built without exceptions, so it ends the process, as
+//   the thrown exception would through code that cannot catch it. (Node loads addons with
+//   RTLD_LOCAL, so this definition is seen by no other library.)
+#if defined(__linux__) && defined(__GLIBCXX__)
+__asm__(
+    ".symver _ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE,"
+    "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE@GLIBCXX_3.4.11");
+#if defined(_GLIBCXX_RELEASE) && _GLIBCXX_RELEASE >= 11
+namespace std {
+void __throw_bad_array_new_length() {
+  __builtin_trap();
+}
+}  // namespace std
+#endif
+#endif
+
 namespace {
 
 // Builds an Error shaped like Node's own fs errors: `ENOSPC: no space left on device, write
@@ -359,6 +382,27 @@ bool ArgBuffers(const Napi::CallbackInfo& info, size_t i, std::vector<struct iov
   return add(v);
 }
 
+// The type bits of an open file's mode; 0 or an errno. On Linux through statx (glibc 2.28, the
+// oldest glibc Node 20 runs on): fstat binds to glibc 2.33's fstat64 symbol, and the prebuilt
+// addon that ships in the package must load wherever Node itself does.
+#ifdef __linux__
+static const char* const kModeCall = "statx";
+#else
+static const char* const kModeCall = "fstat";
+#endif
+static int FileMode(int fd, mode_t* mode) {
+#ifdef __linux__
+  struct statx stx;
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_TYPE, &stx) != 0) return errno;
+  *mode = stx.stx_mode;
+#else
+  struct stat st;
+  if (fstat(fd, &st) != 0) return errno;
+  *mode = st.st_mode;
+#endif
+  return 0;
+}
+
 // openAppend(path, create, lock) -> fd
 // O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK (|O_CREAT, 0666 before the umask). Read access
 // lets recovery read the tail through the same descriptor it locked. O_NOFOLLOW refuses a
@@ -381,14 +425,14 @@ Napi::Value OpenAppend(const Napi::CallbackInfo& info) {
     SystemError(env, errno, "open", path).ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  struct stat st;
-  int statErr = fstat(fd, &st) != 0 ? errno : 0;
-  if (statErr != 0 || !S_ISREG(st.st_mode)) {
+  mode_t mode = 0;
+  int statErr = FileMode(fd, &mode);
+  if (statErr != 0 || !S_ISREG(mode)) {
     // Not a regular file (a FIFO or device opened without blocking): refused before anything is
     // locked or written. ENOTREG is not a Linux errno; the caller names the kind of file.
     close(fd);
     if (statErr != 0) {
-      SystemError(env, statErr, "fstat", path).ThrowAsJavaScriptException();
+      SystemError(env, statErr, kModeCall, path).ThrowAsJavaScriptException();
       return env.Undefined();
     }
     Napi::Error e = Napi::Error::New(env, "ENOTREG: not a regular file, open '" + path + "'");

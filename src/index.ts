@@ -35,6 +35,7 @@ export {
 export { isNoaError, NoaError, type NoaErrorCode, type NoaErrorDetails } from './engine/errors.js'
 export {
   DEFAULT_ROOT,
+  type ListOptions,
   listWorkspaces,
   logDirOf,
   logPath,
@@ -47,10 +48,16 @@ export {
   workspaceInfo,
   workspaceNames,
 } from './engine/logs.js'
-export { loadNative, type NativeIo, nativeCandidates } from './engine/native.js'
+export { loadNative, type NativeIo, nativeCandidates, nativePath } from './engine/native.js'
 export type { Durability, OpenReport, OwnerStatus, RawAppendOptions } from './engine/protocol.js'
 export { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './engine/reader.js'
-export { inspectTail, type VerifyProblem, type VerifyReport, verifyLog } from './engine/recovery.js'
+export {
+  inspectTail,
+  type VerifyOptions,
+  type VerifyProblem,
+  type VerifyReport,
+  verifyLog,
+} from './engine/recovery.js'
 export { goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
@@ -116,7 +123,9 @@ export {
   type InitReport,
   initStream,
   type NatsTarget,
+  type ProgressSink,
   type ReplicationEvent,
+  type ReplicationProgress,
   streamProblems,
 } from './replicate/stream.js'
 export {

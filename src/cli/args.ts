@@ -8,6 +8,7 @@
  * documented, completed and suggested without further work.
  */
 import { parseArgs } from 'node:util'
+import { checkRoot } from '../engine/files.js'
 import { resolveRoot } from '../engine/logs.js'
 import { type CliIo, write } from './io.js'
 import { didYouMean } from './suggest.js'
@@ -221,6 +222,16 @@ export async function runSubcommand(args: string[], io: CliIo, group: GroupSpec)
 /** `--root`, else `$NOA_ROOT`, else `./.noa`, as an absolute path. */
 export function rootOf(values: { root?: unknown }): string {
   return resolveRoot(typeof values.root === 'string' ? values.root : undefined)
+}
+
+/**
+ * The root of a command that only reads: a missing or mistyped one is refused ("no noa root at
+ * PATH", exit 1) before anything is looked up in it, never taken as an empty root.
+ */
+export function existingRootOf(values: { root?: unknown }): string {
+  const root = rootOf(values)
+  checkRoot(root, true)
+  return root
 }
 
 /** A non-negative integer option, or a usage error naming it. */

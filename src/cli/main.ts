@@ -2,7 +2,8 @@
  * The `noa` command. `main(argv)` is importable and returns the exit code; only bin.ts runs it.
  * Exit codes: 0 done, 1 refused or failed (the message says what and why), 2 usage error.
  * `--help`, `-h` and `noa help …` are answered here from each command's exported spec, before
- * the command runs, so every command and subcommand has them.
+ * the command runs, so every command and subcommand has them. A command whose stdout (or
+ * stderr) reader goes away ends quietly with 0, as git does.
  */
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
@@ -22,7 +23,8 @@ import {
 } from './args.js'
 import { type CompletionEntry, completionScript } from './completion.js'
 import { commandHelp, groupHelp, topHelp } from './help.js'
-import { type CliIo, processIo, write } from './io.js'
+import { type CliIo, isClosedPipeError, processIo, watchPipes, write } from './io.js'
+import { clearProgress } from './progress.js'
 import { didYouMean } from './suggest.js'
 
 export type CommandModule = { spec: AnySpec; run(args: string[], io: CliIo): Promise<number> }
@@ -170,34 +172,26 @@ export function version(): string {
 const TOP_OPTIONS = ['--help', '-h', '--version']
 
 export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
-  const [name, ...rest] = argv
-  if (name === undefined || name === '--help' || name === '-h') {
-    io[name === undefined ? 'stderr' : 'stdout'].write(usage())
-    return name === undefined ? 2 : 0
-  }
-  if (name === '--version') {
-    await write(io.stdout, `noa ${version()}\n`)
-    return 0
-  }
+  const name = argv[0] ?? ''
+  const pipes = watchPipes(io)
   try {
-    if (name === 'help') return await help(rest, io)
-    if (name === 'completion') return await completion(rest, io)
-    const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
-    if (!command) {
-      const message = name.startsWith('-')
-        ? `unknown option ${name}${suggestion(name, TOP_OPTIONS)}; valid options: ${TOP_OPTIONS.join(', ')}`
-        : unknownName('command', name, [...Object.keys(COMMANDS), ...Object.keys(BUILTINS)])
-      io.stderr.write(`noa: ${message}\n${usage()}`)
-      return 2
+    const code = await dispatch(argv, io)
+    // An unawaited write's error is emitted after the write returned: let it come.
+    await new Promise((resolve) => setImmediate(resolve))
+    const failed = pipes.failed()
+    if (failed && !pipes.closed()) {
+      io.stderr.write(`noa ${name}: cannot write the output: ${failed.message}\n`)
+      return 1
     }
-    const mod = await command.load()
-    const text = helpText(name, mod.spec, command.summary, rest)
-    if (text !== undefined) {
-      await write(io.stdout, text)
-      return 0
-    }
-    return await mod.run(rest, io)
+    return code
   } catch (err) {
+    clearProgress(io)
+    if (isClosedPipeError(err)) {
+      // The write's callback fails before the stream emits its 'error': let that come first.
+      await new Promise((resolve) => setImmediate(resolve))
+      // The reader went away (`noa log w | head -1`): what it wanted, it has. git ends the same way.
+      if (pipes.closed()) return 0
+    }
     if (err instanceof UsageError) {
       io.stderr.write(`noa ${name}: ${err.message}\n${err.usage}\n`)
       return 2
@@ -210,7 +204,38 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       return 1
     }
     throw err
+  } finally {
+    pipes.dispose()
   }
+}
+
+async function dispatch(argv: string[], io: CliIo): Promise<number> {
+  const [name, ...rest] = argv
+  if (name === undefined || name === '--help' || name === '-h') {
+    await write(io[name === undefined ? 'stderr' : 'stdout'], usage())
+    return name === undefined ? 2 : 0
+  }
+  if (name === '--version') {
+    await write(io.stdout, `noa ${version()}\n`)
+    return 0
+  }
+  if (name === 'help') return await help(rest, io)
+  if (name === 'completion') return await completion(rest, io)
+  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
+  if (!command) {
+    const message = name.startsWith('-')
+      ? `unknown option ${name}${suggestion(name, TOP_OPTIONS)}; valid options: ${TOP_OPTIONS.join(', ')}`
+      : unknownName('command', name, [...Object.keys(COMMANDS), ...Object.keys(BUILTINS)])
+    await write(io.stderr, `noa: ${message}\n${usage()}`)
+    return 2
+  }
+  const mod = await command.load()
+  const text = helpText(name, mod.spec, command.summary, rest)
+  if (text !== undefined) {
+    await write(io.stdout, text)
+    return 0
+  }
+  return await mod.run(rest, io)
 }
 
 function suggestion(word: string, known: readonly string[]): string {

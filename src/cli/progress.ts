@@ -1,39 +1,93 @@
 /**
- * Progress of long replays, on stderr only (stdout carries the command's data). On a terminal
- * the line is redrawn at most 10 times a second and erased at the end; otherwise a plain line is
- * printed every 5 s, and nothing at all for a replay that ends within the first 2 s.
+ * Progress of long commands, on stderr only (stdout carries the command's data), and only when
+ * stderr is a terminal: piped or redirected, a command prints nothing but its output and its
+ * errors. The line is drawn once the command has run for a moment (a quick one shows nothing),
+ * redrawn at most 10 times a second and erased at the end. `NOA_PROGRESS_DELAY_MS` sets the
+ * moment (default 300 ms; 0 draws from the first update), as GIT_PROGRESS_DELAY does for git.
  */
 import type { ReplayProgress } from '../store/replay.js'
 import type { CliIo } from './io.js'
+
+const DEFAULT_DELAY_MS = 300
+const INTERVAL_MS = 100
+
+export interface Meter {
+  /** Cheap to call often: `line` is only computed when the line is drawn. */
+  update(line: () => string): void
+  /** Erases the line, if one was drawn; safe to call more than once. */
+  done(): void
+}
+
+const SILENT: Meter = { update() {}, done() {} }
+
+function delayOf(io: CliIo): number {
+  const v = io.env.NOA_PROGRESS_DELAY_MS
+  const n = v === undefined || v === '' ? Number.NaN : Number(v)
+  return Number.isFinite(n) && n >= 0 ? n : DEFAULT_DELAY_MS
+}
+
+/** The line drawn on each terminal, so that an error printed by main erases it first. */
+const drawnOn = new WeakMap<NodeJS.WritableStream, Meter>()
+
+export function meter(io: CliIo): Meter {
+  if (!io.isTTY) return SILENT
+  const started = performance.now()
+  const delay = delayOf(io)
+  let lastDraw = Number.NEGATIVE_INFINITY
+  let drawn = false
+  const m: Meter = {
+    update(line) {
+      const now = performance.now()
+      if (now - started < delay || now - lastDraw < INTERVAL_MS) return
+      lastDraw = now
+      io.stderr.write(`\r\x1b[K${line()}`)
+      drawn = true
+      drawnOn.set(io.stderr, m)
+    },
+    done() {
+      if (drawn) io.stderr.write('\r\x1b[K')
+      drawn = false
+      if (drawnOn.get(io.stderr) === m) drawnOn.delete(io.stderr)
+    },
+  }
+  return m
+}
+
+/** Erases whatever progress line is on `io`'s terminal (before an error message). */
+export function clearProgress(io: CliIo): void {
+  drawnOn.get(io.stderr)?.done()
+}
+
+/** `12%`, or '' when the total is unknown. */
+export function percent(done: number, total: number | undefined): string {
+  if (total === undefined || total <= 0) return ''
+  return `${Math.min(100, Math.floor((done / total) * 100))}%`
+}
+
+/** Per second since `since` (a performance.now() value). */
+export function rate(count: number, since: number): number {
+  const s = (performance.now() - since) / 1000
+  return s > 0 ? Math.round(count / s) : 0
+}
 
 export interface Progress {
   onProgress(p: ReplayProgress): void
   done(): void
 }
 
+/** A replay's progress (snapshot, merge): workspace, seq reached of the last, entries per second. */
 export function progress(io: CliIo, label: string): Progress {
+  const m = meter(io)
   const started = performance.now()
-  const interval = io.isTTY ? 100 : 5000
-  const quiet = io.isTTY ? 300 : 2000
-  let lastDraw = 0
-  let drawn = false
   return {
     onProgress(p) {
-      const now = performance.now()
-      if (now - started < quiet || now - lastDraw < interval) return
-      lastDraw = now
-      const total = p.last !== undefined ? p.last - p.first + 1 : undefined
-      const done = p.seq - p.first + 1
-      const pct = total && total > 0 ? ` ${Math.min(100, Math.floor((done / total) * 100))}%` : ''
-      const rate = Math.round(p.entries / ((now - started) / 1000))
-      const line = `${label}: ${p.workspace} seq ${p.seq}${p.last !== undefined ? `/${p.last}` : ''}${pct}, ${p.entries} entries (${rate}/s)`
-      if (io.isTTY) io.stderr.write(`\r\x1b[K${line}`)
-      else io.stderr.write(`${line}\n`)
-      drawn = true
+      m.update(() => {
+        const total = p.last !== undefined ? p.last - p.first + 1 : undefined
+        const pct = percent(p.seq - p.first + 1, total)
+        return `${label}: ${p.workspace} seq ${p.seq}${p.last !== undefined ? `/${p.last}` : ''}${pct ? ` ${pct}` : ''}, ${p.entries} entries (${rate(p.entries, started)}/s)`
+      })
     },
-    done() {
-      if (drawn && io.isTTY) io.stderr.write('\r\x1b[K')
-    },
+    done: () => m.done(),
   }
 }
 

@@ -38,7 +38,7 @@ import type {
   ToOwner,
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
-import type { VerifyReport } from './recovery.js'
+import type { VerifyOptions, VerifyReport } from './recovery.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
@@ -530,9 +530,9 @@ export class AgentLog {
   }
 
   /** Full scan: every line valid, seq strictly increasing, ts non-decreasing. */
-  verify(workspace: string): Promise<VerifyReport> {
+  verify(workspace: string, options: VerifyOptions = {}): Promise<VerifyReport> {
     try {
-      return verifyWorkspace(this.root, workspace)
+      return verifyWorkspace(this.root, workspace, options)
     } catch (err) {
       return Promise.reject(err)
     }

@@ -18,7 +18,14 @@ function kindAt(file: string): string {
 }
 
 import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './reader.js'
-import { countEntries, countersOf, inspectTail, type VerifyReport, verifyLog } from './recovery.js'
+import {
+  countEntries,
+  countersOf,
+  inspectTail,
+  type VerifyOptions,
+  type VerifyReport,
+  verifyLog,
+} from './recovery.js'
 
 export const DEFAULT_ROOT = './.noa'
 
@@ -135,11 +142,17 @@ export interface WorkspaceScan {
   problems: LogProblem[]
 }
 
-export async function scanWorkspaces(root: string): Promise<WorkspaceScan> {
+export interface ListOptions {
+  /** Called before each log is counted, with how many were before it and how many there are. */
+  onProgress?: (done: number, total: number, workspace: string) => void
+}
+
+export async function scanWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceScan> {
   const { workspaces: names, problems } = scanLogDir(root)
   recoverJournalsForRead(root)
   const workspaces: WorkspaceInfo[] = []
-  for (const ws of names) {
+  for (const [i, ws] of names.entries()) {
+    options.onProgress?.(i, names.length, ws)
     try {
       workspaces.push(await workspaceInfo(root, ws))
     } catch (err) {
@@ -164,8 +177,8 @@ export function problemOf(err: unknown, file: string): LogProblem {
  * error naming it, never skipped; `scanWorkspaces` lists the healthy ones and reports the rest,
  * files in `agent-logs/` that are not named like logs included.
  */
-export async function listWorkspaces(root: string): Promise<WorkspaceInfo[]> {
-  const { workspaces, problems: all } = await scanWorkspaces(root)
+export async function listWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceInfo[]> {
+  const { workspaces, problems: all } = await scanWorkspaces(root, options)
   // A stray file with another name is reported by scanWorkspaces but is no workspace of ours.
   const problems = all.filter((p) => p.code !== 'NOA_BAD_WORKSPACE')
   const first = problems[0]
@@ -211,8 +224,12 @@ export async function* readWorkspaceBytes(
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
-export async function verifyWorkspace(root: string, workspace: string): Promise<VerifyReport> {
+export async function verifyWorkspace(
+  root: string,
+  workspace: string,
+  options: VerifyOptions = {},
+): Promise<VerifyReport> {
   const file = existingLog(root, workspace)
   recoverJournalsForRead(root)
-  return verifyLog(file)
+  return verifyLog(file, options)
 }

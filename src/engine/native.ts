@@ -1,9 +1,12 @@
 /**
  * The one place the addon is loaded. Lazily, so that modules which never write (readers, the
  * transcript loader, the CLI's read-only commands) work even where the addon was not built.
+ * The package ships a prebuilt addon for linux-x64 (prebuilds/), so installing it needs no
+ * compiler and runs no install script; elsewhere `npx node-gyp rebuild` builds one.
  */
-import { existsSync } from 'node:fs'
+import { existsSync, readdirSync } from 'node:fs'
 import { createRequire } from 'node:module'
+import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { NoaError } from './errors.js'
 
@@ -68,18 +71,52 @@ export interface NativeIo {
   poolStats(): PoolStats
 }
 
-/** Where the build can be, in the order tried. NOA_NATIVE_PATH, when set, is the only place tried. */
+/** The addon's file name, in build/ and in prebuilds/<platform>-<arch>/. */
+export const NATIVE_FILE = 'noa_io.node'
+
+/** The package's root folder (this module is dist/src/engine/native.js). */
+function packageRoot(): string {
+  return resolve(fileURLToPath(new URL('../../../', import.meta.url)))
+}
+
+/**
+ * Where the addon can be, in the order tried (the order of node-gyp-build, which native
+ * packages share):
+ * 1. `NOA_NATIVE_PATH`, when set: the only place tried.
+ * 2. `build/Release/noa_io.node`, then `build/Debug/noa_io.node`: a build from the sources in
+ *    the package (`npx node-gyp rebuild`, where no prebuild fits or while native/ is being
+ *    changed; `npm run build:prebuild` leaves one too), so a build made on purpose always wins.
+ * 3. `prebuilds/<platform>-<arch>/noa_io.node`: the build that ships in the package.
+ */
 export function nativeCandidates(): string[] {
   const fromEnv = process.env.NOA_NATIVE_PATH
   if (fromEnv) return [fromEnv]
-  const root = new URL('../../../', import.meta.url) // dist/src/engine → package root
+  const root = packageRoot()
   return [
-    fileURLToPath(new URL('build/Release/noa_io.node', root)),
-    fileURLToPath(new URL('build/Debug/noa_io.node', root)),
+    join(root, 'build', 'Release', NATIVE_FILE),
+    join(root, 'build', 'Debug', NATIVE_FILE),
+    join(root, 'prebuilds', `${process.platform}-${process.arch}`, NATIVE_FILE),
   ]
 }
 
+/** The platforms whose prebuild ships in the package, for the message when none fits. */
+function shippedPrebuilds(): string[] {
+  try {
+    return readdirSync(join(packageRoot(), 'prebuilds')).filter((d) =>
+      existsSync(join(packageRoot(), 'prebuilds', d, NATIVE_FILE)),
+    )
+  } catch {
+    return []
+  }
+}
+
 let cached: NativeIo | undefined
+let loadedFrom: string | undefined
+
+/** The file the addon was loaded from, once it is loaded. */
+export function nativePath(): string | undefined {
+  return loadedFrom
+}
 
 export function loadNative(): NativeIo {
   if (cached) return cached
@@ -92,14 +129,23 @@ export function loadNative(): NativeIo {
     }
     try {
       cached = require(candidate) as NativeIo
+      loadedFrom = candidate
       return cached
     } catch (err) {
-      tried.push(`${candidate} (${(err as Error).message})`)
+      tried.push(`${candidate} (${(err as Error).message.split('\n')[0]})`)
     }
   }
+  const here = `${process.platform}-${process.arch}`
+  const shipped = shippedPrebuilds()
+  const why = process.env.NOA_NATIVE_PATH
+    ? 'NOA_NATIVE_PATH names the only place tried'
+    : shipped.includes(here)
+      ? `the prebuild for ${here} does not load here (see above)`
+      : `no prebuild for ${here} ships with noa (${shipped.length > 0 ? `only ${shipped.join(', ')}` : 'none'})`
   throw new NoaError(
     'NOA_NATIVE_MISSING',
-    `noa's native addon is not built (run \`npm install\` or \`npx node-gyp rebuild\`); tried:\n  ${tried.join('\n  ')}`,
+    `noa's native addon could not be loaded: ${why}; tried:\n  ${tried.join('\n  ')}\n` +
+      `Build it from source in ${packageRoot()}: \`npx node-gyp rebuild\` (needs python3, make and a C++17 compiler).`,
     { tried },
   )
 }

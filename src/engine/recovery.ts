@@ -94,11 +94,17 @@ export interface VerifyReport {
   problem?: VerifyProblem
 }
 
+export interface VerifyOptions {
+  /** Called after each batch of lines with the bytes checked so far and the bytes to check. */
+  onProgress?: (bytes: number, size: number) => void
+}
+
 /**
  * Full scan: every line a valid entry, seq strictly increasing, ts non-decreasing. Stops at the
  * first problem and reports it as file:line. Reads up to the size the file has when it starts.
  */
-export async function verifyLog(file: string): Promise<VerifyReport> {
+export async function verifyLog(file: string, options: VerifyOptions = {}): Promise<VerifyReport> {
+  const { onProgress } = options
   const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
   try {
@@ -146,6 +152,7 @@ export async function verifyLog(file: string): Promise<VerifyReport> {
       report.lastSeq = seq
       report.lastTs = ts
     }
+    onProgress?.(report.bytes, size)
   }
   if (report.bytes < size) {
     report.tornTailBytes = size - report.bytes

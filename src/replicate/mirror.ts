@@ -38,6 +38,7 @@ import {
   type Link,
   type NatsTarget,
   openLink,
+  type ProgressSink,
   replicationError,
   resolveStream,
   type StreamRef,
@@ -65,6 +66,8 @@ export interface PullOptions {
   follow?: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  /** Called after each batch of messages is applied. */
+  onProgress?: ProgressSink
   /** Messages fetched per request (default 1000). */
   batch?: number
   /** Owner workers of the mirror's AgentLog (default: AgentLog's). */
@@ -99,6 +102,7 @@ const OPTION_KEYS = new Set([
   'follow',
   'signal',
   'onEvent',
+  'onProgress',
   'batch',
   'workers',
 ])
@@ -141,6 +145,7 @@ interface Settings {
   follow: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  onProgress?: ProgressSink
   batch: number
   workers?: number
 }
@@ -403,6 +408,12 @@ class Mirror {
       const lastSeq = (batch[applied - 1] as JsMsg).seq
       this.done = Math.max(this.done, Math.min(lastSeq, this.sink.oldestPending() - 1))
     }
+    this.s.onProgress?.({
+      entries: this.applied,
+      objects: this.sink.written,
+      streamSeq: this.done,
+      ...(this.s.follow ? {} : { lastStreamSeq: this.ref.lastSeq }),
+    })
     if (failure !== null) throw failure
   }
 

@@ -55,6 +55,7 @@ import {
   messageAt,
   type NatsTarget,
   openLink,
+  type ProgressSink,
   replicationError,
   resolveStream,
   type StreamRef,
@@ -75,6 +76,8 @@ export interface PushOptions {
   follow?: boolean
   signal?: AbortSignal
   onEvent?: EventSink
+  /** Called after each entry and object published. */
+  onProgress?: ProgressSink
   /** Replicate the object store too (default true): merges on other machines need it. */
   objects?: boolean
   /** Workspaces publishing at once (default 64). */
@@ -134,6 +137,7 @@ const OPTION_KEYS = new Set([
   'follow',
   'signal',
   'onEvent',
+  'onProgress',
   'objects',
   'concurrency',
   'pollMs',
@@ -180,6 +184,7 @@ async function pushNow(options: PushOptions): Promise<PushReport> {
       follow,
       signal: options.signal,
       onEvent: options.onEvent,
+      onProgress: options.onProgress,
       objects: options.objects ?? true,
       concurrency,
       pollMs,
@@ -199,6 +204,7 @@ interface Settings {
   follow: boolean
   signal: AbortSignal | undefined
   onEvent: EventSink | undefined
+  onProgress: ProgressSink | undefined
   objects: boolean
   concurrency: number
   pollMs: number
@@ -806,6 +812,7 @@ class Publisher {
           st.published.entries++
         } else st.published = { from: seq, to: seq, entries: 1 }
         this.entries++
+        this.s.onProgress?.({ entries: this.entries, objects: this.objectsSent })
         this.checkpointDirty = true
         return 'ok'
       } catch (err) {
@@ -1022,7 +1029,10 @@ class Publisher {
           this.failed.set(file, failureOf(err, file))
           continue
         }
-        if (sent > 0) this.objectsSent++
+        if (sent > 0) {
+          this.objectsSent++
+          this.s.onProgress?.({ entries: this.entries, objects: this.objectsSent })
+        }
         scanner.markPublished(id)
       }
     }

@@ -255,6 +255,20 @@ export type ReplicationEvent =
 
 export type EventSink = (event: ReplicationEvent) => void
 
+/** How far a push or pull has got, for a progress line (called often: keep it cheap). */
+export interface ReplicationProgress {
+  /** Entries published (push) or appended (pull) by this run. */
+  entries: number
+  /** Objects published or written by this run. */
+  objects: number
+  /** Pull: every message up to this stream sequence is applied. */
+  streamSeq?: number
+  /** Pull without follow: the stream sequence it runs up to. */
+  lastStreamSeq?: number
+}
+
+export type ProgressSink = (progress: ReplicationProgress) => void
+
 /** How long a request waits for its reply before it is retried (replies lost to a reconnect are retried at once). */
 const REQUEST_TIMEOUT_MS = 5_000
 

@@ -98,7 +98,7 @@ describe('the addon', () => {
       },
     )
     expect(r.status).not.toBe(0)
-    expect(r.stderr).toContain("noa's native addon is not built")
+    expect(r.stderr).toContain("noa's native addon could not be loaded")
     expect(r.stderr).toContain('/nonexistent/noa_io.node (not found)')
   })
 })

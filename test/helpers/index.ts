@@ -117,3 +117,44 @@ export const BLOB = 'ab'.repeat(32)
 export function blobOf(n: number): string {
   return n.toString(16).padStart(64, '0')
 }
+
+export interface MainIoOptions {
+  /** stderr is a terminal (progress is drawn). */
+  isTTY?: boolean
+  /** stdin is a terminal. */
+  stdinIsTTY?: boolean
+  env?: NodeJS.ProcessEnv
+  input?: string
+}
+
+/** `runMain` with the terminal flags, environment and stdin a test chooses. */
+export async function runMainIo(
+  args: string[],
+  options: MainIoOptions = {},
+): Promise<{ status: number; stdout: string; stderr: string }> {
+  const { main } = await import('../../dist/src/cli/main.js')
+  let stdout = ''
+  let stderr = ''
+  const sink = (add: (s: string) => void) =>
+    new Writable({
+      write(chunk, _encoding, done) {
+        add(String(chunk))
+        done()
+      },
+    })
+  const stdin = new PassThrough()
+  stdin.end(options.input ?? '')
+  const status = await main(args, {
+    stdin,
+    stdout: sink((s) => {
+      stdout += s
+    }),
+    stderr: sink((s) => {
+      stderr += s
+    }),
+    env: { ...process.env, ...options.env },
+    isTTY: options.isTTY ?? false,
+    stdinIsTTY: options.stdinIsTTY ?? false,
+  })
+  return { status, stdout, stderr }
+}

@@ -2,7 +2,8 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, invalidUtf8, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readAll, write } from '../io.js'
+import { meter, percent, rate } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa append <workspace> [--root DIR] < entries.jsonl',
@@ -27,6 +28,13 @@ const CHUNK = 10_000
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
+  // A user who typed the command alone would otherwise see it wait without a word.
+  if (io.stdinIsTTY) {
+    await write(
+      io.stderr,
+      `noa append: reading JSONL entries for ${workspace} from stdin until Ctrl-D (one per line, e.g. {"op":"delete","path":"src/old.ts"}; noa append --help for the format)\n`,
+    )
+  }
   const bytes = await readAll(io.stdin)
   // Validate everything before anything is written.
   const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
@@ -52,12 +60,29 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     entries.push(value as EntryInput)
   }
   const log = await AgentLog.open({ root: rootOf(values) })
+  const shown = meter(io)
+  const started = performance.now()
+  // Once the reader of the acks has gone (`| head -1`), the rest is still appended: stopping
+  // there would leave the input half written, with nothing to say so.
+  let printing = true
   try {
     for (let i = 0; i < entries.length; i += CHUNK) {
       const acks = await log.appendMany(workspace, entries.slice(i, i + CHUNK))
-      await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
+      const done = i + acks.length
+      shown.update(
+        () =>
+          `appending to ${workspace}: ${done}/${entries.length} entries durable ${percent(done, entries.length)} (${rate(done, started)}/s)`,
+      )
+      if (!printing) continue
+      try {
+        await write(io.stdout, acks.map((a) => `{"seq":${a.seq},"ts":${a.ts}}\n`).join(''))
+      } catch (err) {
+        if (!isClosedPipeError(err)) throw err
+        printing = false
+      }
     }
   } finally {
+    shown.done()
     await log.close()
   }
   return 0

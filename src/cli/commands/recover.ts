@@ -2,8 +2,9 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
 import { type LogProblem, problemOf, scanLogDir } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, json, write } from '../io.js'
+import { type CliIo, isClosedPipeError, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
+import { meter, percent } from '../progress.js'
 import { describe, safeLogPath } from './verify.js'
 
 export const spec = command({
@@ -35,11 +36,19 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     }
   }
   const log = await AgentLog.open({ root })
+  const shown = meter(io)
+  const n = scan.workspaces.length
   try {
-    for (const ws of scan.workspaces) {
+    for (const [i, ws] of scan.workspaces.entries()) {
+      const at = `${ws} (${i + 1}/${n})`
+      shown.update(() => `recovering ${at}`)
       try {
         const opened = await log.recover(ws)
-        const verified = await log.verify(ws)
+        const verified = await log.verify(ws, {
+          onProgress: (bytes, size) =>
+            shown.update(() => `recovering ${at}: verified ${percent(bytes, size)}`),
+        })
+        shown.done()
         if (!verified.ok)
           problems.push({ file: verified.file, code: 'NOA_CORRUPT_LOG', message: describe(verified) })
         if (values.json) {
@@ -54,6 +63,9 @@ export async function run(args: string[], io: CliIo): Promise<number> {
         const line = `${ws}: ${did}; ${verified.ok ? 'consistent, ' : 'NOT consistent: '}${describe(verified)}\n`
         await write(verified.ok ? io.stdout : io.stderr, line)
       } catch (err) {
+        shown.done()
+        // The reader of the output has gone: that ends the command (quietly), it is no log's problem.
+        if (isClosedPipeError(err)) throw err
         const p = problemOf(err, safeLogPath(root, ws))
         problems.push(p)
         if (values.json)

@@ -2,9 +2,10 @@ import { getPriority, setPriority } from 'node:os'
 import { replicatePull } from '../../replicate/mirror.js'
 import { replicatePush } from '../../replicate/publisher.js'
 import { replicationStatus } from '../../replicate/status.js'
-import { initStream, type ReplicationEvent } from '../../replicate/stream.js'
+import { initStream, type ReplicationEvent, type ReplicationProgress } from '../../replicate/stream.js'
 import { checkPrefix, DEFAULT_PREFIX } from '../../replicate/subjects.js'
 import {
+  existingRootOf,
   type GroupSpec,
   intOption,
   JSON_OPTION,
@@ -17,6 +18,7 @@ import {
   UsageError,
 } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
+import { clearProgress, meter, percent, rate } from '../progress.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
@@ -149,7 +151,11 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
   if (nats === undefined && name !== 'status') {
     throw new UsageError('--nats URL is required (or set NOA_NATS_URL)', USAGE)
   }
+  const shown = meter(io)
+  const started = performance.now()
+  const onProgress = (p: ReplicationProgress) => shown.update(() => describeProgress(name, p, started))
   const onEvent = (e: ReplicationEvent) => {
+    clearProgress(io)
     io.stderr.write(`noa replicate ${name}: ${describeEvent(e)}\n`)
   }
   switch (name) {
@@ -159,15 +165,17 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
       return follow(v.follow ?? false, async (signal) => {
         const options = {
           nats: nats as string,
-          root: rootOf(v),
+          // A push only reads the root: a mistyped one is refused before the server is asked.
+          root: name === 'push' ? existingRootOf(v) : rootOf(v),
           prefix,
           stream: v.stream,
           follow: v.follow ?? false,
           signal,
           onEvent,
+          onProgress,
         }
         if (name === 'push') {
-          const r = await replicatePush(options)
+          const r = await replicatePush(options).finally(() => shown.done())
           if (v.json) await write(io.stdout, json(r))
           else {
             await write(
@@ -180,7 +188,7 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
           // The healthy workspaces were pushed whole; what could not be is listed last, exit 1.
           return reportFailures(io, `replicate push`, r.failed, 'not published')
         } else {
-          const r = await replicatePull(options)
+          const r = await replicatePull(options).finally(() => shown.done())
           if (v.json) await write(io.stdout, json(r))
           else {
             await write(
@@ -273,6 +281,15 @@ async function follow(on: boolean, task: (signal: AbortSignal) => Promise<number
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
   }
+}
+
+function describeProgress(name: Sub, p: ReplicationProgress, started: number): string {
+  const verb = name === 'push' ? 'pushed' : 'pulled'
+  const upTo =
+    p.lastStreamSeq !== undefined && p.streamSeq !== undefined
+      ? `, stream seq ${p.streamSeq}/${p.lastStreamSeq} ${percent(p.streamSeq, p.lastStreamSeq)}`
+      : ''
+  return `${verb} ${p.entries} entries (${rate(p.entries, started)}/s) and ${p.objects} objects${upTo}`
 }
 
 function describeEvent(e: ReplicationEvent): string {

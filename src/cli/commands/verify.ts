@@ -3,6 +3,7 @@ import type { VerifyReport } from '../../engine/recovery.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
+import { meter, percent } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
@@ -18,6 +19,11 @@ export const spec = command({
     1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
   },
 })
+
+/** Bytes as MB with one decimal (progress lines). */
+export function mb(bytes: number): string {
+  return `${(bytes / 1e6).toFixed(1)} MB`
+}
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
@@ -40,11 +46,17 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
     }
   }
-  for (const ws of scan.workspaces) {
+  const shown = meter(io)
+  const n = scan.workspaces.length
+  for (const [i, ws] of scan.workspaces.entries()) {
     let report: VerifyReport
     try {
-      report = await verifyWorkspace(root, ws)
+      report = await verifyWorkspace(root, ws, {
+        onProgress: (bytes, size) =>
+          shown.update(() => `verifying ${ws} (${i + 1}/${n}): ${percent(bytes, size)} of ${mb(size)}`),
+      })
     } catch (err) {
+      shown.done()
       const p = problemOf(err, safeLogPath(root, ws))
       problems.push(p)
       if (values.json)
@@ -55,6 +67,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       else await write(io.stderr, `${ws}: ${p.message}\n`)
       continue
     }
+    shown.done()
     if (!report.ok) problems.push({ file: report.file, code: 'NOA_CORRUPT_LOG', message: describe(report) })
     if (values.json) await write(io.stdout, json({ workspace: ws, ...report }))
     else

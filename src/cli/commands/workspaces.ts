@@ -2,6 +2,7 @@ import { scanWorkspaces } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
+import { meter, percent } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa workspaces [--root DIR] [--json]',
@@ -17,7 +18,17 @@ export const spec = command({
 /** Lists every healthy workspace; a log that cannot be listed is named at the end (exit 1). */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values } = parseCommand(args, spec)
-  const { workspaces: list, problems } = await scanWorkspaces(rootOf(values))
+  const shown = meter(io)
+  let scan: Awaited<ReturnType<typeof scanWorkspaces>>
+  try {
+    scan = await scanWorkspaces(rootOf(values), {
+      onProgress: (done, total, ws) =>
+        shown.update(() => `counting entries: ${ws} (${done + 1}/${total}) ${percent(done, total)}`),
+    })
+  } finally {
+    shown.done()
+  }
+  const { workspaces: list, problems } = scan
   if (values.json) {
     await write(io.stdout, json(list))
   } else {
