@@ -119,8 +119,7 @@ export class Daemon implements SessionHost {
     const root = resolveRoot(options.root)
     checkRoot(root, false)
     mkdirSync(root, { recursive: true, mode: DIR_MODE })
-    const lock = tryServeLock(root, true)
-    if (!lock) throw alreadyServed(root)
+    const lock = await takeServeLock(root)
     const daemon = new Daemon(root, limits, digest, lock)
     try {
       removeStaleSocket(root)
@@ -279,6 +278,24 @@ export class Daemon implements SessionHost {
     unmarkServed(this.root)
     this.lock.release()
     this.resolveDone()
+  }
+}
+
+/** How long a starting daemon waits for the serve lock: a client checking a stale socket holds it for a moment. */
+const LOCK_WAIT_MS = 2000
+
+/**
+ * The serve lock, for the daemon's life. A client that found a dead daemon's socket holds it
+ * just long enough to remove that socket, so a busy lock is tried again for a moment; a live
+ * daemon holds it for good, and then this daemon is refused.
+ */
+async function takeServeLock(root: string): Promise<ServeLock> {
+  const until = Date.now() + LOCK_WAIT_MS
+  for (;;) {
+    const lock = tryServeLock(root, true)
+    if (lock) return lock
+    if (Date.now() > until) throw alreadyServed(root)
+    await new Promise((r) => setTimeout(r, 10))
   }
 }
 

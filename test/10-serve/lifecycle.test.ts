@@ -31,7 +31,12 @@ describe('noa serve lifecycle', () => {
     })
     const c = await LineClient.open(d.socketPath)
     await c.hello()
-    c.send(Array.from({ length: 50 }, (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`).join(''))
+    c.send(
+      Array.from(
+        { length: 50 },
+        (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`,
+      ).join(''),
+    )
     c.send({ id: 100, op: 'watch', ws: 'w' })
     await new Promise((r) => setTimeout(r, 100)) // received and handed to the engine
     const drained = d.drain()
