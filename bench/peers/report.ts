@@ -260,6 +260,9 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
           }`
       return `These peers keep every workspace in one file, so one sync covers the entries of every workspace that committed together${syncs ? ` (strace: ${syncs})` : ''}; noa gives each workspace its own file, so with one submitter per workspace it needs one fdatasync per entry, and this disk completes only so many concurrent fdatasyncs.${ceiling} What would close it: noa's \`durability: 'syncfs'\` (one syncfs per round of commits: ${syncfs && Number.isFinite(syncfs.median) ? `${formatValue(syncfs.median)}/s here` : 'not measured'}, at the cost of flushing the whole filesystem), or a shared group-commit journal across workspaces (one fdatasync for many workspaces' small entries, copied into their own logs later): both engine changes, for the lead.`
     }
+    case '8proc':
+    case '8proc-shared':
+      return "Every process's append crosses the daemon's socket twice (request, answer) before and after the commit, where SQLite and lmdb commit in the calling process; the daemon wins only by committing many processes' entries in one fdatasync."
     case 'replay':
       return "noa's reader validates every entry (each field re-checked, as `verify` does) on top of JSON.parse; the SQLite and lmdb replays decode rows from a B-tree already in the page cache without any check. `readBatches(ws, { validate: false })` skips the checks."
     case 'open':
