@@ -140,7 +140,6 @@ export {
   connectDaemon,
   type DaemonInfo,
   RemoteAgentLog,
-  type RemoteAppendOptions,
 } from './serve/client.js'
 export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
 export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'

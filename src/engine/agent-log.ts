@@ -6,7 +6,7 @@
  */
 
 import { randomBytes } from 'node:crypto'
-import { realpathSync } from 'node:fs'
+import { closeSync, realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
@@ -22,10 +22,12 @@ import {
   readWorkspace,
   readWorkspaceBatches,
   readWorkspaceBytes,
+  recoverLog,
   resolveRoot,
   verifyWorkspace,
   type WorkspaceInfo,
 } from './logs.js'
+import { loadNative } from './native.js'
 import { checkOptionKeys } from './options.js'
 import type {
   AtomicPart,
@@ -39,11 +41,15 @@ import type {
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
 import type { VerifyOptions, VerifyReport } from './recovery.js'
+import { followLog, type WatchOptions } from './watch.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
   root?: string
-  /** Owner worker threads. Default: 2, or 1 on a single core. */
+  /**
+   * Owner worker threads. Default: 2, or 1 on a single core. 0: one owner runs in the caller's
+   * thread (the lowest cost for a process that commits little, such as a CLI command).
+   */
   workers?: number
   /** Open log files kept across all workers before idle ones are closed. Default 4096. */
   maxOpenFiles?: number
@@ -60,6 +66,11 @@ export interface AgentLogOptions {
   durability?: Durability
   /** Size of each worker's commit journal in bytes (a multiple of 4096). Default 16 MiB. */
   journalSize?: number
+  /**
+   * Bytes of entries handed to append and not yet acknowledged, past which a new append waits
+   * for earlier ones to commit before it is queued (backpressure). Default 64 MiB.
+   */
+  maxPendingBytes?: number
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
@@ -73,31 +84,68 @@ const OPTION_KEYS = new Set([
   'inlineCommit',
   'durability',
   'journalSize',
+  'maxPendingBytes',
   'ioModule',
   'ioOptions',
 ])
 
 interface Pending {
+  /** Its request id, once it is queued for its owner. */
+  id?: number
   resolve(value: unknown): void
   reject(err: Error): void
   /** -1: one entry (resolve an Ack); -2: raw bytes (resolve void); n ≥ 0: appendMany of n. */
   count: number
   owner: Owner
+  /** Body bytes counted against maxPendingBytes until it settles. */
+  bytes?: number
+  /** Removes the abort listener once it settled. */
+  unlisten?: () => void
+  workspace?: string
+}
+
+/** Options of one append (append, appendMany). */
+export interface AppendOptions {
+  /**
+   * Compare-and-append: commit only if the workspace's last seq, when the commit takes these
+   * entries, is this; otherwise fail with NOA_SEQ_MISMATCH carrying the current last seq
+   * (`details.lastSeq`). How a client retries after a lost acknowledgement without duplicating.
+   */
+  ifLastSeq?: number
+  /**
+   * Cancels the append while it is not yet taken into a commit (it then fails with
+   * NOA_ABORTED); once taken, it commits and resolves as usual.
+   */
+  signal?: AbortSignal
 }
 
 interface Outbox {
   ids: number[]
+  /** Per request, its ifLastSeq or -1; null while no request of this outbox has one. */
+  expects: number[] | null
   ws: string[]
   counts: number[]
   bodies: string[]
 }
 
 interface Owner {
-  port: MessagePort
-  task: Promise<OwnerStatus>
+  index: number
+  /** Null until the owner is started (on first use), and again after its worker died. */
+  port: MessagePort | null
+  task: Promise<OwnerStatus> | null
   outbox: Outbox
   scheduled: boolean
   failed: Error | null
+  /**
+   * The descriptors the owner worker holds (registered by it in shared memory): if its thread
+   * dies they are still open in this process, holding their locks, until closed from here.
+   */
+  fds: Int32Array | null
+  /** Starts so far (a respawned owner gets a journal of its own name). */
+  generation: number
+  /** When it was last started, and how many times in a row it died young. */
+  startedAt: number
+  quickDeaths: number
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {
@@ -119,6 +167,10 @@ function positiveInt(
   }
   return v
 }
+
+type CheckedOptions = ReturnType<typeof checkOptions>
+
+const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
 
 function checkOptions(options: AgentLogOptions) {
   checkOptionKeys(options, OPTION_KEYS)
@@ -148,7 +200,8 @@ function checkOptions(options: AgentLogOptions) {
   if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
     throw optionError('ioModule', 'must be a module URL string', options.ioModule)
   }
-  const workers = positiveInt(options, 'workers', Math.min(2, availableParallelism()), 256)
+  const workers =
+    options.workers === 0 ? 0 : positiveInt(options, 'workers', Math.min(2, availableParallelism()), 256)
   return {
     root: resolveRoot(options.root),
     workers,
@@ -157,6 +210,7 @@ function checkOptions(options: AgentLogOptions) {
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,
     journalSize,
+    maxPendingBytes: positiveInt(options, 'maxPendingBytes', 64 << 20, Number.MAX_SAFE_INTEGER),
   }
 }
 
@@ -190,28 +244,59 @@ function ownerIndex(name: string, n: number): number {
 export class AgentLog {
   readonly root: string
   readonly logDir: string
-  private readonly pool: Piscina
+  private readonly options: CheckedOptions
+  private readonly ioModule: string | undefined
+  private readonly ioOptions: unknown
+  private readonly journalBase: string
+  private piscina: Piscina | null = null
   private readonly owners: Owner[]
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
+  private pendingBytes = 0
+  /** The last seq acknowledged per workspace this log wrote, and its watchers' wake-up. */
+  private readonly ackedSeq = new Map<string, number>()
+  private readonly commits = new Map<string, { promise: Promise<void>; resolve: () => void }>()
+  private readonly maxPendingBytes: number
+  private readonly waiting: Array<{ send: () => void; p: Pending }> = []
   private nextBatch = 1
   /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
 
-  /** Protected for the daemon's client (src/serve), which extends this class with no owners of its own. */
-  protected constructor(root: string, pool: Piscina, owners: Owner[]) {
-    this.root = root
-    this.logDir = logDirOf(root)
-    this.pool = pool
-    this.owners = owners
-    for (const owner of owners) {
-      owner.port.on('message', (msg: FromOwner) => this.onMessage(msg))
-      owner.task.catch((err: unknown) => this.ownerFailed(owner, err))
-    }
+  /** Protected for the daemon's client (src/serve), which extends this class and starts no owner. */
+  protected constructor(o: CheckedOptions, options: AgentLogOptions) {
+    this.maxPendingBytes = o.maxPendingBytes
+    this.root = o.root
+    this.logDir = logDirOf(o.root)
+    this.options = o
+    this.ioModule = options.ioModule
+    this.ioOptions = options.ioOptions
+    this.journalBase = `${process.pid}-${randomBytes(4).toString('hex')}`
+    const count = Math.max(1, o.workers)
+    this.owners = Array.from({ length: count }, (_, index) => ({
+      index,
+      port: null,
+      task: null,
+      outbox: { ids: [], ws: [], counts: [], bodies: [], expects: null },
+      scheduled: false,
+      failed: null,
+      fds: null,
+      generation: 0,
+      startedAt: 0,
+      quickDeaths: 0,
+    }))
   }
 
-  /** Starts the owner workers. Workspaces are opened (locked, tail recovered) on first use. */
+  /** For the daemon's client (src/serve): the checked options its constructor passes on. */
+  protected static checkedOptions(options: AgentLogOptions): CheckedOptions {
+    return checkOptions(options)
+  }
+
+  /**
+   * Opens a root: replays the journals of processes that died, checks the root; starts nothing.
+   * Owner workers start when a workspace routed to them is first written (`workers: 0`: one
+   * owner runs in this thread instead, for processes that commit little, such as a CLI).
+   */
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
@@ -220,58 +305,68 @@ export class AgentLog {
       const remote = await forwarder(o.root)
       if (remote) return remote
     }
+    loadNative() // a missing addon is an error now, not at the first append
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
-    const pool = new Piscina({
-      filename: new URL('../workers/owner.js', import.meta.url).href,
-      minThreads: o.workers,
-      maxThreads: o.workers,
+    return new AgentLog(o, options)
+  }
+
+  private pool(): Piscina {
+    this.piscina ??= new Piscina({
+      filename: OWNER_MODULE,
+      minThreads: 0,
+      maxThreads: this.options.workers,
       concurrentTasksPerWorker: 1,
       idleTimeout: Number.POSITIVE_INFINITY,
     })
-    const owners: Owner[] = []
-    const journalName = `${process.pid}-${randomBytes(4).toString('hex')}`
-    const perWorker = Math.max(1, Math.floor(o.maxOpenFiles / o.workers))
-    for (let index = 0; index < o.workers; index++) {
-      const { port1, port2 } = new MessageChannel()
-      const init: OwnerInit = {
-        port: port2,
-        index,
-        root: o.root,
-        logDir: logDirOf(o.root),
-        maxOpenFiles: perWorker,
-        syncThreads: o.syncThreads,
-        inlineCommit: o.inlineCommit,
-        durability: o.durability,
-        journalSize: o.journalSize,
-        journalName,
-        ioModule: options.ioModule,
-        ioOptions: options.ioOptions,
-      }
-      // Each task runs for the pool's life, so with one task per worker each lands on its own thread.
-      const task = pool.run(init, { transferList: [port2] }) as Promise<OwnerStatus>
-      owners.push({
-        port: port1,
-        task,
-        outbox: { ids: [], ws: [], counts: [], bodies: [] },
-        scheduled: false,
-        failed: null,
-      })
+    return this.piscina
+  }
+
+  /** The owner, started if it is not running. */
+  private started(owner: Owner): Owner {
+    if (owner.port !== null || owner.failed !== null) return owner
+    const o = this.options
+    const { port1, port2 } = new MessageChannel()
+    const inThread = o.workers === 0
+    owner.fds = inThread ? null : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + 16))).fill(-1)
+    const init: OwnerInit = {
+      port: port2,
+      index: owner.index,
+      root: o.root,
+      logDir: logDirOf(o.root),
+      maxOpenFiles: this.perWorker,
+      syncThreads: o.syncThreads,
+      inlineCommit: o.inlineCommit,
+      durability: o.durability,
+      journalSize: o.journalSize,
+      journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
+      fds: owner.fds,
+      ioModule: this.ioModule,
+      ioOptions: this.ioOptions,
     }
-    const log = new AgentLog(o.root, pool, owners)
-    try {
-      await log.status() // every worker loaded the addon and answers
-    } catch (err) {
-      await pool.destroy()
-      throw err
-    }
-    return log
+    owner.generation++
+    owner.startedAt = performance.now()
+    owner.port = port1
+    port1.on('message', (msg: FromOwner) => this.onMessage(msg))
+    // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
+    const task = inThread
+      ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
+          m.default(init),
+        ) as Promise<OwnerStatus>)
+      : (this.pool().run(init, { transferList: [port2] }) as Promise<OwnerStatus>)
+    owner.task = task
+    task.catch((err: unknown) => this.ownerFailed(owner, port1, err))
+    return owner
+  }
+
+  private get perWorker(): number {
+    return Math.max(1, Math.floor(this.options.maxOpenFiles / Math.max(1, this.options.workers)))
   }
 
   /** Appends one entry; resolves with its seq and ts once it is durable. */
-  append(workspace: string, entry: EntryInput): Promise<Ack> {
+  append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
     try {
       checkWorkspace(workspace)
-      return this.submit(workspace, encodeBody(entry), -1) as Promise<Ack>
+      return this.submit(workspace, encodeBody(entry), -1, options) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -281,14 +376,14 @@ export class AgentLog {
    * Appends entries together: all are validated before any is sent, they get consecutive seqs,
    * and the promise resolves once all are durable (they share one commit).
    */
-  appendMany(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+  appendMany(workspace: string, entries: readonly EntryInput[], options?: AppendOptions): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
       if (!Array.isArray(entries))
         throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
-      return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+      return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -362,6 +457,7 @@ export class AgentLog {
         seq: part.firstSeq + k,
         ts: part.firstTs + k,
       }))
+      this.committed(part.ws, part.firstSeq + part.count - 1)
     }
     return out
   }
@@ -414,7 +510,10 @@ export class AgentLog {
         firstTs: f.ts,
         lastSeq: l.seq,
         lastTs: l.ts,
-      })).then(() => acks)
+      })).then(() => {
+        this.committed(workspace, l.seq)
+        return acks
+      })
     } catch (err) {
       return Promise.reject(err)
     }
@@ -435,7 +534,7 @@ export class AgentLog {
     } catch (err) {
       return Promise.reject(err)
     }
-    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    const owner = this.started(this.owners[ownerIndex(file, this.owners.length)] as Owner)
     return this.request(owner, (id) => ({
       t: 'raw',
       id,
@@ -471,6 +570,45 @@ export class AgentLog {
     }
   }
 
+  /**
+   * Every entry of a workspace from `fromSeq` (default 1) in order, then each new one as it
+   * commits, until the signal aborts or the iterator is returned. Resuming from the seq after
+   * the last one seen gives no gap and no duplicate. A slow consumer holds nothing but its read
+   * position. Entries appended by other processes are seen too (the file is followed).
+   */
+  watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    const file = existingLog(this.root, workspace)
+    return followLog(file, workspace, options, {
+      nextCommit: () => this.nextCommit(workspace),
+      // This process writes it: deliver only what it acknowledged (a line is in the file before
+      // the fdatasync of a commit made straight to it returns).
+      limit: () => this.ackedSeq.get(workspace) ?? Number.POSITIVE_INFINITY,
+    })
+  }
+
+  private nextCommit(workspace: string): Promise<void> {
+    let c = this.commits.get(workspace)
+    if (!c) {
+      let resolve!: () => void
+      const promise = new Promise<void>((r) => {
+        resolve = r
+      })
+      c = { promise, resolve }
+      this.commits.set(workspace, c)
+    }
+    return c.promise
+  }
+
+  /** A commit of this workspace was acknowledged: its watchers look at the file again. */
+  private committed(workspace: string, lastSeq: number): void {
+    if (lastSeq > (this.ackedSeq.get(workspace) ?? 0)) this.ackedSeq.set(workspace, lastSeq)
+    const c = this.commits.get(workspace)
+    if (c) {
+      this.commits.delete(workspace)
+      c.resolve()
+    }
+  }
+
   /** Entries of a workspace in seq order, streamed (never the whole file in memory). */
   read(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry> {
     return readWorkspace(this.root, workspace, options)
@@ -492,6 +630,8 @@ export class AgentLog {
    */
   async recover(workspace: string): Promise<OpenReport> {
     existingLog(this.root, workspace) // recovering a workspace that does not exist would create it
+    const idle = this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+    if (idle.port === null && idle.failed === null) return recoverLog(this.root, workspace) // no owner to start
     const owner = this.ownerOf(workspace)
     await this.request(owner, (id) => ({ t: 'release', id, target: workspace }))
     return (await this.request(owner, (id) => ({ t: 'open', id, ws: workspace }))) as OpenReport
@@ -522,7 +662,9 @@ export class AgentLog {
     if (typeof file !== 'string' || !isAbsolute(file)) {
       throw new NoaError('NOA_BAD_ARGUMENT', `releaseFile needs an absolute path, got ${file}`)
     }
-    return (await this.request(this.owners[ownerIndex(file, this.owners.length)] as Owner, (id) => ({
+    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    if (owner.port === null) return false // never started: it holds nothing
+    return (await this.request(owner, (id) => ({
       t: 'release',
       id,
       target: file,
@@ -543,7 +685,8 @@ export class AgentLog {
   }
 
   status(): Promise<OwnerStatus[]> {
-    return Promise.all(this.owners.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
+    const running = this.owners.filter((o) => o.port !== null && o.failed === null)
+    return Promise.all(running.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
       OwnerStatus[]
     >
   }
@@ -552,13 +695,13 @@ export class AgentLog {
   close(): Promise<OwnerStatus[]> {
     if (this.closing) return this.closing
     this.closing = (async () => {
-      const live = this.owners.filter((o) => o.failed === null)
+      const live = this.owners.filter((o) => o.failed === null && o.port !== null)
       const finals = await Promise.all(
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
       )
       await Promise.allSettled(live.map((o) => o.task))
-      await this.pool.destroy()
-      for (const o of this.owners) o.port.close()
+      await this.piscina?.destroy()
+      for (const o of this.owners) o.port?.close()
       // Nothing can answer any more: whatever is still waiting (it should be nothing) fails.
       for (const [id, p] of this.pending) {
         this.pending.delete(id)
@@ -574,18 +717,60 @@ export class AgentLog {
   }
 
   private ownerOf(workspace: string): Owner {
-    return this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+    return this.started(this.owners[ownerIndex(workspace, this.owners.length)] as Owner)
   }
 
-  /** Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn. */
-  private submit(workspace: string, bodies: string | string[], count: number): Promise<unknown> {
+  /**
+   * Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn.
+   * Past maxPendingBytes not yet acknowledged, the append waits its turn first.
+   */
+  private submit(
+    workspace: string,
+    bodies: string | string[],
+    count: number,
+    options?: AppendOptions,
+  ): Promise<unknown> {
     if (this.closing) return Promise.reject(closedError())
     const owner = this.ownerOf(workspace)
     if (owner.failed) return Promise.reject(owner.failed)
+    const expect = checkAppendOptions(options)
+    const signal = options?.signal
+    if (signal?.aborted) return Promise.reject(abortedError(workspace, signal))
+    let bytes = 0
+    if (typeof bodies === 'string') bytes = bodies.length
+    else for (const b of bodies) bytes += b.length
+    return new Promise((resolve, reject) => {
+      const p: Pending = { resolve, reject, count, owner, bytes, workspace }
+      const send = () => this.enqueueAppend(p, workspace, bodies, expect)
+      if (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes) {
+        const waiter = { send, p }
+        this.waiting.push(waiter)
+        if (signal) this.listen(p, signal, () => this.dropWaiter(waiter))
+        return
+      }
+      if (signal) this.listen(p, signal, null)
+      send()
+    })
+  }
+
+  private enqueueAppend(p: Pending, workspace: string, bodies: string | string[], expect: number): void {
+    if (this.closing) {
+      this.settle(-1, p)
+      p.reject(closedError())
+      return
+    }
+    const owner = p.owner
     const id = this.nextId++
+    this.pendingBytes += p.bytes ?? 0
+    this.pending.set(id, p)
+    p.id = id
     const out = owner.outbox
     out.ids.push(id)
     out.ws.push(workspace)
+    if (expect >= 0 || out.expects) {
+      out.expects ??= new Array(out.ids.length - 1).fill(-1)
+      out.expects.push(expect)
+    }
     if (typeof bodies === 'string') {
       out.counts.push(1)
       out.bodies.push(bodies)
@@ -597,15 +782,78 @@ export class AgentLog {
       owner.scheduled = true
       queueMicrotask(() => this.flush(owner))
     }
-    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count, owner }))
+  }
+
+  /**
+   * On abort: an append still waiting (backpressure) or still in this thread's outbox is simply
+   * dropped; one already with its owner is asked back, and fails only if the owner had not yet
+   * taken it into a commit.
+   */
+  private listen(p: Pending, signal: AbortSignal, waitingDrop: (() => boolean) | null): void {
+    const onAbort = () => {
+      if (waitingDrop?.()) {
+        p.unlisten?.()
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      const id = p.id
+      if (id === undefined || !this.pending.has(id)) return
+      if (this.removeFromOutbox(p.owner, id)) {
+        this.pending.delete(id)
+        this.settle(id, p)
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      p.owner.port?.postMessage({ t: 'cancel', ws: p.workspace as string, id } satisfies ToOwner)
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+    p.unlisten = () => signal.removeEventListener('abort', onAbort)
+  }
+
+  private dropWaiter(waiter: { send: () => void; p: Pending }): boolean {
+    const i = this.waiting.indexOf(waiter)
+    if (i < 0) return false
+    this.waiting.splice(i, 1)
+    return true
+  }
+
+  private removeFromOutbox(owner: Owner, id: number): boolean {
+    const out = owner.outbox
+    const i = out.ids.indexOf(id)
+    if (i < 0) return false
+    let b = 0
+    for (let k = 0; k < i; k++) b += out.counts[k] as number
+    out.bodies.splice(b, out.counts[i] as number)
+    out.ids.splice(i, 1)
+    out.ws.splice(i, 1)
+    out.counts.splice(i, 1)
+    out.expects?.splice(i, 1)
+    return true
+  }
+
+  /** An append settled: its bytes no longer count, its listener goes, and waiting appends move up. */
+  private settle(_id: number, p: Pending): void {
+    p.unlisten?.()
+    if (p.bytes !== undefined && p.id !== undefined) {
+      this.pendingBytes -= p.bytes
+      p.bytes = undefined
+    }
+    while (this.waiting.length > 0) {
+      const next = this.waiting[0] as { send: () => void; p: Pending }
+      if (this.pendingBytes > 0 && this.pendingBytes + (next.p.bytes ?? 0) > this.maxPendingBytes) break
+      this.waiting.shift()
+      next.send()
+    }
   }
 
   private flush(owner: Owner): void {
     owner.scheduled = false
     const out = owner.outbox
     if (out.ids.length === 0) return
-    owner.outbox = { ids: [], ws: [], counts: [], bodies: [] }
-    owner.port.postMessage({ t: 'append', ...out } satisfies ToOwner)
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    const msg: ToOwner = { t: 'append', ids: out.ids, ws: out.ws, counts: out.counts, bodies: out.bodies }
+    if (out.expects) msg.expects = out.expects
+    ;(owner.port as MessagePort).postMessage(msg)
   }
 
   private request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
@@ -614,7 +862,7 @@ export class AgentLog {
     this.flush(owner) // keep order: earlier appends go first
     const id = this.nextId++
     const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
-    owner.port.postMessage(make(id))
+    ;(owner.port as MessagePort).postMessage(make(id))
     return p
   }
 
@@ -627,8 +875,10 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
+          this.settle(id, p)
           const seq = d[i + 1] as number
           const ts = d[i + 2] as number
+          if (p.workspace !== undefined) this.committed(p.workspace, seq + Math.max(1, p.count) - 1)
           if (p.count === -1) p.resolve({ seq, ts })
           else if (p.count === -2) p.resolve(undefined)
           else {
@@ -644,6 +894,7 @@ export class AgentLog {
           const p = this.pending.get(id)
           if (!p) continue
           this.pending.delete(id)
+          this.settle(id, p)
           p.reject(deserializeError(msg.error))
         }
         break
@@ -652,7 +903,7 @@ export class AgentLog {
         const c = this.coordinators.get(msg.batch)
         if (c && --c.left === 0) {
           this.coordinators.delete(msg.batch)
-          c.owner.port.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
+          c.owner.port?.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
         }
         break
       }
@@ -667,19 +918,78 @@ export class AgentLog {
     }
   }
 
-  private ownerFailed(owner: Owner, err: unknown): void {
-    owner.failed = new NoaError(
+  /**
+   * An owner worker died (an addon fault, out of memory in the worker): what was in flight on it
+   * fails with NOA_WORKER_FAILED, the descriptors it held are closed (releasing their locks, and
+   * its journal's), and the next use starts a new one, whose first open replays that journal as
+   * a dead process's. One that keeps dying at once is not started again.
+   */
+  private ownerFailed(owner: Owner, port: MessagePort, err: unknown): void {
+    if (owner.port !== port) return
+    const failed = new NoaError(
       'NOA_WORKER_FAILED',
-      `owner worker failed: ${(err as Error)?.message ?? String(err)}; its workspaces refuse appends`,
+      `owner worker ${owner.index} failed: ${(err as Error)?.message ?? String(err)}; what was in flight on it was not committed`,
       {},
       { cause: err },
     )
     for (const [id, p] of this.pending) {
       if (p.owner !== owner) continue
       this.pending.delete(id)
-      p.reject(owner.failed)
+      this.settle(id, p)
+      p.reject(failed)
+    }
+    port.close()
+    owner.port = null
+    owner.task = null
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    owner.scheduled = false
+    if (owner.fds) {
+      for (let i = 0; i < owner.fds.length; i++) {
+        const fd = Atomics.exchange(owner.fds, i, -1)
+        if (fd >= 0) {
+          try {
+            closeSync(fd)
+          } catch {
+            // already closed
+          }
+        }
+      }
+    }
+    owner.quickDeaths = performance.now() - owner.startedAt < 1000 ? owner.quickDeaths + 1 : 0
+    if (owner.quickDeaths >= 3 || this.closing) {
+      owner.failed = new NoaError(
+        'NOA_WORKER_FAILED',
+        `owner worker ${owner.index} keeps failing (${failed.message}); its workspaces refuse appends`,
+        {},
+        { cause: err },
+      )
     }
   }
+}
+
+/** Checks an append's options (also the daemon's client, before anything is sent); → ifLastSeq or -1. */
+export function checkAppendOptions(options: AppendOptions | undefined): number {
+  if (options === undefined) return -1
+  checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
+  const { ifLastSeq, signal } = options
+  if (ifLastSeq !== undefined && (!Number.isSafeInteger(ifLastSeq) || ifLastSeq < 0)) {
+    throw optionError('ifLastSeq', 'must be an integer >= 0', ifLastSeq)
+  }
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw optionError('signal', 'must be an AbortSignal', typeof signal)
+  }
+  return ifLastSeq ?? -1
+}
+
+const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal'])
+
+export function abortedError(workspace: string, signal: AbortSignal): NoaError {
+  return new NoaError(
+    'NOA_ABORTED',
+    `append to workspace ${workspace} was cancelled before it was committed`,
+    { workspace },
+    { cause: signal.reason },
+  )
 }
 
 function closedError(): NoaError {

@@ -33,9 +33,8 @@ export type NoaErrorCode =
   | 'NOA_NAME_TOO_LONG'
   | 'NOA_BAD_ROOT'
   | 'NOA_JOURNAL'
-  | 'NOA_SEQ_MISMATCH'
   | 'NOA_ABORTED'
-  | 'NOA_FELL_BEHIND'
+  | 'NOA_SEQ_MISMATCH'
   // the daemon (noa serve) and its clients
   | 'NOA_PROTOCOL'
   | 'NOA_TOO_LARGE'

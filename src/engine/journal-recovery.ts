@@ -62,12 +62,24 @@ export function recordFile(root: string, target: string): string | null {
 export function withRootLock<T>(root: string, fn: () => T): T {
   const native = loadNative()
   const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY)
+  fdHook?.(fd, true)
   try {
     native.flock(fd, true, false)
     return fn()
   } finally {
+    fdHook?.(fd, false)
     closeSync(fd) // releases the lock
   }
+}
+
+let fdHook: ((fd: number, open: boolean) => void) | null = null
+
+/**
+ * An owner worker registers the descriptors it holds, the root lock's included, so that if its
+ * thread dies they can be closed (a leaked root lock would block every other open).
+ */
+export function setFdHook(hook: ((fd: number, open: boolean) => void) | null): void {
+  fdHook = hook
 }
 
 export interface ScannedJournal {
@@ -265,7 +277,9 @@ export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = n
       const path = join(dir, name)
       const temp = name.endsWith(JOURNAL_TEMP_SUFFIX)
       if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || own.has(path)) continue
-      if (!lstatSync(path).isFile()) continue
+      // Gone since the listing (a journal being allocated is renamed into place): nothing to do.
+      const st = lstatSync(path, { throwIfNoEntry: false })
+      if (!st?.isFile()) continue
       let fd: number
       try {
         fd = openFileSync(path, constants.O_RDWR, { what: 'commit journal' })

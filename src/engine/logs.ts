@@ -7,7 +7,8 @@ import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
-import { recoverJournalsForRead } from './journal-recovery.js'
+import { recoverJournalsForRead, recoverJournalsLocked, withRootLock } from './journal-recovery.js'
+import { loadNative } from './native.js'
 
 function kindAt(file: string): string {
   try {
@@ -17,6 +18,7 @@ function kindAt(file: string): string {
   }
 }
 
+import { withPath } from './errors.js'
 import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './reader.js'
 import {
   countEntries,
@@ -232,4 +234,59 @@ export async function verifyWorkspace(
   const file = existingLog(root, workspace)
   recoverJournalsForRead(root)
   return verifyLog(file, options)
+}
+
+/** What recovering a workspace found and did. */
+export interface RecoverReport {
+  workspace: string
+  file: string
+  created: boolean
+  /** Bytes of a partial last line that were cut. */
+  truncatedBytes: number
+  size: number
+  lastSeq: number
+  lastTs: number
+}
+
+/**
+ * Recovery of one workspace without an owner: under the root lock, the journals of dead
+ * processes are replayed, then the log is locked, a partial last line cut (ftruncate +
+ * fdatasync) and its last seq and ts read. What opening a workspace in an owner does, for the
+ * processes that only recover (the CLI's `recover`, a read-only tool): no worker is started.
+ */
+export function recoverLog(root: string, workspace: string): RecoverReport {
+  const file = existingLog(root, workspace)
+  const native = loadNative()
+  return withRootLock(root, () => {
+    recoverJournalsLocked(root)
+    let fd: number
+    try {
+      fd = native.openAppend(file, false, true)
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException
+      if (e.syscall === 'flock') {
+        throw new NoaError(
+          'NOA_WORKSPACE_LOCKED',
+          `workspace ${workspace} is locked by another writer (${file})`,
+          {
+            workspace,
+            file,
+          },
+        )
+      }
+      throw withPath(err, file)
+    }
+    try {
+      const tail = inspectTail(fd)
+      const { lastSeq, lastTs } = countersOf(file, tail)
+      const truncatedBytes = tail.size - tail.validLength
+      if (truncatedBytes > 0) {
+        native.ftruncate(fd, tail.validLength)
+        native.fdatasync(fd)
+      }
+      return { workspace, file, created: false, truncatedBytes, size: tail.validLength, lastSeq, lastTs }
+    } finally {
+      native.close(fd)
+    }
+  })
 }

@@ -24,6 +24,11 @@ export interface OwnerInit {
   /** Journal durability: the journal's size in bytes, and a name unique to this AgentLog. */
   journalSize: number
   journalName: string
+  /**
+   * Where the worker registers the descriptors it holds (-1: free slot), so that if its thread
+   * dies the caller's thread can close them (they hold locks). Null for an in-thread owner.
+   */
+  fds: Int32Array | null
   /** Test seam: a module whose default export wraps the I/O layer (see src/workers/io.ts). */
   ioModule?: string
   ioOptions?: unknown
@@ -39,6 +44,15 @@ export interface AppendMsg {
   ws: string[]
   counts: number[]
   bodies: string[]
+  /** Per request, the last seq it expects (compare-and-append) or -1; absent when none does. */
+  expects?: number[]
+}
+
+/** Asks an append back (its AbortSignal fired): dropped unless already taken into a commit. */
+export interface CancelMsg {
+  t: 'cancel'
+  ws: string
+  id: number
 }
 
 export interface RawAppendOptions {
@@ -163,6 +177,7 @@ export type ToOwner =
   | ApplyMsg
   | AbortMsg
   | UnpinMsg
+  | CancelMsg
 
 /** Triples (request id, first seq, first ts); a request's k entries got seq..seq+k-1, ts..ts+k-1. */
 export interface AcksMsg {

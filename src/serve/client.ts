@@ -13,14 +13,14 @@
 import { readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { isAbsolute } from 'node:path'
-import type { Piscina } from 'piscina'
-import { AgentLog } from '../engine/agent-log.js'
+import { AgentLog, type AppendOptions, abortedError, checkAppendOptions } from '../engine/agent-log.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { deserializeError, NoaError, type SerializedError } from '../engine/errors.js'
 import type { WorkspaceInfo } from '../engine/logs.js'
 import type { OpenReport, OwnerStatus, RawAppendOptions } from '../engine/protocol.js'
 import type { EntryReadOptions } from '../engine/reader.js'
-import type { VerifyReport } from '../engine/recovery.js'
+import type { VerifyOptions, VerifyReport } from '../engine/recovery.js'
+import type { WatchOptions } from '../engine/watch.js'
 import { LineReader } from './lines.js'
 import { removeStaleSocket, socketAddress, socketPath, tryServeLock } from './paths.js'
 import { DEFAULT_WINDOW, type Limits, PROTOCOL_VERSION, tooLarge, utf8Bytes } from './protocol.js'
@@ -51,13 +51,7 @@ export interface DaemonInfo {
   ops: string[]
 }
 
-/** Options of one append through the daemon (the engine's AppendOptions). */
-export interface RemoteAppendOptions {
-  ifLastSeq?: number
-  signal?: AbortSignal
-}
-
-const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN', 'NOA_FELL_BEHIND'])
+const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN'])
 
 /** Longest answer line this side takes (a workspaces() listing of a very large root). */
 const MAX_ANSWER_LINE = 1 << 30
@@ -304,7 +298,8 @@ export class RemoteAgentLog extends AgentLog {
   private readonly timeoutMs: number
 
   private constructor(root: string, conn: DaemonConnection, target: Target, timeoutMs: number) {
-    super(root, null as unknown as Piscina, [])
+    // No owner of its own is ever started: every method below goes to the daemon.
+    super(RemoteAgentLog.checkedOptions({ root, workers: 1 }), { root })
     this.conn = conn
     this.target = target
     this.timeoutMs = timeoutMs
@@ -366,7 +361,7 @@ export class RemoteAgentLog extends AgentLog {
     return conn.request(msg, msg.op as string, undefined, workspace)
   }
 
-  override append(workspace: string, entry: EntryInput, options?: RemoteAppendOptions): Promise<Ack> {
+  override append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
     try {
       checkWorkspace(workspace)
       this.checkEntry(encodeBody(entry), 'the entry')
@@ -379,7 +374,7 @@ export class RemoteAgentLog extends AgentLog {
   override appendMany(
     workspace: string,
     entries: readonly EntryInput[],
-    options?: RemoteAppendOptions,
+    options?: AppendOptions,
   ): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
@@ -406,13 +401,11 @@ export class RemoteAgentLog extends AgentLog {
   private async appendRequest(
     msg: Record<string, unknown>,
     workspace: string,
-    options: RemoteAppendOptions | undefined,
+    options: AppendOptions | undefined,
   ): Promise<unknown> {
     const signal = options?.signal
-    if (options !== undefined) {
-      checkAppendOptions(options)
-      if (options.ifLastSeq !== undefined) msg.ifLastSeq = options.ifLastSeq
-    }
+    const ifLastSeq = checkAppendOptions(options)
+    if (ifLastSeq >= 0) msg.ifLastSeq = ifLastSeq
     if (signal?.aborted) throw abortedError(workspace, signal)
     const conn = await this.connection()
     if (signal?.aborted) throw abortedError(workspace, signal)
@@ -497,14 +490,18 @@ export class RemoteAgentLog extends AgentLog {
 
   /**
    * Every acknowledged entry of a workspace from `fromSeq` on, in order, as the daemon commits
-   * them; it never ends by itself. On NOA_FELL_BEHIND, NOA_DAEMON_LOST or NOA_SHUTTING_DOWN the
-   * error's `details.resumeFrom` is the seq to watch again from: nothing is missed or repeated.
+   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST or
+   * NOA_SHUTTING_DOWN the error's `details.resumeFrom` is the seq to watch again from: nothing
+   * is missed or repeated.
    */
-  async *watch(workspace: string, options: { fromSeq?: number } = {}): AsyncGenerator<Entry> {
+  override async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
     checkWorkspace(workspace)
     const msg: Record<string, unknown> = { op: 'watch', ws: workspace }
     if (options.fromSeq !== undefined) msg.fromSeq = options.fromSeq
-    for await (const batch of this.entryStream(msg, workspace, options.fromSeq ?? 1)) yield* batch
+    if (options.pollMs !== undefined) msg.pollMs = options.pollMs
+    if (options.signal?.aborted) return
+    for await (const batch of this.entryStream(msg, workspace, options.fromSeq ?? 1, options.signal))
+      yield* batch
   }
 
   /** A stream of entry batches; an error carries `details.resumeFrom`, the next seq not delivered. */
@@ -512,10 +509,11 @@ export class RemoteAgentLog extends AgentLog {
     msg: Record<string, unknown>,
     workspace: string,
     fromSeq: number,
+    signal?: AbortSignal,
   ): AsyncGenerator<Entry[]> {
     let next = fromSeq
     try {
-      for await (const chunk of this.stream(msg, workspace)) {
+      for await (const chunk of this.stream(msg, workspace, signal)) {
         const batch = chunk as Entry[]
         const last = batch[batch.length - 1]
         if (last) next = last.seq + 1
@@ -531,7 +529,15 @@ export class RemoteAgentLog extends AgentLog {
   }
 
   /** The chunks of one stream request, granting the daemon more as they are consumed. */
-  private async *stream(msg: Record<string, unknown>, workspace: string): AsyncGenerator<unknown> {
+  /**
+   * The chunks of one stream request, granting the daemon more as they are consumed. An abort
+   * of `signal` ends it as if the daemon had ended it.
+   */
+  private async *stream(
+    msg: Record<string, unknown>,
+    workspace: string,
+    signal?: AbortSignal,
+  ): AsyncGenerator<unknown> {
     const conn = await this.connection()
     const window = DEFAULT_WINDOW
     const queue: unknown[] = []
@@ -560,6 +566,15 @@ export class RemoteAgentLog extends AgentLog {
         state.wake?.()
       },
     )
+    const onAbort = () => {
+      if (state.finished) return
+      state.finished = true
+      conn.control({ op: 'cancel', ref: p.id })
+      conn.forget(p.id)
+      queue.length = 0
+      state.wake?.()
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
     let consumed = 0
     try {
       for (;;) {
@@ -582,6 +597,7 @@ export class RemoteAgentLog extends AgentLog {
         state.wake = null
       }
     } finally {
+      signal?.removeEventListener('abort', onAbort)
       if (!state.finished) {
         // The consumer stopped early: the daemon ends the stream, its last messages are ignored.
         conn.control({ op: 'cancel', ref: p.id })
@@ -604,8 +620,11 @@ export class RemoteAgentLog extends AgentLog {
     return (await this.call({ op: 'release', ws: workspace }, workspace)) as boolean
   }
 
-  override async verify(workspace: string): Promise<VerifyReport> {
-    return (await this.call({ op: 'verify', ws: workspace }, workspace)) as VerifyReport
+  /** The daemon's full scan; `onProgress` is called once, when it is done (progress does not cross the wire). */
+  override async verify(workspace: string, options: VerifyOptions = {}): Promise<VerifyReport> {
+    const report = (await this.call({ op: 'verify', ws: workspace }, workspace)) as VerifyReport
+    options.onProgress?.(report.bytes, report.bytes)
+    return report
   }
 
   override async workspaces(): Promise<WorkspaceInfo[]> {
@@ -708,38 +727,4 @@ export async function connectRoot(root: string): Promise<RemoteAgentLog | null> 
 /** A client of the daemon at a root, socket or TCP address, with the AgentLog API. */
 export function connectDaemon(options: ConnectOptions): Promise<RemoteAgentLog> {
   return RemoteAgentLog.connect(options)
-}
-
-function checkAppendOptions(options: RemoteAppendOptions): void {
-  for (const key of Object.keys(options)) {
-    if (key !== 'ifLastSeq' && key !== 'signal') {
-      throw new NoaError('NOA_BAD_OPTION', `unknown append option ${key} (known: ifLastSeq, signal)`, {
-        field: key,
-      })
-    }
-  }
-  const { ifLastSeq, signal } = options
-  if (ifLastSeq !== undefined && (!Number.isSafeInteger(ifLastSeq) || ifLastSeq < 0)) {
-    throw new NoaError(
-      'NOA_BAD_OPTION',
-      `option ifLastSeq must be an integer >= 0, got ${JSON.stringify(ifLastSeq)}`,
-      {
-        field: 'ifLastSeq',
-      },
-    )
-  }
-  if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw new NoaError('NOA_BAD_OPTION', `option signal must be an AbortSignal, got ${typeof signal}`, {
-      field: 'signal',
-    })
-  }
-}
-
-function abortedError(workspace: string, signal: AbortSignal): NoaError {
-  return new NoaError(
-    'NOA_ABORTED',
-    `append to workspace ${workspace} was cancelled before it was committed`,
-    { workspace },
-    { cause: signal.reason },
-  )
 }

@@ -11,9 +11,10 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
-import type { AgentLog } from '../engine/agent-log.js'
-import { type Entry, encodeBody } from '../engine/entry.js'
+import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
+import { type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { NoaError, serializeError } from '../engine/errors.js'
+import type { WatchOptions } from '../engine/watch.js'
 import { LineReader } from './lines.js'
 import {
   CHUNK_BYTES,
@@ -266,7 +267,7 @@ export class Session {
         const size = utf8Bytes(encodeBody(entry))
         if (size > limits.maxEntryBytes)
           throw tooLarge('the entry', size, limits.maxEntryBytes, '--max-entry-bytes')
-        return appendOne(log, req.ws as string, entry, appendOptions(req, signal))
+        return log.append(req.ws as string, entry as EntryInput, appendOptions(req, signal))
       }
       case 'appendMany': {
         checkFields(req, ['ws', 'entries', 'ifLastSeq'])
@@ -277,7 +278,7 @@ export class Session {
           if (size > limits.maxEntryBytes)
             throw tooLarge(`entry ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
         })
-        return appendSome(log, req.ws as string, entries, appendOptions(req, signal))
+        return log.appendMany(req.ws as string, entries, appendOptions(req, signal))
       }
       case 'appendAtomic': {
         checkFields(req, ['batch'])
@@ -463,14 +464,11 @@ export class Session {
         }
       case 'watch':
         return async function* (req, signal) {
-          checkFields(req, ['ws', 'fromSeq', 'window'])
-          const watchable = log as AgentLog & { watch?: WatchFn }
-          if (typeof watchable.watch !== 'function') {
-            throw new NoaError('NOA_PROTOCOL', 'watch is not available in this build of the engine')
-          }
-          const options: { fromSeq?: number } = {}
+          checkFields(req, ['ws', 'fromSeq', 'pollMs', 'window'])
+          const options: WatchOptions = { signal }
           if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'watch.fromSeq')
-          yield* watchChunks(watchable.watch(req.ws as string, options), signal)
+          if (req.pollMs !== undefined) options.pollMs = seqArg(req.pollMs, 'watch.pollMs')
+          yield* watchChunks(log.watch(req.ws as string, options), signal)
         }
       default:
         throw protocolError(`op ${op} is not a stream`)
@@ -569,8 +567,6 @@ export class Session {
     this.host.ended(this)
   }
 }
-
-type WatchFn = (ws: string, options: { fromSeq?: number }) => AsyncIterable<Entry>
 
 /** Splits a read batch into chunks the protocol allows. */
 function* entryChunks(batch: Entry[]): Generator<Entry[]> {
@@ -674,13 +670,8 @@ function seqArg(v: unknown, what: string): number {
   return v
 }
 
-interface WireAppendOptions {
-  ifLastSeq?: number
-  signal: AbortSignal
-}
-
-function appendOptions(req: Request, signal: AbortSignal): WireAppendOptions {
-  const o: WireAppendOptions = { signal }
+function appendOptions(req: Request, signal: AbortSignal): AppendOptions {
+  const o: AppendOptions = { signal }
   if (req.ifLastSeq !== undefined) {
     const v = req.ifLastSeq
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
@@ -689,19 +680,4 @@ function appendOptions(req: Request, signal: AbortSignal): WireAppendOptions {
     o.ifLastSeq = v
   }
   return o
-}
-
-type AppendWithOptions = (ws: string, entry: unknown, options: WireAppendOptions) => Promise<unknown>
-
-function appendOne(log: AgentLog, ws: string, entry: unknown, options: WireAppendOptions): Promise<unknown> {
-  return (log.append as unknown as AppendWithOptions).call(log, ws, entry, options)
-}
-
-function appendSome(
-  log: AgentLog,
-  ws: string,
-  entries: unknown[],
-  options: WireAppendOptions,
-): Promise<unknown> {
-  return (log.appendMany as unknown as AppendWithOptions).call(log, ws, entries, options)
 }

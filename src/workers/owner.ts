@@ -19,7 +19,7 @@ import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { formatLine } from '../engine/entry.js'
 import { NoaError, serializeError, withPath } from '../engine/errors.js'
-import { checkOpened, mkdirBelow, openError } from '../engine/files.js'
+import { mkdirBelow, openError } from '../engine/files.js'
 import {
   type EncodedFrame,
   encodeFrame,
@@ -33,7 +33,13 @@ import {
   setRecord,
   wrapFrame,
 } from '../engine/journal-format.js'
-import { journalDir, recoverJournalsLocked, scanJournal, withRootLock } from '../engine/journal-recovery.js'
+import {
+  journalDir,
+  recoverJournalsLocked,
+  scanJournal,
+  setFdHook,
+  withRootLock,
+} from '../engine/journal-recovery.js'
 import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
 import type {
@@ -67,6 +73,8 @@ interface Req {
   replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
   /** Part of an appendAtomic batch: built alone and held until the batch commits or aborts. */
   atomic?: number
+  /** Compare-and-append: the last seq the workspace must have when this is committed. */
+  expect?: number
 }
 
 /** This owner's share of an appendAtomic batch. */
@@ -220,6 +228,8 @@ class Owner {
         for (let i = 0; i < msg.ids.length; i++) {
           const count = msg.counts[i] as number
           const req: Req = { id: msg.ids[i] as number, bodies: msg.bodies.slice(b, b + count), count }
+          const expect = msg.expects?.[i] ?? -1
+          if (expect >= 0) req.expect = expect
           b += count
           this.enqueue(this.wsFile(msg.ws[i] as string), req)
         }
@@ -274,6 +284,29 @@ class Owner {
       case 'abort':
         this.abort(msg)
         break
+      case 'cancel': {
+        // Still queued (not taken into a commit): dropped; otherwise it commits as usual.
+        const file = this.ws.get(msg.ws)
+        const i = file ? file.queue.findIndex((r) => r.id === msg.id) : -1
+        if (file && i >= 0) {
+          const [req] = file.queue.splice(i, 1)
+          this.post({
+            t: 'fail',
+            ids: [msg.id],
+            error: serializeError(
+              new NoaError(
+                'NOA_ABORTED',
+                `append to workspace ${msg.ws} was cancelled before it was committed`,
+                {
+                  workspace: msg.ws,
+                },
+              ),
+            ),
+          })
+          if (req && file.idle) this.settled(file)
+        }
+        break
+      }
       case 'unpin': {
         const pin = this.pins.get(msg.batch)
         if (pin) pin.syncedLsn = Number.POSITIVE_INFINITY
@@ -873,6 +906,19 @@ class Owner {
           ts = r.lastTs
           continue
         }
+        if (req.expect !== undefined && req.expect !== seq) {
+          refused ??= []
+          refused.push(req)
+          this.fail(
+            [req],
+            new NoaError(
+              'NOA_SEQ_MISMATCH',
+              `workspace ${file.key}: the append expected last seq ${req.expect}, but it is ${seq}; nothing was written`,
+              { workspace: file.key, lastSeq: seq, expected: req.expect },
+            ),
+          )
+          continue
+        }
         acks.push(req.id, seq + 1, nextTs(ts, now))
         for (const body of req.bodies) {
           seq++
@@ -1199,7 +1245,6 @@ class Owner {
     } catch (err) {
       throw this.lockError(file, openError(err, file.path, what))
     }
-    checkOpened(file.fd, file.path, what)
     return created
   }
 
@@ -1410,8 +1455,37 @@ function mkdirAnyDurable(io: Pick<LogIo, 'fsyncDir'>, dir: string): void {
   }
 }
 
+/**
+ * The io layer, registering every descriptor it opens in the shared table and clearing it when
+ * closed: if this thread dies, the caller's thread closes what is left (releasing the locks).
+ */
+function registering(io: LogIo, table: Int32Array): LogIo {
+  const add = (fd: number) => {
+    for (let i = 0; i < table.length; i++) if (Atomics.compareExchange(table, i, -1, fd) === -1) return
+  }
+  const remove = (fd: number) => {
+    for (let i = 0; i < table.length; i++) if (Atomics.compareExchange(table, i, fd, -1) === fd) return
+  }
+  setFdHook((fd, open) => (open ? add(fd) : remove(fd)))
+  const opened = (fd: number) => {
+    add(fd)
+    return fd
+  }
+  return {
+    ...io,
+    openAppend: (path, create, lock) => opened(io.openAppend(path, create, lock)),
+    createFile: (path) => opened(io.createFile(path)),
+    openPositional: (path) => opened(io.openPositional(path)),
+    close: (fd) => {
+      remove(fd)
+      io.close(fd)
+    },
+  }
+}
+
 export default async function owner(init: OwnerInit): Promise<OwnerStatus> {
-  const io = await loadIo(init.ioModule, init.ioOptions)
+  const loaded = await loadIo(init.ioModule, init.ioOptions)
+  const io = init.fds ? registering(loaded, init.fds) : loaded
   const o = new Owner(init, io)
   return new Promise<OwnerStatus>((resolve) => {
     o.onClosed = () => {

@@ -148,7 +148,10 @@ describe('AgentLog append', () => {
     await expect(AgentLog.open({ root: tempDir(), worker: 2 } as never)).rejects.toThrow(
       /unknown option worker/,
     )
-    await expect(AgentLog.open({ root: tempDir(), workers: 0 })).rejects.toThrow(
+    await expect(AgentLog.open({ root: tempDir(), workers: -1 })).rejects.toThrow(
+      /option workers must be an integer/,
+    )
+    await expect(AgentLog.open({ root: tempDir(), workers: 1.5 })).rejects.toThrow(
       /option workers must be an integer/,
     )
     await expect(AgentLog.open({ durability: 'none' as never })).rejects.toThrow(/option durability/)
