@@ -31,13 +31,15 @@ describe('noa serve lifecycle', () => {
     })
     const c = await LineClient.open(d.socketPath)
     await c.hello()
+    expect((await c.call({ id: 99, op: 'append', ws: 'w', entry: del('first') })).ok).toBe(true)
+    c.send({ id: 100, op: 'watch', ws: 'w' })
+    expect((await c.next()).chunk).toHaveLength(1)
     c.send(
       Array.from(
         { length: 50 },
         (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`,
       ).join(''),
     )
-    c.send({ id: 100, op: 'watch', ws: 'w' })
     await new Promise((r) => setTimeout(r, 100)) // received and handed to the engine
     const drained = d.drain()
     c.send({ id: 50, op: 'append', ws: 'w', entry: del('late') })
@@ -52,13 +54,13 @@ describe('noa serve lifecycle', () => {
     }
     expect(answers.get(50)?.error?.code).toBe('NOA_SHUTTING_DOWN')
     expect(answers.get(100)?.error?.code).toBe('NOA_SHUTTING_DOWN') // the watch ended
-    for (let i = 0; i < 50; i++) expect(answers.get(i)).toMatchObject({ ok: true, result: { seq: i + 1 } })
+    for (let i = 0; i < 50; i++) expect(answers.get(i)).toMatchObject({ ok: true, result: { seq: i + 2 } })
     await drained
     expect(await c.next()).toBeNull() // the daemon closed the connection once done
-    expect(logLines(root, 'w').map((e) => e.path)).toEqual(Array.from({ length: 50 }, (_, i) => `f${i}`))
+    expect(logLines(root, 'w').map((e) => e.path)).toEqual(['first', ...Array.from({ length: 50 }, (_, i) => `f${i}`)])
     // The root is free again: opened in process, no daemon.
     const log = await AgentLog.open({ root, workers: 1 })
-    expect((await log.append('w', del('after'))).seq).toBe(51)
+    expect((await log.append('w', del('after'))).seq).toBe(52)
     await log.close()
   })
 

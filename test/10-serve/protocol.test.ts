@@ -129,7 +129,7 @@ describe('noa serve wire protocol', () => {
     untouched()
     const reuse = await client(d)
     await reuse.call({ id: 1, op: 'append', ws: 'w', entry: del('a') })
-    reuse.send({ id: 5, op: 'read', ws: 'w', window: 1 }) // stays in flight: its window is used up
+    reuse.send({ id: 5, op: 'watch', ws: 'w' }) // stays in flight: a watch never ends by itself
     expect((await reuse.next()).chunk).toHaveLength(1)
     reuse.send({ id: 5, op: 'verify', ws: 'w' })
     expect((await reuse.next()).error).toMatchObject({
