@@ -191,4 +191,4 @@ class Client:
 
     def last_seq(self, ws):
         """The workspace's last seq (opens it in the daemon, creating an empty log if there is none)."""
-        return self._call(self._request("openWorkspace", ws=ws)[1])["lastSeq"]
+        return self._call(self._request("lastSeq", ws=ws)[1])["lastSeq"]

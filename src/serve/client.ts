@@ -635,6 +635,15 @@ export class RemoteAgentLog extends AgentLog {
     return (await this.call({ op: 'status' })) as OwnerStatus[]
   }
 
+  /**
+   * A workspace's current last seq, as the daemon knows it (it opens the workspace, creating an
+   * empty log if there is none): where a compare-and-append starts.
+   */
+  async lastSeq(workspace: string): Promise<number> {
+    checkWorkspace(workspace)
+    return ((await this.call({ op: 'lastSeq', ws: workspace }, workspace)) as { lastSeq: number }).lastSeq
+  }
+
   /** The daemon's own counters: connections, requests in flight, request bytes held. */
   async serverStatus(): Promise<Record<string, unknown>> {
     return (await this.call({ op: 'serverStatus' })) as Record<string, unknown>

@@ -214,6 +214,22 @@ export class Daemon implements SessionHost {
     this.wakeDrain?.()
   }
 
+  /** The last seq of each workspace appended through this daemon (it holds their locks: no one else writes them). */
+  private readonly lastSeqs = new Map<string, number>()
+
+  noteSeq(workspace: string, seq: number): void {
+    if (seq > (this.lastSeqs.get(workspace) ?? 0)) this.lastSeqs.set(workspace, seq)
+  }
+
+  /**
+   * A workspace's last seq: opening it reads its tail (and takes its lock); after that every
+   * append to it goes through this daemon, which keeps the highest seq acknowledged.
+   */
+  async lastSeq(workspace: string): Promise<number> {
+    const opened = await this.log.openWorkspace(workspace)
+    return Math.max(opened.lastSeq, this.lastSeqs.get(workspace) ?? 0)
+  }
+
   stats(): DaemonStats {
     let requests = 0
     let streams = 0

@@ -71,6 +71,7 @@ export const OPS = [
   'recover',
   'openWorkspace',
   'release',
+  'lastSeq',
   'status',
   'serverStatus',
   'more',

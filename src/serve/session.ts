@@ -39,10 +39,13 @@ export interface SessionHost {
   readonly log: AgentLog
   readonly root: string
   readonly limits: Limits
-  /** sha256 of the token a TCP client must present; null on the unix socket. */
+  /** sha256 of the token a TCP client must present; null without a TCP listener. */
   readonly tokenDigest: Buffer | null
   readonly draining: boolean
   stats(): object
+  /** Records the last seq an append through the daemon got (for lastSeq). */
+  noteSeq(workspace: string, seq: number): void
+  lastSeq(workspace: string): Promise<number>
   /** Request bytes in flight across all sessions (the daemon's budget). */
   pendingBytes: number
   /** Sessions waiting for the budget to go down. */
@@ -195,7 +198,8 @@ export class Session {
         { supported: [PROTOCOL_VERSION] },
       )
     }
-    const digest = this.host.tokenDigest
+    // The unix socket is this user's alone (0600): the token guards only the TCP listener.
+    const digest = this.transport === 'tcp' ? this.host.tokenDigest : null
     if (digest) {
       const given = typeof req.token === 'string' ? req.token : ''
       // Digests of both sides: equal lengths, so the comparison takes the same time for any token.
@@ -267,7 +271,11 @@ export class Session {
         const size = utf8Bytes(encodeBody(entry))
         if (size > limits.maxEntryBytes)
           throw tooLarge('the entry', size, limits.maxEntryBytes, '--max-entry-bytes')
-        return log.append(req.ws as string, entry as EntryInput, appendOptions(req, signal))
+        const ws = req.ws as string
+        return log.append(ws, entry as EntryInput, appendOptions(req, signal)).then((ack) => {
+          this.host.noteSeq(ws, ack.seq)
+          return ack
+        })
       }
       case 'appendMany': {
         checkFields(req, ['ws', 'entries', 'ifLastSeq'])
@@ -278,7 +286,12 @@ export class Session {
           if (size > limits.maxEntryBytes)
             throw tooLarge(`entry ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
         })
-        return log.appendMany(req.ws as string, entries, appendOptions(req, signal))
+        const ws = req.ws as string
+        return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => {
+          const last = acks[acks.length - 1]
+          if (last) this.host.noteSeq(ws, last.seq)
+          return acks
+        })
       }
       case 'appendAtomic': {
         checkFields(req, ['batch'])
@@ -293,7 +306,13 @@ export class Session {
             })
           }
         }
-        return log.appendAtomic(batch as Record<string, never[]>)
+        return log.appendAtomic(batch as Record<string, never[]>).then((out) => {
+          for (const [ws, acks] of Object.entries(out)) {
+            const last = acks[acks.length - 1]
+            if (last) this.host.noteSeq(ws, last.seq)
+          }
+          return out
+        })
       }
       case 'appendReplicated': {
         checkFields(req, ['ws', 'lines'])
@@ -306,7 +325,12 @@ export class Session {
           if (size > limits.maxEntryBytes)
             throw tooLarge(`line ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
         })
-        return log.appendReplicated(req.ws as string, lines)
+        const ws = req.ws as string
+        return log.appendReplicated(ws, lines).then((acks) => {
+          const last = acks[acks.length - 1]
+          if (last) this.host.noteSeq(ws, last.seq)
+          return acks
+        })
       }
       case 'appendToFile': {
         checkFields(req, ['file', 'data', 'lock', 'repairTail'])
@@ -339,6 +363,9 @@ export class Session {
       case 'release':
         checkFields(req, ['ws'])
         return log.release(req.ws as string)
+      case 'lastSeq':
+        checkFields(req, ['ws'])
+        return this.host.lastSeq(req.ws as string).then((lastSeq) => ({ lastSeq }))
       case 'status':
         checkFields(req, [])
         return log.status()
