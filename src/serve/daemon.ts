@@ -52,6 +52,8 @@ export interface DaemonStats {
   requests: number
   streams: number
   pendingBytes: number
+  /** Answer bytes queued in this process for clients that have not read them yet. */
+  bufferedBytes: number
   draining: boolean
 }
 
@@ -233,9 +235,11 @@ export class Daemon implements SessionHost {
   stats(): DaemonStats {
     let requests = 0
     let streams = 0
+    let bufferedBytes = 0
     for (const s of this.sessions) {
       requests += s.requests
       streams += s.openStreams
+      bufferedBytes += s.buffered
     }
     return {
       pid: process.pid,
@@ -244,6 +248,7 @@ export class Daemon implements SessionHost {
       requests,
       streams,
       pendingBytes: this.pendingBytes,
+      bufferedBytes,
       draining: this.drainStarted,
     }
   }

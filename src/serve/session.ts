@@ -114,6 +114,11 @@ export class Session {
     return this.streams
   }
 
+  /** Answer bytes written but not yet taken by the kernel. */
+  get buffered(): number {
+    return this.socket.writableLength + this.out.reduce((n, l) => n + l.length, 0)
+  }
+
   /** Answered before the connection is closed: too many connections, shutting down. */
   refuse(err: NoaError): void {
     this.fatal(err)

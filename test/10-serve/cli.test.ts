@@ -36,7 +36,8 @@ function follower(root: string, ws: string, args: string[] = []) {
     async lines(n: number): Promise<string[]> {
       const deadline = Date.now() + 30_000
       while (out.split('\n').length - 1 < n) {
-        if (Date.now() > deadline) throw new Error(`follower printed ${out.split('\n').length - 1} lines of ${n}: ${err}`)
+        if (Date.now() > deadline)
+          throw new Error(`follower printed ${out.split('\n').length - 1} lines of ${n}: ${err}`)
         await new Promise<void>((resolve) => {
           waiter = resolve
           setTimeout(resolve, 200)
@@ -54,7 +55,16 @@ function follower(root: string, ws: string, args: string[] = []) {
 
 function append(root: string, ws: string, paths: string[], extra: string[] = []) {
   const r = runCli(['append', ws, '--root', root, ...extra], { input: paths.map(entry).join('') })
-  return { ...r, acks: r.status === 0 ? r.stdout.trim().split('\n').map((l) => JSON.parse(l)) : [] }
+  return {
+    ...r,
+    acks:
+      r.status === 0
+        ? r.stdout
+            .trim()
+            .split('\n')
+            .map((l) => JSON.parse(l))
+        : [],
+  }
 }
 
 const stored = (root: string, ws: string) => readFileSync(join(root, 'agent-logs', `${ws}.log`), 'utf8')
@@ -115,7 +125,12 @@ describe('noa append --if-last-seq', () => {
         'noa append: workspace w: the append expected last seq 1, but it is 2; nothing was written\n',
       )
       expect(append(root, 'w', ['c'], ['--if-last-seq', '2']).acks[0].seq).toBe(3)
-      expect(stored(root, 'w').trim().split('\n').map((l) => JSON.parse(l).path)).toEqual(['a', 'b', 'c'])
+      expect(
+        stored(root, 'w')
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l).path),
+      ).toEqual(['a', 'b', 'c'])
       const bad = runCli(['append', 'w', '--root', root, '--if-last-seq', 'two'], { input: entry('y') })
       expect(bad.status).toBe(2)
       expect(bad.stderr).toMatch(/--if-last-seq must be an integer >= 0/)

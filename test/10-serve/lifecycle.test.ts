@@ -57,7 +57,10 @@ describe('noa serve lifecycle', () => {
     for (let i = 0; i < 50; i++) expect(answers.get(i)).toMatchObject({ ok: true, result: { seq: i + 2 } })
     await drained
     expect(await c.next()).toBeNull() // the daemon closed the connection once done
-    expect(logLines(root, 'w').map((e) => e.path)).toEqual(['first', ...Array.from({ length: 50 }, (_, i) => `f${i}`)])
+    expect(logLines(root, 'w').map((e) => e.path)).toEqual([
+      'first',
+      ...Array.from({ length: 50 }, (_, i) => `f${i}`),
+    ])
     // The root is free again: opened in process, no daemon.
     const log = await AgentLog.open({ root, workers: 1 })
     expect((await log.append('w', del('after'))).seq).toBe(52)

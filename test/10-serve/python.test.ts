@@ -52,7 +52,9 @@ describe('the Python client', () => {
     expect(tcp.steps[0]).toMatchObject({ v: 1, transport: 'tcp' })
     expect(tcp.steps.at(-1)).toMatchObject({ entries: 54, lastSeq: 54 })
 
-    const lines = readFileSync(join(root, 'agent-logs', 'py.log'), 'utf8').trim().split('\n')
+    const lines = readFileSync(join(root, 'agent-logs', 'py.log'), 'utf8')
+      .trim()
+      .split('\n')
     expect(lines.map((l) => JSON.parse(l).seq)).toEqual(Array.from({ length: 54 }, (_, i) => i + 1))
     expect(JSON.parse(lines[0] as string)).toMatchObject({ op: 'write', path: 'py/first.txt' })
     expect((await d.stop()).code).toBe(0)

@@ -87,8 +87,14 @@ describe('noa serve security', () => {
     const root = tempDir()
     const cases: Array<[string[], RegExp]> = [
       [['--listen', '7000'], /a TCP listener needs a token: --token-file FILE/],
-      [['--listen', '7000', '--token-file', tokenFile(0o644)], /has mode 0644: others can read it; chmod 600 it/],
-      [['--listen', '7000', '--token-file', tokenFile(0o600, 'short\n')], /is 5 characters: at least 16 are needed/],
+      [
+        ['--listen', '7000', '--token-file', tokenFile(0o644)],
+        /has mode 0644: others can read it; chmod 600 it/,
+      ],
+      [
+        ['--listen', '7000', '--token-file', tokenFile(0o600, 'short\n')],
+        /is 5 characters: at least 16 are needed/,
+      ],
       [['--listen', '7000', '--token-file', join(root, 'missing')], /cannot read the token file/],
       [['--listen', 'host:port', '--token-file', tokenFile()], /--listen takes PORT or HOST:PORT/],
       [['--token-file', tokenFile()], /a token file is for the TCP listener: give --listen too/],
