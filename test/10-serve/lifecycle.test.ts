@@ -12,6 +12,7 @@ import { ROOT_DIR, tempDir } from '../helpers/index.js'
 import { LineClient, startDaemon } from '../helpers/serve.js'
 
 const SLOW_IO = new URL('test/fixtures/slow-commit-io.mjs', `file://${ROOT_DIR}/`).href
+const CRASH_IO = new URL('test/fixtures/crash-io.mjs', `file://${ROOT_DIR}/`).href
 const del = (path: string): EntryInput => ({ op: 'delete', path })
 
 function logLines(root: string, ws: string): Array<{ seq: number; path: string }> {
@@ -65,6 +66,33 @@ describe('noa serve lifecycle', () => {
     const log = await AgentLog.open({ root, workers: 1 })
     expect((await log.append('w', del('after'))).seq).toBe(52)
     await log.close()
+  })
+
+  it('keeps serving when an owner worker dies: its appends in flight fail by name, the next ones go on', async () => {
+    const root = tempDir()
+    const marker = join(root, 'died')
+    const d = await Daemon.start({
+      root,
+      log: { workers: 2, ioModule: CRASH_IO, ioOptions: { marker, atCommit: 4 } },
+    })
+    const log = await connectDaemon({ root })
+    const failed: string[] = []
+    const acked = new Map<string, number>()
+    for (let i = 0; i < 24; i++) {
+      const ws = `w${i % 6}` // spread over both owners
+      await log.append(ws, del(`f${i}`)).then(
+        (a) => acked.set(ws, a.seq),
+        (err) => {
+          expect(err).toMatchObject({ code: 'NOA_WORKER_FAILED' })
+          failed.push(ws)
+        },
+      )
+    }
+    expect(failed).toHaveLength(1)
+    expect(acked.size).toBe(6) // every workspace, the dead owner's included, is served again
+    for (const [ws, seq] of acked) expect(logLines(root, ws).at(-1)?.seq).toBe(seq)
+    await log.close()
+    await d.drain()
   })
 
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
