@@ -9,7 +9,7 @@ import { connectDaemon, Daemon, type Entry } from '../../dist/src/index.js'
 import { tempDir } from '../helpers/index.js'
 import { LineClient } from '../helpers/serve.js'
 
-const del = (path: string) => ({ op: 'delete', path })
+const del = (path: string) => ({ op: 'delete' as const, path })
 
 async function daemon(limits = {}): Promise<Daemon> {
   const d = await Daemon.start({ root: tempDir(), log: { workers: 1 }, limits })

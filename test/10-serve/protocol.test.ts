@@ -23,7 +23,7 @@ async function client(d: Daemon): Promise<LineClient> {
   return c
 }
 
-const del = (path: string) => ({ op: 'delete', path })
+const del = (path: string) => ({ op: 'delete' as const, path })
 
 describe('noa serve wire protocol', () => {
   it('answers hello with the version, limits and ops, and refuses anything before it', async () => {

@@ -20,7 +20,7 @@ function tokenFile(mode = 0o600, text = `${TOKEN}\n`): string {
   return file
 }
 
-const del = (path: string) => ({ op: 'delete', path })
+const del = (path: string) => ({ op: 'delete' as const, path })
 
 describe('noa serve security', () => {
   it('creates its socket 0600 even under umask 000', async () => {

@@ -12,7 +12,8 @@ export const spec = command({
     'if-last-seq': {
       type: 'string',
       value: 'N',
-      description: "append only if the workspace's last seq is N (0: empty); else exit 1, naming the current one",
+      description:
+        "append only if the workspace's last seq is N (0: empty); else exit 1, naming the current one",
     },
     json: { ...JSON_OPTION.json, description: 'accepted for symmetry: the acks are JSON lines already' },
   },

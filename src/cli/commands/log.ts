@@ -27,7 +27,10 @@ export const spec = command({
     'after that, in order, whoever appends it (through noa serve, or another process): no gap, no\n' +
     'duplicate, also across a restart of the daemon.',
   examples: ['noa log agent-1 --from 100', 'noa log agent-1 | head -5', 'noa log agent-1 --follow'],
-  exitCodes: { 0: 'done (with --follow: stopped by SIGINT or SIGTERM)', 1: 'the workspace has no log, or it cannot be read' },
+  exitCodes: {
+    0: 'done (with --follow: stopped by SIGINT or SIGTERM)',
+    1: 'the workspace has no log, or it cannot be read',
+  },
 })
 
 export async function run(args: string[], io: CliIo): Promise<number> {
