@@ -409,6 +409,7 @@ export class RemoteAgentLog extends AgentLog {
     if (signal?.aborted) throw abortedError(workspace, signal)
     const conn = await this.connection()
     if (signal?.aborted) throw abortedError(workspace, signal)
+    if (signal) msg.cancellable = true
     const p = conn.request(msg, msg.op as string, undefined, workspace)
     if (!signal) return p
     // Asked back on abort: the daemon cancels it unless a commit already took it.

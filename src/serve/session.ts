@@ -66,7 +66,11 @@ const OUTPUT_HIGH = 1 << 20
 interface InFlight {
   op: string
   bytes: number
-  abort: AbortController
+  /**
+   * Streams, and appends sent with `"cancellable": true`: what `cancel` aborts. Others have
+   * none (an AbortController and its listener per append cost more than the rest of its path).
+   */
+  abort: AbortController | null
   /** Streams: chunks the client still accepts, and a wake-up for a stream waiting for credit. */
   credits?: number
   wake?: (() => void) | null
@@ -131,7 +135,7 @@ export class Session {
   drain(): void {
     this.ending = true
     for (const r of this.inFlight.values()) {
-      if (r.credits !== undefined) r.abort.abort(shuttingDown())
+      if (r.credits !== undefined) r.abort?.abort(shuttingDown())
     }
   }
 
@@ -172,7 +176,8 @@ export class Session {
     if (req.op === 'hello') throw protocolError('hello was sent twice')
     if (this.inFlight.has(req.id)) throw protocolError(`id ${req.id} is already in flight on this connection`)
     const bytes = line.length
-    const r: InFlight = { op: req.op, bytes, abort: new AbortController() }
+    const cancellable = STREAM_OPS.has(req.op) || req.cancellable === true
+    const r: InFlight = { op: req.op, bytes, abort: cancellable ? new AbortController() : null }
     this.inFlight.set(req.id, r)
     this.host.pendingBytes += bytes
     if (this.inFlight.size >= this.host.limits.maxInFlight) this.pause(PAUSE_IN_FLIGHT)
@@ -248,13 +253,13 @@ export class Session {
 
   private cancel(req: Request): void {
     const r = this.inFlight.get(req.ref as number)
-    if (r) r.abort.abort(new NoaError('NOA_ABORTED', `request ${req.ref} was cancelled by the client`))
+    r?.abort?.abort(new NoaError('NOA_ABORTED', `request ${req.ref} was cancelled by the client`))
   }
 
   private run(req: Request, r: InFlight): void {
     let p: Promise<unknown>
     try {
-      p = this.call(req, r.abort.signal)
+      p = this.call(req, r.abort?.signal)
     } catch (err) {
       this.settle(req.id, r, null, err)
       return
@@ -266,12 +271,12 @@ export class Session {
   }
 
   /** A unary request against the AgentLog. Validation errors are thrown synchronously. */
-  private call(req: Request, signal: AbortSignal): Promise<unknown> {
+  private call(req: Request, signal: AbortSignal | undefined): Promise<unknown> {
     const log = this.host.log
     const limits = this.host.limits
     switch (req.op) {
       case 'append': {
-        checkFields(req, ['ws', 'entry', 'ifLastSeq'])
+        checkFields(req, ['ws', 'entry', 'ifLastSeq', 'cancellable'])
         const entry = req.entry
         const size = utf8Bytes(encodeBody(entry))
         if (size > limits.maxEntryBytes)
@@ -283,7 +288,7 @@ export class Session {
         })
       }
       case 'appendMany': {
-        checkFields(req, ['ws', 'entries', 'ifLastSeq'])
+        checkFields(req, ['ws', 'entries', 'ifLastSeq', 'cancellable'])
         const entries = req.entries
         if (!Array.isArray(entries)) throw badArgument('appendMany.entries must be an array of entries')
         entries.forEach((e, i) => {
@@ -415,7 +420,7 @@ export class Session {
         )
       }
       r.credits = window as number
-      gen = this.streamer(req.op)(req, r.abort.signal)
+      gen = this.streamer(req.op)(req, (r.abort as AbortController).signal)
     } catch (err) {
       this.settle(req.id, r, null, err)
       return
@@ -435,7 +440,7 @@ export class Session {
 
   /** Sends a stream's chunks as credit and the socket allow; its result once it ends. */
   private async pump(id: number, r: InFlight, gen: AsyncGenerator<Chunk>): Promise<unknown> {
-    const signal = r.abort.signal
+    const signal = (r.abort as AbortController).signal
     const aborted = new Promise<never>((_, reject) => {
       const fail = () => reject(signal.reason)
       if (signal.aborted) fail()
@@ -576,7 +581,7 @@ export class Session {
     this.flush()
     this.state = 'closed'
     for (const r of this.inFlight.values()) {
-      if (r.credits !== undefined) r.abort.abort(err)
+      if (r.credits !== undefined) r.abort?.abort(err)
     }
     this.socket.end()
     // A peer that never reads its socket cannot keep this one open.
@@ -593,7 +598,7 @@ export class Session {
     this.state = 'closed'
     // Appends in flight still commit (they are with the owners); their answers have nowhere to go.
     for (const r of this.inFlight.values()) {
-      if (r.credits !== undefined) r.abort.abort(new NoaError('NOA_ABORTED', 'the client went away'))
+      if (r.credits !== undefined) r.abort?.abort(new NoaError('NOA_ABORTED', 'the client went away'))
     }
     this.host.budgetWaiters.delete(this)
     this.host.ended(this)
@@ -702,8 +707,13 @@ function seqArg(v: unknown, what: string): number {
   return v
 }
 
-function appendOptions(req: Request, signal: AbortSignal): AppendOptions {
-  const o: AppendOptions = { signal }
+function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOptions | undefined {
+  if (req.cancellable !== undefined && typeof req.cancellable !== 'boolean') {
+    throw badArgument(`${req.op}.cancellable must be true or false, got ${JSON.stringify(req.cancellable)}`)
+  }
+  if (signal === undefined && req.ifLastSeq === undefined) return undefined
+  const o: AppendOptions = {}
+  if (signal) o.signal = signal
   if (req.ifLastSeq !== undefined) {
     const v = req.ifLastSeq
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {

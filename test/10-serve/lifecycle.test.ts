@@ -95,6 +95,28 @@ describe('noa serve lifecycle', () => {
     await d.drain()
   })
 
+  it('cancels an append not yet taken into a commit (NOA_ABORTED, nothing written); a taken one commits', async () => {
+    const root = tempDir()
+    const d = await Daemon.start({
+      root,
+      log: { workers: 0, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 300 } },
+    })
+    const log = await connectDaemon({ root })
+    await log.append('w', del('first'))
+    const taken = log.append('w', del('taken')) // in the round that is now committing for 300 ms
+    await new Promise((r) => setTimeout(r, 50))
+    const stop = new AbortController()
+    const cancelled = log.append('w', del('cancelled'), { signal: stop.signal })
+    await new Promise((r) => setTimeout(r, 50))
+    stop.abort()
+    await expect(cancelled).rejects.toMatchObject({ code: 'NOA_ABORTED' })
+    expect((await taken).seq).toBe(2)
+    expect((await log.append('w', del('after'))).seq).toBe(3)
+    expect(logLines(root, 'w').map((e) => e.path)).toEqual(['first', 'taken', 'after'])
+    await log.close()
+    await d.drain()
+  })
+
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     it(`exits 0 on ${signal} after answering every append it took`, async () => {
       const root = tempDir()

@@ -35,7 +35,12 @@ export const spec = command({
       required: 'with --listen',
       complete: 'file',
     },
-    workers: { type: 'string', value: 'N', description: 'owner worker threads', defaultText: '2' },
+    workers: {
+      type: 'string',
+      value: 'N',
+      description: "owner worker threads (0: the owner runs on the daemon's thread, commits on the addon's)",
+      defaultText: '0',
+    },
     'max-entry-bytes': limitOption('max-entry-bytes'),
     'max-line-bytes': limitOption('max-line-bytes'),
     'max-connections': limitOption('max-connections'),
@@ -67,7 +72,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     const n = intOption(values[flag as keyof typeof LIMIT_FLAGS], flag, spec.usage, 1)
     if (n !== undefined) limits[key] = n
   }
-  const workers = intOption(values.workers, 'workers', spec.usage, 1)
+  const workers = intOption(values.workers, 'workers', spec.usage, 0)
   const daemon = await Daemon.start({
     root: rootOf(values),
     ...(values.listen === undefined ? {} : { listen: values.listen }),
