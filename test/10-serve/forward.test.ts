@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process'
 import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, connectDaemon, type EntryInput, RemoteAgentLog } from '../../dist/src/index.js'
+import { AgentLog, connectDaemon, Daemon, type EntryInput, RemoteAgentLog } from '../../dist/src/index.js'
 import { BLOB, blobOf, runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { startDaemon } from '../helpers/serve.js'
 
@@ -210,6 +210,34 @@ describe('transparent forwarding to noa serve', () => {
     writeFileSync(join(root2, 'noa.sock'), 'mine')
     await expect(AgentLog.open({ root: root2 })).rejects.toMatchObject({ code: 'NOA_BAD_SOCKET' })
     expect(readFileSync(join(root2, 'noa.sock'), 'utf8')).toBe('mine')
+  })
+
+  it('serves a root whose socket path is too long for sun_path (through /proc/self/fd)', async () => {
+    const root = join(tempDir(), 'r'.repeat(120))
+    const d = await Daemon.start({ root })
+    try {
+      expect(Buffer.byteLength(d.socketPath)).toBeGreaterThan(108)
+      // Another process (this one serves): it must reach the daemon through the long path too.
+      const r = await runCliAsync(['append', 'w', '--root', root], `${JSON.stringify(del('a'))}\n`)
+      expect(r).toMatchObject({ status: 0, stderr: '' })
+      const log = await connectDaemon({ root })
+      expect((await log.append('w', del('b'))).seq).toBe(2)
+      await log.close()
+    } finally {
+      await d.drain()
+    }
+    expect(existsSync(join(root, 'noa.sock'))).toBe(false) // removed at the end, though bound through /proc
+  })
+
+  it('refuses a planted serve lock instead of following it', () => {
+    const root = tempDir()
+    const outside = tempDir()
+    writeFileSync(join(outside, 'target'), 'keep\n')
+    symlinkSync(join(outside, 'target'), join(root, 'noa.serve.lock'))
+    const r = runCli(['serve', '--root', root])
+    expect(r.status).toBe(1)
+    expect(r.stderr).toMatch(/noa\.serve\.lock is a symlink/)
+    expect(readFileSync(join(outside, 'target'), 'utf8')).toBe('keep\n')
   })
 
   it('refuses planted symlinks and FIFOs through the daemon exactly as in process', async () => {
