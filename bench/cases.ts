@@ -11,6 +11,7 @@ import { AgentLog } from '../src/engine/agent-log.js'
 import { nowMicros } from '../src/engine/clock.js'
 import { type EntryInput, formatLine } from '../src/engine/entry.js'
 import { loadNative } from '../src/engine/native.js'
+import { ObjectStore } from '../src/store/objects.js'
 
 export interface CaseResult {
   /** entries/s for throughput cases */
@@ -148,6 +149,17 @@ export const CASES: Record<string, (dir: string, seconds: number) => Promise<Cas
       const r = await throughput(100, seconds, (k, i) => log.append('one', entryFor(k * 1_000_000 + i)))
       const bytes = statSync(join(dir, 'agent-logs', 'one.log')).size
       return { ...r, bytes: bytes / (r.entries + 1) }
+    })
+  },
+
+  /** The same with every write's blob looked up in the object store first (the blob is stored). */
+  async 'noa-1ws-100-blobcheck'(dir, seconds) {
+    const store = new ObjectStore(dir)
+    const blob = await store.putBlob('the one blob every entry names')
+    return withLog(dir, { objects: store, checkBlobs: true }, async (log) => {
+      const write = (i: number): EntryInput => ({ ...(entryFor(i) as { op: 'write'; path: string }), blob })
+      await log.append('one', write(0))
+      return throughput(100, seconds, (k, i) => log.append('one', write(k * 1_000_000 + i)))
     })
   },
 

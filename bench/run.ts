@@ -125,6 +125,14 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
       higherIsBetter: true,
     },
     {
+      workload: '1 workspace × 100 submitters, append option checkBlobs (each blob looked up)',
+      unit: 'entries/s',
+      noa: m('noa-1ws-100-blobcheck', 'rate'),
+      baseline: m('noa-1ws-100', 'rate'),
+      baselineName: 'noa, the same without the check',
+      higherIsBetter: true,
+    },
+    {
       workload: 'bytes per entry',
       unit: 'B',
       noa: m('noa-1ws-100', 'bytes'),
@@ -141,6 +149,7 @@ export const ENGINE_CASES = [
   'floor-1ws',
   'floor-batched-1ws',
   'noa-1ws-100',
+  'noa-1ws-100-blobcheck',
   'naive-100ws',
   'noa-100ws',
   'noa-100ws-syncfs',
@@ -173,6 +182,13 @@ async function main(): Promise<void> {
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
+  }
+  const { gcBench } = await import('./gc.js')
+  const gcDir = mkdtempSync(join(tmpdir(), 'noa-bench-gc-'))
+  try {
+    rows.push(...(await gcBench({ quick, dir: gcDir })))
+  } finally {
+    rmSync(gcDir, { recursive: true, force: true })
   }
   // Replication (issue 8): needs nats-server; NOA_BENCH_NATS_URL names one, else it starts its own.
   const replicate = await import('./replicate.js')

@@ -163,11 +163,10 @@ async function storePhase(log: AgentLog, objects: ObjectStore, main: string) {
   const engine = new SnapshotEngine({ log })
   await log.append(main, { op: 'write', path: 'README.md', blob: await objects.putBlob('# demo\n') })
   const s = await engine.snapshot(main, { message: 'after the agents ran' })
-  const tree = await engine.tree(s.snapshot_id)
-  say(
-    `   snapshot ${s.snapshot_id.slice(0, 16)}…: ${fmt(tree.size)} files, ${fmt(s.entries_replayed)} entries replayed`,
-  )
-  await engine.fork('feature', s.snapshot_id, { message: 'try a feature' })
+  const id = s.snapshotId as string // there are new entries: a snapshot was written
+  const tree = await engine.tree(id)
+  say(`   snapshot ${id.slice(0, 16)}…: ${fmt(tree.size)} files, ${fmt(s.entriesReplayed)} entries replayed`)
+  await engine.fork('feature', id, { message: 'try a feature' })
   await log.append(main, { op: 'write', path: 'README.md', blob: await objects.putBlob('# demo\n\nmain\n') })
   const featureReadme = await objects.putBlob('# demo\n\nfeature\n')
   await log.appendMany('feature', [
@@ -175,7 +174,7 @@ async function storePhase(log: AgentLog, objects: ObjectStore, main: string) {
     { op: 'write', path: 'docs/feature.md', blob: await objects.putBlob('A new page.\n') },
   ])
   const m = await engine.merge(main, ['feature'], { message: 'merge feature' })
-  const merged = await engine.tree(m.snapshot_id)
+  const merged = await engine.tree(m.snapshotId as string)
   for (const c of m.conflicts) {
     say(
       `   conflict: ${c.path} changed by ${c.sides.map((x) => x.workspace).join(' and ')}; ${c.winner} wins (last writer)`,
@@ -187,7 +186,7 @@ async function storePhase(log: AgentLog, objects: ObjectStore, main: string) {
     merged.get('README.md') === featureReadme &&
     merged.get('docs/feature.md') !== undefined
   say(
-    `   merge ${m.snapshot_id.slice(0, 16)}…: ${fmt(merged.size)} files, ${m.conflicts.length} conflict reported`,
+    `   merge ${(m.snapshotId as string).slice(0, 16)}…: ${fmt(merged.size)} files, ${m.conflicts.length} conflict reported`,
   )
   return { ok, conflicts: m.conflicts.length, files: merged.size }
 }
@@ -256,7 +255,7 @@ async function transcriptPhase(log: AgentLog, dir: string) {
   await next.close()
   const ok = r.messages.length === CONVERSATION.length && added.parent_uuid === r.parentUuid
   say(
-    `   ${CONVERSATION.length} messages written, resumed ${r.messages.length} (${fmt(r.usage.input_tokens)} input tokens), the next record chains after ${r.parentUuid?.slice(0, 8)}…`,
+    `   ${CONVERSATION.length} messages written, resumed ${r.messages.length} (${fmt(Number(r.usage.input_tokens))} input tokens), the next record chains after ${r.parentUuid?.slice(0, 8)}…`,
   )
   return { ok, sessionId, records: CONVERSATION.length + 1 }
 }

@@ -2,7 +2,7 @@
 import './serve/forward.js'
 
 export * from './context/index.js'
-export { AgentLog, type AgentLogOptions } from './engine/agent-log.js'
+export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,
@@ -12,6 +12,7 @@ export {
   writeFileAtomic,
   writeTempFile,
 } from './engine/atomic.js'
+export type { ObjectChecks } from './engine/checks.js'
 export { nextTs, nowMicros } from './engine/clock.js'
 export {
   type Ack,
@@ -58,7 +59,7 @@ export {
   type VerifyReport,
   verifyLog,
 } from './engine/recovery.js'
-export { goToLower, goTrimSpace } from './gocompat/index.js'
+export { type GoInt, goToLower, goTrimSpace } from './gocompat/index.js'
 export { linkTarget, renderIndex } from './memory/index-file.js'
 export { LOCK_FILE } from './memory/lock.js'
 export {
@@ -143,7 +144,27 @@ export {
 } from './serve/client.js'
 export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
 export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'
+export type { CheckoutOptions, CheckoutResult } from './store/checkout.js'
+export {
+  type DiffEntry,
+  type DiffResult,
+  type DiffSide,
+  type DiffStatus,
+  diffRefs,
+  type FileDiff,
+  fileDiff,
+} from './store/diff.js'
+export {
+  collectGarbage,
+  DEFAULT_GRACE_MS,
+  type GcItem,
+  type GcOptions,
+  type GcProgress,
+  type GcResult,
+  parseDuration,
+} from './store/gc.js'
 export { lastSnapshotEntry, type StoredSnapshotEntry, snapshotEntriesBackward } from './store/heads.js'
+export { drawGraph, type HistoryKind, type HistoryNode, historyOf } from './store/history.js'
 export {
   type ConflictPolicy,
   type ConflictSide,
@@ -158,6 +179,7 @@ export {
   encodeSnapshotRecord,
   MAX_DELTA_DEPTH,
   ObjectStore,
+  type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,
   type StoredObject,
@@ -165,16 +187,33 @@ export {
   snapshotEntry,
 } from './store/objects.js'
 export {
+  MarkSet,
+  type ObjectKind,
+  type ReachSink,
+  type Referrer,
+  snapshotObjects,
+  walkRoots,
+} from './store/reach.js'
+export { checkRecordEntries, type RecordProblem, scanRecords } from './store/records.js'
+export {
+  type ApplyOptions,
   applyEntries,
   type ChangeMark,
   type ChangeOp,
+  NO_EFFECT_REASONS,
+  type NoEffect,
+  type NoEffectReason,
   type ReplayProgress,
   replaySegment,
 } from './store/replay.js'
 export {
   type ForkResult,
   type Head,
+  type MissingBlob,
+  type PruneOptions,
+  type PruneResult,
   type ReplayOptions,
+  type ResolvedRef,
   SnapshotEngine,
   type SnapshotEngineOptions,
   type SnapshotInfo,
@@ -192,7 +231,8 @@ export {
   TreeBuilder,
   type TreeChange,
 } from './store/tree.js'
-export { formatRecord } from './transcript/format.js'
+export { type StoreProblem, verifyStore } from './store/verify.js'
+export { formatRecord, formatRecordBytes } from './transcript/format.js'
 export {
   formatTimestamp,
   type IdOptions,
@@ -253,6 +293,7 @@ export {
   isBoundaryMarker,
   lastBoundaryIndex,
   lastUuid,
+  type MessagesOptions,
   messages,
   pairToolBlocks,
   parseBoundaryMeta,

@@ -42,7 +42,7 @@ export const noaStore: Store = {
   label: 'noa',
   kind: 'noa',
   replayHow:
-    '`readBatches` (what `log.readBatches(ws)` runs): streamed 1 MiB chunks, every entry parsed and validated',
+    "`readBatches` (what `log.readBatches(ws)` runs): every entry parsed and validated, by a line scanner for noa's own line shapes (JSON.parse + the field checks for any other line); from 32 MB, and only while a core is idle, a scanning thread beside the caller's",
   openHow: '`AgentLog.open` (starts the owner workers) + `recover(ws)`: lock, read the tail only, last seq',
   load() {},
   async prepare(dir, entries) {

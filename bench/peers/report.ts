@@ -264,7 +264,7 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
     case '8proc-shared':
       return "Every process's append crosses the daemon's socket twice (request, answer) before and after the commit, where SQLite and lmdb commit in the calling process; the daemon wins only by committing many processes' entries in one fdatasync."
     case 'replay':
-      return "noa's reader validates every entry (each field re-checked, as `verify` does) on top of JSON.parse; the SQLite and lmdb replays decode rows from a B-tree already in the page cache without any check. `readBatches(ws, { validate: false })` skips the checks."
+      return "noa's reader validates every entry (every field rule, as `verify` does) while it parses it, and builds every entry as an object; a short log stays on one thread (a scanning thread pays off from 32 MB) and pays the start of a fresh process's JIT, which a C++ JSON.parse or a native B-tree read does not; the SQLite and lmdb replays decode rows already in the page cache without any check."
     case 'open':
       return "`AgentLog.open` starts the owner worker threads (each loads the addon) before `recover` reads the log's tail; opening SQLite or lmdb is a file open and a read of a few pages on the caller's thread. The tail read itself does not depend on the log's length."
   }

@@ -73,7 +73,7 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
   },
   snapshot: {
     group: 'store',
-    summary: "snapshot a workspace's files (replays the entries since its last snapshot)",
+    summary: "snapshot a workspace's files (replays the entries since its last snapshot); prune old ones",
     load: () => import('./commands/snapshot.js'),
   },
   snapshots: {
@@ -95,6 +95,26 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
     group: 'store',
     summary: 'merge source workspaces into a target as one snapshot',
     load: () => import('./commands/merge.js'),
+  },
+  checkout: {
+    group: 'store',
+    summary: "write a snapshot's files (or ws, ws@seq) into a folder",
+    load: () => import('./commands/checkout.js'),
+  },
+  diff: {
+    group: 'store',
+    summary: 'paths added, removed and changed between two snapshots (or ws, ws@seq)',
+    load: () => import('./commands/diff.js'),
+  },
+  history: {
+    group: 'store',
+    summary: "a workspace's snapshot, fork and merge graph, oldest first",
+    load: () => import('./commands/history.js'),
+  },
+  gc: {
+    group: 'store',
+    summary: 'remove objects no log reaches (a dry run without --yes)',
+    load: () => import('./commands/gc.js'),
   },
   transcript: {
     group: 'agent files',

@@ -1,19 +1,25 @@
 /**
  * Reading an archive back (beyond Norma, which has no reader). The layout is Norma's
- * (archive.ts); the reader accepts exactly the files `renderArchive` can write and guarantees
- * `renderArchive(parseArchive(text)) === text`, refusing anything else with the line and reason.
+ * (archive.ts); the reader accepts exactly the files Norma's RenderArchive can write and
+ * guarantees that the document it returns renders to the same text, refusing anything else
+ * with the line and reason. `renderArchive` is the other direction: it writes only documents
+ * the reader gives back whole (`parseArchive(renderArchive(doc))` equals `doc`), and refuses
+ * the others naming the field.
  *
- * Text and thinking bodies are not fenced, so a body may itself hold a line that looks like
- * the next entry's heading. Entries are therefore split so that their number matches the
- * frontmatter's counts, preferring the shortest body when several splits fit.
+ * Norma writes every value as it is, so a value can hold a line break (a session id, a topic)
+ * and a text or thinking body a line that looks like the next entry's heading. Frontmatter
+ * values are taken one line long when that reads, else the shortest split that does; entries
+ * are split so that their number matches the frontmatter's counts, preferring the shortest body
+ * when several splits fit.
  */
 import { NoaError } from '../engine/errors.js'
+import { type GoInt, goIntText, isGoInt, parseGoInt } from '../gocompat/index.js'
 import {
   type ArchiveBlockEntry,
   type ArchiveDocument,
   type ArchiveEntry,
   type ArchiveMessageEntry,
-  renderArchive,
+  renderArchiveUnchecked,
   renderBlockEntry,
   SUMMARY_INTRO,
 } from './archive.js'
@@ -74,11 +80,12 @@ class Reader {
     return this.peek().startsWith(`${name}: `) ? this.key(name) : ''
   }
 
-  int(name: string): number {
+  int(name: string): GoInt {
     const v = this.key(name)
-    if (!/^-?\d+$/.test(v) || !Number.isSafeInteger(Number(v)))
+    const n = /^-?\d+$/.test(v) ? parseGoInt(v) : undefined
+    if (n === undefined || (n === 0 && v.startsWith('-')))
       throw this.fail(`${name} must be an integer, got ${JSON.stringify(v)}`, this.line - 1)
-    return Number(v)
+    return n
   }
 }
 
@@ -133,7 +140,7 @@ function parseBlockSection(section: string): ArchiveBlockEntry | undefined {
   const entry: ArchiveBlockEntry = {
     kind: 'block',
     blockId: h[1] as string,
-    tier: Number(h[2]),
+    tier: parseGoInt(h[2] as string) ?? Number.NaN,
     startRef,
     endRef,
     topic: '',
@@ -172,16 +179,41 @@ function parseBlockSection(section: string): ArchiveBlockEntry | undefined {
   return undefined
 }
 
-/** Reads an archive's text into its document. Throws NOA_BAD_ARCHIVE naming the line and reason. */
-export function parseArchive(text: string, options: ParseArchiveOptions = {}): ArchiveDocument {
-  const r = new Reader(text, options.file ?? '<archive>')
+/** The frontmatter and heading of an archive, read. */
+interface Front {
+  blockId: string
+  tier: GoInt
+  session: string
+  created: string
+  startRef: string
+  endRef: string
+  consumed: string[]
+  messageCount: GoInt
+  originalTokens: GoInt
+  topic: string
+  /** Where the text after the heading's blank line starts, and its line number. */
+  pos: number
+  line: number
+}
+
+function splitRange(range: string, heading: string, prefix: string): [string, string] | undefined {
+  // `range: <start>-<end>`: split where the heading (`<start>–<end>`) agrees.
+  for (let i = range.indexOf('-'); i >= 0; i = range.indexOf('-', i + 1)) {
+    if (heading === `${prefix}${range.slice(0, i)}–${range.slice(i + 1)}`)
+      return [range.slice(0, i), range.slice(i + 1)]
+  }
+  return undefined
+}
+
+/** The frontmatter with every value on one line (what Norma writes for ordinary values). */
+function readFront(r: Reader): Front {
   r.expect('---', 'the opening `---`')
   const blockId = r.key('block')
   const tier = r.int('tier')
   const session = r.optionalKey('session')
   const created = r.optionalKey('created')
   const range = r.key('range')
-  let messageCount: number
+  let messageCount: GoInt
   let consumed: string[] = []
   if (r.peek().startsWith('consumed_blocks: ')) {
     const list = LIST.exec(r.key('consumed_blocks'))
@@ -195,36 +227,151 @@ export function parseArchive(text: string, options: ParseArchiveOptions = {}): A
   const topic = r.optionalKey('topic')
   r.expect('---', 'the closing `---` of the frontmatter')
   r.expect('', 'a blank line')
-  // `range: <start>-<end>`: split where the heading (`<start>–<end>`) agrees.
-  const prefix = `# Archive ${blockId} · Tier ${tier} · `
+  const prefix = `# Archive ${blockId} · Tier ${goIntText(tier)} · `
   const gotHeading = r.next('the `# Archive` heading')
-  let startRef: string | undefined
-  let endRef = ''
-  for (let i = range.indexOf('-'); i >= 0; i = range.indexOf('-', i + 1)) {
-    if (gotHeading === `${prefix}${range.slice(0, i)}–${range.slice(i + 1)}`) {
-      startRef = range.slice(0, i)
-      endRef = range.slice(i + 1)
-      break
-    }
-  }
-  if (startRef === undefined)
+  const refs = splitRange(range, gotHeading, prefix)
+  if (refs === undefined)
     throw r.fail(
-      `heading ${JSON.stringify(gotHeading)} does not match the frontmatter (block ${blockId}, tier ${tier}, range ${range})`,
+      `heading ${JSON.stringify(gotHeading)} does not match the frontmatter (block ${blockId}, tier ${goIntText(tier)}, range ${range})`,
       r.line - 1,
     )
-  const doc: ArchiveDocument = {
+  r.expect('', 'a blank line')
+  return {
     blockId,
     tier,
     session,
     created,
-    startRef,
-    endRef,
+    startRef: refs[0],
+    endRef: refs[1],
+    consumed,
+    messageCount,
     originalTokens,
     topic,
+    pos: r.pos,
+    line: r.line,
+  }
+}
+
+/** How many frontmatter readings the search tries before giving up. */
+const MAX_FRONTS = 256
+
+type FrontKey =
+  | 'block'
+  | 'tier'
+  | 'session'
+  | 'created'
+  | 'range'
+  | 'consumed_blocks'
+  | 'loose_messages'
+  | 'message_count'
+  | 'original_tokens'
+  | 'topic'
+
+/** What may follow each key, in the order Norma writes them; `end` is the closing `---`. */
+const NEXT: Record<FrontKey | 'start', Array<FrontKey | 'end'>> = {
+  start: ['block'],
+  block: ['tier'],
+  tier: ['session', 'created', 'range'],
+  session: ['created', 'range'],
+  created: ['range'],
+  range: ['consumed_blocks', 'message_count'],
+  consumed_blocks: ['loose_messages'],
+  loose_messages: ['original_tokens'],
+  message_count: ['original_tokens'],
+  original_tokens: ['topic', 'end'],
+  topic: ['end'],
+}
+const INT_KEYS: ReadonlySet<FrontKey> = new Set([
+  'tier',
+  'loose_messages',
+  'message_count',
+  'original_tokens',
+])
+
+/**
+ * Every reading of the frontmatter where values may span lines (shortest values first), each
+ * checked against the heading, which repeats the block, tier and range.
+ */
+function* searchFronts(text: string): Generator<Front> {
+  if (!text.startsWith('---\n')) return
+  const values = new Map<FrontKey, string>()
+  function* at(pos: number, prev: FrontKey | 'start'): Generator<Front> {
+    for (const key of NEXT[prev]) {
+      if (key === 'end') {
+        if (!text.startsWith('---\n\n', pos)) continue
+        const front = finish(pos + 5)
+        if (front) yield front
+        continue
+      }
+      const lead = `${key}: `
+      if (!text.startsWith(lead, pos)) continue
+      const v = pos + lead.length
+      for (let q = text.indexOf('\n', v); q >= 0; q = text.indexOf('\n', q + 1)) {
+        values.set(key, text.slice(v, q))
+        yield* at(q + 1, key)
+        if (INT_KEYS.has(key)) break
+      }
+      values.delete(key)
+    }
+  }
+  function finish(pos: number): Front | undefined {
+    const int = (k: FrontKey) => {
+      const v = values.get(k)
+      return v !== undefined && /^-?\d+$/.test(v) ? parseGoInt(v) : undefined
+    }
+    const blockId = values.get('block') as string
+    const tier = int('tier')
+    const originalTokens = int('original_tokens')
+    const count = values.has('message_count') ? int('message_count') : int('loose_messages')
+    if (tier === undefined || originalTokens === undefined || count === undefined) return undefined
+    let consumed: string[] = []
+    if (values.has('consumed_blocks')) {
+      const list = LIST.exec(values.get('consumed_blocks') as string)
+      if (!list || list[1] === '') return undefined
+      consumed = (list[1] as string).split(', ')
+    }
+    const prefix = `# Archive ${blockId} · Tier ${goIntText(tier)} · `
+    if (!text.startsWith(prefix, pos)) return undefined
+    // The heading ends where a blank line follows the refs; the refs may hold line breaks too.
+    const range = values.get('range') as string
+    for (let i = range.indexOf('-'); i >= 0; i = range.indexOf('-', i + 1)) {
+      const heading = `${prefix}${range.slice(0, i)}–${range.slice(i + 1)}\n\n`
+      if (!text.startsWith(heading, pos)) continue
+      const after = pos + heading.length
+      return {
+        blockId,
+        tier,
+        session: values.get('session') ?? '',
+        created: values.get('created') ?? '',
+        startRef: range.slice(0, i),
+        endRef: range.slice(i + 1),
+        consumed,
+        messageCount: count,
+        originalTokens,
+        topic: values.get('topic') ?? '',
+        pos: after,
+        line: lineNumber(text, after),
+      }
+    }
+    return undefined
+  }
+  yield* at(4, 'start')
+}
+
+/** The summary and the entries after the frontmatter; checks the whole text re-renders. */
+function readBody(r: Reader, f: Front): ArchiveDocument {
+  const doc: ArchiveDocument = {
+    blockId: f.blockId,
+    tier: f.tier,
+    session: f.session,
+    created: f.created,
+    startRef: f.startRef,
+    endRef: f.endRef,
+    originalTokens: f.originalTokens,
+    topic: f.topic,
     summary: '',
     entries: [],
   }
-  r.expect('', 'a blank line')
   if (r.peek() === SUMMARY_INTRO) {
     r.next(SUMMARY_INTRO)
     r.expect('', 'a blank line')
@@ -239,17 +386,45 @@ export function parseArchive(text: string, options: ParseArchiveOptions = {}): A
   }
   r.expect('---', 'the `---` line before the entries')
   r.expect('', 'a blank line')
-  doc.entries = parseEntries(r, messageCount, consumed.length)
-  const again = renderArchive(doc)
-  if (again !== text) {
+  const count = typeof f.messageCount === 'number' ? f.messageCount : Number.MAX_SAFE_INTEGER
+  doc.entries = parseEntries(r, count, f.consumed.length)
+  const again = renderArchiveUnchecked(doc)
+  if (again !== r.text) {
     let i = 0
-    while (i < again.length && again[i] === text[i]) i++
+    while (i < again.length && again[i] === r.text[i]) i++
     throw r.fail(
       'not in Norma’s archive layout (the text differs from its re-rendering here)',
-      lineNumber(text, i),
+      lineNumber(r.text, i),
     )
   }
   return doc
+}
+
+/** Reads an archive's text into its document. Throws NOA_BAD_ARCHIVE naming the line and reason. */
+export function parseArchive(text: string, options: ParseArchiveOptions = {}): ArchiveDocument {
+  const file = options.file ?? '<archive>'
+  const r = new Reader(text, file)
+  let first: NoaError
+  try {
+    return readBody(r, readFront(r))
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    first = err
+  }
+  // A value with a line break in it: try the readings where values span lines.
+  let tried = 0
+  for (const f of searchFronts(text)) {
+    if (++tried > MAX_FRONTS) break
+    const again = new Reader(text, file)
+    again.pos = f.pos
+    again.line = f.line
+    try {
+      return readBody(again, f)
+    } catch (err) {
+      if (!(err instanceof NoaError)) throw err
+    }
+  }
+  throw first
 }
 
 function parseEntries(r: Reader, messages: number, blocks: number): ArchiveEntry[] {
@@ -333,4 +508,144 @@ function parseEntries(r: Reader, messages: number, blocks: number): ArchiveEntry
     )
   }
   return entries
+}
+
+function refusal(doc: { blockId?: unknown }, field: string, reason: string): NoaError {
+  const id = typeof doc.blockId === 'string' ? doc.blockId : '?'
+  return new NoaError('NOA_BAD_ARCHIVE', `archive of block ${JSON.stringify(id)}: ${field} ${reason}`, {
+    field,
+    reason,
+  })
+}
+
+const ENTRY_TYPES: ReadonlySet<string> = new Set(['text', 'thinking', 'tool_use', 'tool_result'])
+
+function checkFields(
+  doc: ArchiveDocument,
+  o: Record<string, unknown>,
+  prefix: string,
+  strings: readonly string[],
+  ints: readonly string[],
+): void {
+  for (const k of strings)
+    if (typeof o[k] !== 'string') throw refusal(doc, `${prefix}${k}`, `must be a string, got ${typeof o[k]}`)
+  for (const k of ints)
+    if (!isGoInt(o[k])) throw refusal(doc, `${prefix}${k}`, `must be an integer (int64), got ${String(o[k])}`)
+}
+
+/** The document's fields are of the types `ArchiveDocument` says (a JS caller may pass anything). */
+function checkDocument(doc: ArchiveDocument): void {
+  if (typeof doc !== 'object' || doc === null) throw refusal({}, 'document', 'must be an object')
+  const o = doc as unknown as Record<string, unknown>
+  checkFields(
+    doc,
+    o,
+    '',
+    ['blockId', 'session', 'created', 'startRef', 'endRef', 'topic', 'summary'],
+    ['tier', 'originalTokens'],
+  )
+  if (!Array.isArray(doc.entries)) throw refusal(doc, 'entries', 'must be an array')
+  doc.entries.forEach((e, i) => {
+    const p = `entries[${i}].`
+    if (typeof e !== 'object' || e === null) throw refusal(doc, `entries[${i}]`, 'must be an object')
+    const x = e as unknown as Record<string, unknown>
+    if (e.kind === 'message') {
+      checkFields(doc, x, p, ['ref', 'role', 'type', 'toolName', 'text'], [])
+      if (!ENTRY_TYPES.has(e.type))
+        throw refusal(
+          doc,
+          `${p}type`,
+          `must be text, thinking, tool_use or tool_result, got ${JSON.stringify(e.type)}`,
+        )
+    } else if (e.kind === 'block') {
+      checkFields(
+        doc,
+        x,
+        p,
+        ['blockId', 'startRef', 'endRef', 'topic', 'summary', 'childRel', 'childLink', 'absolutePath'],
+        ['tier'],
+      )
+    } else throw refusal(doc, `${p}kind`, `must be "message" or "block", got ${JSON.stringify(x.kind)}`)
+  })
+}
+
+function show(v: unknown): string {
+  if (typeof v === 'string') return JSON.stringify(v.length > 60 ? `${v.slice(0, 59)}…` : v)
+  return typeof v === 'bigint' ? v.toString() : String(v)
+}
+
+const DOC_FIELDS = [
+  'blockId',
+  'tier',
+  'session',
+  'created',
+  'startRef',
+  'endRef',
+  'originalTokens',
+  'topic',
+  'summary',
+] as const
+const MESSAGE_FIELDS = ['kind', 'ref', 'role', 'type', 'toolName', 'text'] as const
+const BLOCK_FIELDS = [
+  'kind',
+  'blockId',
+  'tier',
+  'startRef',
+  'endRef',
+  'topic',
+  'summary',
+  'childRel',
+  'childLink',
+  'absolutePath',
+] as const
+
+/** The first field where `back` is not `doc`: its path, what the document has, what came back. */
+function firstDifference(
+  doc: ArchiveDocument,
+  back: ArchiveDocument,
+): [string, unknown, unknown] | undefined {
+  for (const k of DOC_FIELDS) if (doc[k] !== back[k]) return [k, doc[k], back[k]]
+  const n = Math.max(doc.entries.length, back.entries.length)
+  for (let i = 0; i < n; i++) {
+    const a = doc.entries[i] as unknown as Record<string, unknown> | undefined
+    const b = back.entries[i] as unknown as Record<string, unknown> | undefined
+    if (!a || !b) return [`entries[${i}]`, a ? 'an entry' : 'no entry', b ? 'an entry' : 'no entry']
+    const fields = a.kind === 'block' ? BLOCK_FIELDS : MESSAGE_FIELDS
+    for (const k of fields) if (a[k] !== b[k]) return [`entries[${i}].${k}`, a[k], b[k]]
+  }
+  return undefined
+}
+
+/**
+ * The archive's text (Norma's RenderArchive, byte for byte) for a document the reader gives back
+ * whole: `parseArchive(renderArchive(doc))` deep-equals `doc`. A document it could not give back
+ * is refused (NOA_BAD_ARCHIVE, `details.field` naming the first field that would come back
+ * otherwise): a fenced (tool) body without its final `\n` (the fence adds one), an untrimmed
+ * summary, a text body holding what reads as the next entry's heading, a ref the heading cannot
+ * hold. `renderArchiveUnchecked` writes any document, as Norma does.
+ */
+export function renderArchive(doc: ArchiveDocument): string {
+  checkDocument(doc)
+  const text = renderArchiveUnchecked(doc)
+  let back: ArchiveDocument
+  try {
+    back = parseArchive(text)
+  } catch (err) {
+    if (!(err instanceof NoaError)) throw err
+    throw refusal(
+      doc,
+      'document',
+      `cannot be read back from its text: ${String(err.details.reason ?? err.message)}`,
+    )
+  }
+  const diff = firstDifference(doc, back)
+  if (diff) {
+    const [field, had, got] = diff
+    throw refusal(
+      doc,
+      field,
+      `would be read back as ${show(got)}, not ${show(had)}; the archive text cannot tell them apart`,
+    )
+  }
+  return text
 }

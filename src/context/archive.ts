@@ -5,16 +5,17 @@
  * grow by one backtick until the body does not contain them; nothing is truncated.
  *
  * The text is built in two steps: `archiveDocument` turns a compression (the block, its
- * messages and absorbed blocks) into an `ArchiveDocument`, and `renderArchive` writes a document.
- * `parseArchive` (archive-reader.ts) reads a file back into the same document, so that
- * `renderArchive(parseArchive(text)) === text` for every file Norma or noa writes.
+ * messages and absorbed blocks) into an `ArchiveDocument`, and `renderArchiveUnchecked` writes a
+ * document. `parseArchive` (archive-reader.ts) reads a file back into a document that renders to
+ * the same text, for every file Norma or noa writes; `renderArchive` refuses the documents it
+ * would not read back whole.
  */
 import { rmSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, statFile } from '../engine/files.js'
-import { goTrimSpace } from '../gocompat/index.js'
+import { encodeBytes, type GoInt, goTrimSpace } from '../gocompat/index.js'
 import { mkdirSessionDir } from './state-file.js'
 import type { CompressionBlock, CoreMessage } from './types.js'
 
@@ -22,7 +23,7 @@ import type { CompressionBlock, CoreMessage } from './types.js'
 export interface ArchiveBlockEntry {
   kind: 'block'
   blockId: string
-  tier: number
+  tier: GoInt
   startRef: string
   endRef: string
   /** '' when the block has none. */
@@ -60,14 +61,14 @@ export type ArchiveEntry = ArchiveBlockEntry | ArchiveMessageEntry
 
 export interface ArchiveDocument {
   blockId: string
-  tier: number
+  tier: GoInt
   /** '' = no `session:` line. */
   session: string
   /** '' = no `created:` line. */
   created: string
   startRef: string
   endRef: string
-  originalTokens: number
+  originalTokens: GoInt
   /** '' = no `topic:` line. */
   topic: string
   /** The active summary, trimmed; '' = no summary section. */
@@ -152,8 +153,12 @@ export function renderArchiveHead(doc: ArchiveDocument): string {
   return `${out}---\n\n`
 }
 
-/** The archive's text. */
-export function renderArchive(doc: ArchiveDocument): string {
+/**
+ * The archive's text, byte for byte Norma's `RenderArchive`, for any document (what a
+ * compression writes). `renderArchive` (archive-reader.ts) is the same text for the documents
+ * the reader gives back whole, and refuses the others.
+ */
+export function renderArchiveUnchecked(doc: ArchiveDocument): string {
   const level = doc.entries.some((e) => e.kind === 'block') ? '###' : '##'
   let out = renderArchiveHead(doc)
   for (const e of doc.entries) out += e.kind === 'block' ? renderBlockEntry(e) : renderMessageEntry(e, level)
@@ -165,7 +170,7 @@ export type ArchiveSource = { message: CoreMessage; ref: string } | { block: Com
 
 export interface ArchiveInput {
   blockId: string
-  tier: number
+  tier: GoInt
   sessionId: string
   /** The `created:` value ('' for none). */
   created: string
@@ -174,7 +179,12 @@ export interface ArchiveInput {
   topic: string
   summary: string
   entries: ArchiveSource[]
-  originalTokens: number
+  originalTokens: GoInt
+}
+
+/** A fenced body as the document holds it: with the final `\n` the fence adds when it lacks one. */
+function fencedText(text: string): string {
+  return text.endsWith('\n') ? text : `${text}\n`
 }
 
 export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
@@ -182,7 +192,14 @@ export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
     case 'reasoning':
       return { kind: 'message', ref, role: m.role, type: 'thinking', toolName: '', text: m.text }
     case 'tool-call':
-      return { kind: 'message', ref, role: m.role, type: 'tool_use', toolName: m.toolName, text: m.text }
+      return {
+        kind: 'message',
+        ref,
+        role: m.role,
+        type: 'tool_use',
+        toolName: m.toolName,
+        text: fencedText(m.text),
+      }
     case 'tool-result':
       return {
         kind: 'message',
@@ -190,7 +207,7 @@ export function messageEntry(m: CoreMessage, ref: string): ArchiveMessageEntry {
         role: m.role,
         type: 'tool_result',
         toolName: m.toolName || 'tool',
-        text: m.text,
+        text: fencedText(m.text),
       }
     default:
       return { kind: 'message', ref, role: m.role, type: 'text', toolName: '', text: m.text }
@@ -229,7 +246,7 @@ export function archiveDocument(input: ArchiveInput): ArchiveDocument {
 }
 
 /** `tier<N>/<blockId>_<startRef>-<endRef>.md` (always with `/`). */
-export function archiveRel(tier: number, blockId: string, startRef: string, endRef: string): string {
+export function archiveRel(tier: GoInt, blockId: string, startRef: string, endRef: string): string {
   const name = `${blockId}_${startRef}-${endRef}.md`
   // Refs can come from the model's own words when a range has none; never let them leave the folder.
   if (/[/\\\0]/.test(name) || name.startsWith('..')) {
@@ -244,7 +261,7 @@ export function archiveRel(tier: number, blockId: string, startRef: string, endR
 export interface Archiver {
   /** Writes (or adopts) the archive and returns its absolute and relative paths. */
   write(
-    tier: number,
+    tier: GoInt,
     blockId: string,
     startRef: string,
     endRef: string,
@@ -261,15 +278,20 @@ export interface Archiver {
 export class FileArchiver implements Archiver {
   constructor(readonly root: string) {}
 
-  pathsOf(tier: number, blockId: string, startRef: string, endRef: string): { abs: string; rel: string } {
+  pathsOf(tier: GoInt, blockId: string, startRef: string, endRef: string): { abs: string; rel: string } {
     const rel = archiveRel(tier, blockId, startRef, endRef)
     return { abs: join(this.root, rel), rel }
   }
 
-  write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
+  write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
     mkdirSessionDir(this.root, join(this.root, `tier${tier}`))
-    writeFileAtomic(p.abs, content, { tempPrefix: ARCHIVE_TEMP_PREFIX, tempSuffix: '.tmp', what: 'archive' })
+    // A tool input that held bytes that are not UTF-8 holds them as lone surrogates (utf8.ts).
+    writeFileAtomic(p.abs, encodeBytes(content), {
+      tempPrefix: ARCHIVE_TEMP_PREFIX,
+      tempSuffix: '.tmp',
+      what: 'archive',
+    })
     return p
   }
 
@@ -290,7 +312,7 @@ export class ReuseArchiver extends FileArchiver {
   /** Paths adopted rather than written. */
   readonly reused: string[] = []
 
-  override write(tier: number, blockId: string, startRef: string, endRef: string, content: string) {
+  override write(tier: GoInt, blockId: string, startRef: string, endRef: string, content: string) {
     const p = this.pathsOf(tier, blockId, startRef, endRef)
     // Adopted only when it is a regular file in a real tier folder: a symlink there is refused.
     checkDirsBelow(dirname(resolve(this.root)), dirname(p.abs))

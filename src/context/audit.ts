@@ -11,10 +11,11 @@
  * With `repair`, what can be derived is restored: a missing archive of the session's own root is
  * rendered again from the transcript and the state. Nothing else is ever rewritten.
  */
-import { closeSync, existsSync, readFileSync } from 'node:fs'
+import { closeSync, type Dirent, existsSync, readdirSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path'
 import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
+import { decodeBytes, type GoInt, goIntAdd, goIntText } from '../gocompat/index.js'
 import type { Message } from '../transcript/types.js'
 import {
   type ArchiveDocument,
@@ -26,7 +27,7 @@ import {
   FileArchiver,
   messageEntry,
   relLink,
-  renderArchive,
+  renderArchiveUnchecked,
   renderBlockEntry,
   renderMessageEntry,
 } from './archive.js'
@@ -36,7 +37,7 @@ import { project } from './project.js'
 import { blockNumber, indexToRef, refToIndex } from './refs.js'
 import { findBlock } from './state.js'
 import { loadStateFile, STATE_FILE, sessionRoot, stateFileOf } from './state-file.js'
-import { checkZone, formatRfc3339, type TimeZoneOption } from './time.js'
+import { checkZone, formatUnixSeconds, type TimeZoneOption } from './time.js'
 import { BLOCKED_REF, type CompressionBlock, type CompressionState, type CoreMessage } from './types.js'
 
 export type AuditCode =
@@ -54,6 +55,7 @@ export type AuditCode =
   | 'archive-disagrees'
   | 'child-link'
   | 'transcript'
+  | 'archive-orphan'
 
 export interface AuditProblem {
   /** The file the problem is in (state.json or an archive). */
@@ -88,10 +90,51 @@ export interface AuditReport {
   /** Problems still there (repaired ones are in `repaired`). */
   problems: AuditProblem[]
   repaired: AuditProblem[]
+  /**
+   * Archives in the session's `tier<N>/` folders that no block points at (code `archive-orphan`).
+   * Not counted against `ok`: a compression killed between its archive and its state leaves one.
+   */
+  orphans: AuditProblem[]
   ok: boolean
 }
 
 const MAX_ANCESTORS = 8
+
+/** The `tier<N>/*.md` files in the session's root (folders and symlinks are not followed). */
+function archiveFiles(root: string): string[] {
+  const out: string[] = []
+  let dirs: Dirent[]
+  try {
+    dirs = readdirSync(root, { withFileTypes: true })
+  } catch {
+    return out
+  }
+  for (const d of dirs) {
+    if (!d.isDirectory() || !/^tier\d+$/.test(d.name)) continue
+    let files: Dirent[]
+    try {
+      files = readdirSync(join(root, d.name), { withFileTypes: true })
+    } catch {
+      continue
+    }
+    for (const f of files) if (f.isFile() && f.name.endsWith('.md')) out.push(join(root, d.name, f.name))
+  }
+  return out.sort()
+}
+
+/** Archives in the session's root that no block of the state points at. */
+function findOrphans(root: string, state: CompressionState | undefined): AuditProblem[] {
+  const referenced = new Set(state?.blocks.map((b) => b.archivePath) ?? [])
+  return archiveFiles(root)
+    .filter((file) => !referenced.has(file))
+    .map((file) => ({
+      file,
+      code: 'archive-orphan' as const,
+      reason: state
+        ? 'archive of no block in state.json (a block a rebuild or an edit dropped, or a compression killed before its state was saved)'
+        : 'archive of no block: there is no state.json',
+    }))
+}
 
 function isInside(root: string, file: string): boolean {
   const rel = relative(root, file)
@@ -186,7 +229,7 @@ function checkBlocks(a: Audit, state: CompressionState, cfg: ContextConfig): voi
       owner.set(childId, id)
       if (child.active)
         a.add('absorbed', `block ${childId} was absorbed by ${id} but is still active`, undefined, childId)
-      if (!(child.tier === b.tier - 1 || (child.tier === b.tier && b.tier === cfg.maxTier)))
+      if (!(goIntAdd(child.tier, 1) === b.tier || (child.tier === b.tier && b.tier === cfg.maxTier)))
         a.add(
           'absorbed',
           `block ${id} (tier ${b.tier}) absorbed ${childId} of tier ${child.tier}`,
@@ -244,10 +287,11 @@ interface ArchiveCheck {
 
 function compareDoc(a: Audit, c: ArchiveCheck, doc: ArchiveDocument, state: CompressionState): void {
   const b = c.block
-  const differ = (what: string, inFile: string | number, inState: string | number) =>
+  const shown = (v: string | GoInt) => (typeof v === 'string' ? JSON.stringify(v) : goIntText(v))
+  const differ = (what: string, inFile: string | GoInt, inState: string | GoInt) =>
     a.add(
       'archive-disagrees',
-      `${what} is ${JSON.stringify(inFile)} in the archive but ${JSON.stringify(inState)} in state.json`,
+      `${what} is ${shown(inFile)} in the archive but ${shown(inState)} in state.json`,
       c.file,
       b.blockId,
     )
@@ -356,12 +400,12 @@ function rerender(
     items.push({ at, order: 0, num: blockNumber(childId) || 0, source: { block: child } })
   }
   items.sort((x, y) => x.at - y.at || x.order - y.order || x.num - y.num)
-  return renderArchive(
+  return renderArchiveUnchecked(
     archiveDocument({
       blockId: b.blockId,
       tier: b.tier,
       sessionId: state.sessionId,
-      created: b.createdAt !== 0 ? formatRfc3339(new Date(b.createdAt * 1000), zone) : '',
+      created: b.createdAt !== 0 ? formatUnixSeconds(b.createdAt, zone) : '',
       startRef: b.startRef,
       endRef: b.endRef,
       topic: b.topic,
@@ -387,6 +431,7 @@ export function auditSession(options: AuditOptions): AuditReport {
     archives: 0,
     problems: a.problems,
     repaired: [],
+    orphans: [],
     ok: true,
   }
   try {
@@ -405,7 +450,10 @@ export function auditSession(options: AuditOptions): AuditReport {
     report.ok = false
     return report
   }
-  if (!load.exists) return report
+  if (!load.exists) {
+    report.orphans = findOrphans(root, undefined)
+    return report
+  }
   const state = load.state
   report.blocks = state.blocks.length
   if (state.sessionId !== options.sessionId)
@@ -464,7 +512,7 @@ export function auditSession(options: AuditOptions): AuditReport {
       checkDirsBelow(dirname(home.root), dirname(file))
       const fd = openFileSync(file, READ, { what: 'archive' })
       try {
-        text = readFileSync(fd, 'utf8')
+        text = decodeBytes(readFileSync(fd))
       } finally {
         closeSync(fd)
       }
@@ -512,6 +560,7 @@ export function auditSession(options: AuditOptions): AuditReport {
     compareDoc(a, check, doc, state)
     if (projection) compareWithTranscript(a, check, doc, state, byId)
   }
+  report.orphans = findOrphans(root, state)
   report.repaired = a.problems.filter((p) => p.repaired)
   report.problems = a.problems.filter((p) => !p.repaired)
   report.ok = report.problems.length === 0

@@ -9,8 +9,8 @@
  *   top-tier blocks with no new message, empty summaries;
  * - the archive is written before the state changes; if it cannot be, nothing changes.
  */
-import { goTrimSpace } from '../gocompat/index.js'
-import { type Archiver, type ArchiveSource, archiveDocument, renderArchive } from './archive.js'
+import { type GoInt, goIntAdd, goIntCompare, goTrimSpace } from '../gocompat/index.js'
+import { type Archiver, type ArchiveSource, archiveDocument, renderArchiveUnchecked } from './archive.js'
 import type { ContextConfig } from './config.js'
 import { type BoundaryKind, indexToRef, parseBoundary, refToIndex } from './refs.js'
 import {
@@ -192,8 +192,8 @@ export function resolveBoundaries(
 
 export interface TierDecision {
   /** The tier absorbed (L). */
-  targetTier: number
-  outputTier: number
+  targetTier: GoInt
+  outputTier: GoInt
   consumedBlockIds: string[]
   survivingBlockIds: string[]
 }
@@ -206,10 +206,11 @@ export function decideTier(r: ResolvedRange, state: CompressionState, cfg: Conte
   const nested = r.nestedBlockIds
     .map((id) => findBlock(state, id))
     .filter((b): b is CompressionBlock => b?.active === true)
-  let lowest = 0
-  for (const b of nested) if (lowest === 0 || b.tier < lowest) lowest = b.tier
-  if (lowest > 0) d.targetTier = lowest
-  d.outputTier = Math.min(maxTier, d.targetTier + 1)
+  let lowest: GoInt = 0
+  for (const b of nested) if (lowest === 0 || goIntCompare(b.tier, lowest) < 0) lowest = b.tier
+  if (goIntCompare(lowest, 0) > 0) d.targetTier = lowest
+  const next = goIntAdd(d.targetTier, 1)
+  d.outputTier = goIntCompare(next, maxTier) > 0 ? maxTier : next
   for (const b of nested) (b.tier === d.targetTier ? d.consumedBlockIds : d.survivingBlockIds).push(b.blockId)
   return d
 }
@@ -266,7 +267,7 @@ export interface ApplyResult {
   /** The new state, or the input state when no block was created. */
   state: CompressionState
   blocksCreated: CompressionBlock[]
-  tokensCompressed: number
+  tokensCompressed: GoInt
   errors: string[]
   warnings: string[]
   /** Nested blocks of another tier than the one absorbed. */
@@ -517,7 +518,7 @@ function buildBlock(
     }
     if (direct.has(m.id)) entries.push({ message: m, ref: state.messageRefs.byRaw.get(m.id) ?? '' })
   }
-  const content = renderArchive(
+  const content = renderArchiveUnchecked(
     archiveDocument({
       blockId: block.blockId,
       tier: block.tier,
@@ -632,14 +633,14 @@ export function applyCompression(in_: ApplyInput): ApplyResult {
   for (const b of built) {
     working.blocks.push(b.block)
     res.blocksCreated.push(b.block)
-    res.tokensCompressed += b.block.compressedTokens
+    res.tokensCompressed = goIntAdd(res.tokensCompressed, b.block.compressedTokens)
     for (const id of b.block.directBlockIds) {
       const child = findBlock(working, id)
       if (child) child.active = false
     }
   }
-  working.stats.compressionCount += res.blocksCreated.length
-  working.stats.tokensCompressed += res.tokensCompressed
+  working.stats.compressionCount = goIntAdd(working.stats.compressionCount, res.blocksCreated.length)
+  working.stats.tokensCompressed = goIntAdd(working.stats.tokensCompressed, res.tokensCompressed)
   working.nudge.lastPerMessageNudgeTokens = 0
   working.nudge.lastNudgeShownTokens = 0
   working.nudge.lastShownByTier = new Map()

@@ -15,9 +15,9 @@ export {
   fenceFor,
   ReuseArchiver,
   relLink,
-  renderArchive,
+  renderArchiveUnchecked,
 } from './archive.js'
-export { type ParseArchiveOptions, parseArchive } from './archive-reader.js'
+export { type ParseArchiveOptions, parseArchive, renderArchive } from './archive-reader.js'
 export {
   type AuditCode,
   type AuditOptions,

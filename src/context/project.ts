@@ -5,6 +5,7 @@
  * every session that holds it (re-recorded compaction tails included), and its ref with it.
  */
 import { createHash } from 'node:crypto'
+import { encodeBytes } from '../gocompat/index.js'
 import type { ContentBlock, Message } from '../transcript/types.js'
 import { lastBoundaryIndex, pairToolBlocks } from '../transcript/view.js'
 import {
@@ -24,7 +25,8 @@ export function deriveMessageId(
   toolName: string,
 ): string {
   const seed = `${role}|${contentType}|${toolCallId}|${toolName}|${text}`
-  return `h_${createHash('sha256').update(seed, 'utf8').digest('hex').slice(0, 16)}`
+  // Go hashes the bytes: a raw tool input keeps bytes that are not UTF-8 (utf8.ts).
+  return `h_${createHash('sha256').update(encodeBytes(seed)).digest('hex').slice(0, 16)}`
 }
 
 /** Repeats of an id get `_1`, `_2`, … (Norma's ClusterCounter). */
@@ -167,14 +169,23 @@ function hasText(m: Message): boolean {
  * messages of one original message are rebuilt into it; summary messages become user text
  * messages; unpaired tool blocks and messages left empty are dropped.
  */
-export function reassemble(view: readonly CoreMessage[], projection: Projection): Message[] {
+export function reassemble(
+  view: readonly CoreMessage[],
+  projection: Projection,
+  /** Filled with the id of the projected message each block of the result comes from. */
+  ids?: Map<ContentBlock, string>,
+): Message[] {
   const { origins, source } = projection
+  const note = (b: ContentBlock, id: string): ContentBlock => {
+    ids?.set(b, id)
+    return b
+  }
   let out: Message[] = []
   let i = 0
   while (i < view.length) {
     const c = view[i] as CoreMessage
     if (isSynthetic(c)) {
-      out.push({ role: 'user', content: [{ type: 'text', text: c.text }] })
+      out.push({ role: 'user', content: [note({ type: 'text', text: c.text }, c.id)] })
       i++
       continue
     }
@@ -182,7 +193,7 @@ export function reassemble(view: readonly CoreMessage[], projection: Projection)
     if (!o || o.message >= source.length) {
       out.push({
         role: c.role === 'assistant' ? 'assistant' : 'user',
-        content: [{ type: 'text', text: c.text }],
+        content: [note({ type: 'text', text: c.text }, c.id)],
       })
       i++
       continue
@@ -201,7 +212,7 @@ export function reassemble(view: readonly CoreMessage[], projection: Projection)
     for (const g of group) {
       const og = origins.get(g.id) as Origin
       const b = orig.content?.[og.block]
-      if (b) content.push(rebuildBlock(b, g))
+      if (b) content.push(note(rebuildBlock(b, g), g.id))
     }
     if (content.length > 0) out.push({ role: orig.role, content })
   }

@@ -4,12 +4,14 @@
  * error is kept in `loadError` (and passed to `onWarn`) and the session starts empty, as
  * Norma's does; a host that prefers to stop checks `loadError`.
  */
-import { closeSync, lstatSync, renameSync } from 'node:fs'
+import { closeSync, lstatSync, readFileSync, renameSync } from 'node:fs'
 import { join } from 'node:path'
+import { writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
-import { APPEND_CREATE, checkDirsBelow, openFileSync } from '../engine/files.js'
+import { APPEND_CREATE, checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import { loadNative } from '../engine/native.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { type GoInt, goIntAdd, goIntCompare, goIntText } from '../gocompat/index.js'
 import type { Message } from '../transcript/types.js'
 import { viewForModel } from '../transcript/view.js'
 import { FileArchiver, ReuseArchiver } from './archive.js'
@@ -17,12 +19,12 @@ import { type ApplyResult, applyCompression } from './compress.js'
 import { type CompressParseDiagnostics, parseCompressArgs } from './compress-args.js'
 import { type ContextConfig, resolveConfig } from './config.js'
 import { type InheritResult, inheritState } from './inherit.js'
-import { materialize } from './materialize.js'
+import { materialize, materializeWithRefs, type ViewRefs } from './materialize.js'
 import { formatPanel } from './panel.js'
 import { processTurn } from './pipeline.js'
 import { project } from './project.js'
 import { rebuildState } from './rebuild.js'
-import { cloneState } from './state.js'
+import { cloneBlock, cloneState } from './state.js'
 import {
   loadStateFile,
   mkdirSessionDir,
@@ -33,7 +35,14 @@ import {
 } from './state-file.js'
 import { type ClockOptions, checkZone, formatRfc3339, type TimeZoneOption, unixSeconds } from './time.js'
 import { countTokens } from './tokens.js'
-import { COMPRESS_TOOL_NAME, type CompressionState, type CompressRange, type CoreMessage } from './types.js'
+import {
+  BLOCKED_REF,
+  COMPRESS_TOOL_NAME,
+  type CompressionBlock,
+  type CompressionState,
+  type CompressRange,
+  type CoreMessage,
+} from './types.js'
 
 export interface ContextSessionOptions extends ClockOptions {
   /** Norma's ArchiveBaseDir; made absolute. */
@@ -44,6 +53,8 @@ export interface ContextSessionOptions extends ClockOptions {
   parentSessionIds?: readonly string[]
   /** Warnings (a bad state file, an inheritance), as Norma's OnWarn. */
   onWarn?: (message: string) => void
+  /** Read state.json in Norma mode (what Norma's load keeps: no `derivedFrom`). */
+  strict?: boolean
 }
 
 export interface CompressOutcome {
@@ -65,9 +76,107 @@ export interface RebuildOutcome {
   warnings: string[]
   /** Archives adopted as they were. */
   reused: string[]
+  /** Blocks of the previous state the transcript does not produce, kept (`keepExisting`). */
+  kept: string[]
+  /** Where the previous state.json was kept (undefined when there was none). */
+  previous: string | undefined
 }
 
-const OPTION_KEYS = new Set(['baseDir', 'sessionId', 'config', 'parentSessionIds', 'onWarn', 'now', 'zone'])
+export interface RebuildOptions {
+  /**
+   * Keep the blocks of the current state that the transcript's recorded Compress calls do not
+   * produce (made with `compress` without a call, or by a call whose result is not in the
+   * transcript) instead of refusing the rebuild.
+   */
+  keepExisting?: boolean
+}
+
+/** Where a rebuild keeps the state it replaces: `state.json.before-rebuild-<ms>`. */
+export const BEFORE_REBUILD_SUFFIX = '.before-rebuild-'
+
+/** An archiver that writes nothing: a rebuild's dry run. */
+class PlanArchiver extends FileArchiver {
+  override write(tier: GoInt, blockId: string, startRef: string, endRef: string) {
+    return this.pathsOf(tier, blockId, startRef, endRef)
+  }
+  override remove(): void {}
+}
+
+/** Whether `b` is the same block as `a` (what a replay of its call gives back). */
+function sameBlock(a: CompressionBlock, b: CompressionBlock): boolean {
+  return (
+    a.blockId === b.blockId &&
+    a.tier === b.tier &&
+    a.startRef === b.startRef &&
+    a.endRef === b.endRef &&
+    a.summary === b.summary &&
+    a.topic === b.topic &&
+    a.effectiveMessageIds.join('\n') === b.effectiveMessageIds.join('\n') &&
+    a.directBlockIds.join('\n') === b.directBlockIds.join('\n')
+  )
+}
+
+function describeBlock(b: CompressionBlock): string {
+  return `${b.blockId} (T${goIntText(b.tier)}, ${b.startRef}–${b.endRef}${b.active ? '' : ', absorbed'})`
+}
+
+/** The rebuilt state with `kept` blocks of `current` added; refuses (NOA_CONFLICT) what cannot go together. */
+function keepBlocks(
+  rebuilt: CompressionState,
+  current: CompressionState,
+  kept: readonly CompressionBlock[],
+): CompressionState {
+  const out = cloneState(rebuilt)
+  const conflict = (b: CompressionBlock, why: string) =>
+    new NoaError('NOA_CONFLICT', `cannot keep block ${describeBlock(b)}: ${why}; nothing was changed`, {
+      field: b.blockId,
+    })
+  const covered = new Map<string, string>()
+  for (const b of out.blocks) if (b.active) for (const id of b.effectiveMessageIds) covered.set(id, b.blockId)
+  for (const [raw, ref] of current.messageRefs.byRaw) {
+    const mine = out.messageRefs.byRaw.get(raw)
+    if (mine !== undefined && mine !== ref)
+      throw conflict(kept[0] as CompressionBlock, `the transcript gives message ${ref} the ref ${mine}`)
+    if (mine === undefined) {
+      const holder = ref === BLOCKED_REF ? undefined : out.messageRefs.byRef.get(ref)
+      if (holder !== undefined && holder !== raw)
+        throw conflict(kept[0] as CompressionBlock, `the transcript gives ${ref} to another message`)
+      out.messageRefs.byRaw.set(raw, ref)
+      if (ref !== BLOCKED_REF) out.messageRefs.byRef.set(ref, raw)
+    }
+  }
+  for (const b of kept) {
+    if (out.blocks.some((x) => x.blockId === b.blockId))
+      throw conflict(b, `the transcript's calls make another block ${b.blockId}`)
+    if (b.active)
+      for (const id of b.effectiveMessageIds) {
+        const other = covered.get(id)
+        if (other !== undefined)
+          throw conflict(
+            b,
+            `block ${other} from the transcript covers message ${current.messageRefs.byRaw.get(id) ?? id}`,
+          )
+      }
+    out.blocks.push(cloneBlock(b))
+    out.stats.compressionCount = goIntAdd(out.stats.compressionCount, 1)
+    out.stats.tokensCompressed = goIntAdd(out.stats.tokensCompressed, b.compressedTokens)
+  }
+  for (const [ref, n] of current.tokenSnapshot) if (!out.tokenSnapshot.has(ref)) out.tokenSnapshot.set(ref, n)
+  if (goIntCompare(current.nextBlockId, out.nextBlockId) > 0) out.nextBlockId = current.nextBlockId
+  if (out.derivedFrom === '') out.derivedFrom = current.derivedFrom
+  return out
+}
+
+const OPTION_KEYS = new Set([
+  'baseDir',
+  'sessionId',
+  'config',
+  'parentSessionIds',
+  'onWarn',
+  'now',
+  'zone',
+  'strict',
+])
 
 /** Lock file of a session folder (not `state.json`, not `.md`: nothing Norma reads). */
 export const SESSION_LOCK_FILE = '.noa-context.lock'
@@ -139,7 +248,7 @@ export class ContextSession {
     this.onWarn = o.onWarn
     // A session folder that is a symlink (or a file) is refused before anything is read through it.
     checkDirsBelow(this.baseDir, this.root)
-    this.load = loadStateFile(this.stateFile, this.sessionId, this.root)
+    this.load = loadStateFile(this.stateFile, this.sessionId, this.root, { strict: o.strict ?? false })
     if (this.load.error) this.warn(`state: ${this.load.error.message} — starting from an empty state`)
     let state = this.load.state
     if (state.blocks.length === 0 && o.parentSessionIds && o.parentSessionIds.length > 0) {
@@ -217,7 +326,7 @@ export class ContextSession {
       created,
       now,
     })
-    const after = Math.max(before - result.tokensCompressed, 0)
+    const after = Math.max(before - Number(result.tokensCompressed), 0)
     let saved = false
     if (result.blocksCreated.length > 0) {
       this.state = result.state
@@ -303,25 +412,83 @@ export class ContextSession {
   }
 
   /**
-   * Norma's RebuildFromHistory: a new state from the transcript's succeeded Compress calls,
-   * reusing the archives already in place, saved to state.json.
+   * `view` with the ref of each block (`m00003`, `BLOCKED` for a protected one, `b1` for the
+   * summary of block b1), as the next compression would assign them: what `compress --from/--to`
+   * takes. The state is not changed.
    */
-  rebuild(messages: readonly Message[]): RebuildOutcome {
+  viewWithRefs(messages: readonly Message[]): ViewRefs {
+    const v = materializeWithRefs(messages, this.state, this.config)
+    return { messages: viewForModel(v.messages), refs: v.refs }
+  }
+
+  /**
+   * Norma's RebuildFromHistory: a new state from the transcript's succeeded Compress calls,
+   * reusing the archives already in place, saved to state.json. Beyond Norma, which replaces
+   * whatever state there was: when the current state holds blocks the calls do not produce, the
+   * rebuild is refused (NOA_CONFLICT naming them) before anything is written, or, with
+   * `keepExisting`, those blocks are kept; and the state it replaces is kept beside it
+   * (`state.json.before-rebuild-<ms>`).
+   */
+  rebuild(messages: readonly Message[], options: RebuildOptions = {}): RebuildOutcome {
     const { created, now } = this.stamp()
-    const archiver = new ReuseArchiver(this.root)
-    const res = rebuildState({
+    const input = {
       messages: project(messages).messages,
       config: this.config,
       sessionId: this.sessionId,
       archiveRoot: this.root,
-      archiver,
       created,
       now,
-    })
+    }
+    // A dry run first: a refused rebuild must not leave archives behind.
+    const planned = rebuildState({ ...input, archiver: new PlanArchiver(this.root) })
+    const lost = this.state.blocks.filter((b) => !planned.state.blocks.some((x) => sameBlock(b, x)))
+    if (lost.length > 0 && !options.keepExisting) {
+      throw new NoaError(
+        'NOA_CONFLICT',
+        `rebuild would drop ${lost.length === 1 ? 'block' : 'blocks'} ${lost.map(describeBlock).join(', ')}: ` +
+          "the transcript's recorded Compress calls do not produce " +
+          `${lost.length === 1 ? 'it' : 'them'} (compressed without a call, or the call's result is not in the transcript); ` +
+          'nothing was changed (keep them with --keep-existing, API: keepExisting)',
+        { blocks: lost.map((b) => b.blockId) },
+      )
+    }
+    const state = lost.length > 0 ? keepBlocks(planned.state, this.state, lost) : undefined
+    const archiver = new ReuseArchiver(this.root)
+    const res = rebuildState({ ...input, archiver })
     for (const w of res.warnings) this.warn(`rebuild: ${w}`)
-    this.state = res.state
+    const previous = this.keepPrevious()
+    this.state = state ? keepBlocks(res.state, this.state, lost) : res.state
     this.save()
-    return { replayed: res.replayed, skipped: res.skipped, warnings: res.warnings, reused: archiver.reused }
+    return {
+      replayed: res.replayed,
+      skipped: res.skipped,
+      warnings: res.warnings,
+      reused: archiver.reused,
+      kept: lost.map((b) => b.blockId),
+      previous,
+    }
+  }
+
+  /** Copies a readable state.json aside before it is replaced (an unreadable one `save` moves aside). */
+  private keepPrevious(): string | undefined {
+    // An unreadable file the first save moves aside itself.
+    if (this.load.error && !this.setAside) return undefined
+    let data: Buffer
+    try {
+      // Never through a symlink, as every state read.
+      const fd = openFileSync(this.stateFile, READ, { what: 'state file' })
+      try {
+        data = readFileSync(fd)
+      } finally {
+        closeSync(fd)
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+      throw err
+    }
+    const aside = `${this.stateFile}${BEFORE_REBUILD_SUFFIX}${Date.now()}`
+    writeFileAtomic(aside, data, { tempPrefix: '.noa-state-', tempSuffix: '.tmp', what: 'state file' })
+    return aside
   }
 
   /** A copy of the state. */

@@ -20,20 +20,34 @@ import { mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFileSync, READ } from '../engine/files.js'
 import {
+  BOOL,
   bool,
+  decodeBytes,
+  type GoInt,
   type GoNode,
+  type GoObject,
+  type GoStruct,
+  GoSyntaxError,
+  GoTypeError,
+  type GoValue,
+  goIntCompare,
+  goIntText,
+  INT,
+  INT64,
   int,
-  JsonNumber,
-  JsonObject,
-  type JsonValue,
+  mapOf,
   marshalIndent,
   NULL,
-  parseJsonKeepingNumbers,
+  parseGoInt,
+  STRING,
+  sliceItems,
+  sliceOf,
   sortedObject,
   str,
+  unmarshal,
 } from '../gocompat/index.js'
 import { checkTranscriptId } from '../transcript/paths.js'
-import { createInitialState, emptyBlock } from './state.js'
+import { createInitialState } from './state.js'
 import type { CompressionBlock, CompressionState } from './types.js'
 
 export const STATE_FILE = 'state.json'
@@ -151,264 +165,108 @@ export function saveState(s: CompressionState, file = stateFileOf(s.archiveRoot)
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-class DecodeState {
-  error: string | undefined
-  readonly unknownKeys: string[] = []
-
-  /** Go keeps the first type error and goes on. */
-  fail(what: JsonValue, field: string, type: string): void {
-    this.error ??= `json: cannot unmarshal ${jsonKind(what)} into Go ${field.includes('.') ? 'struct field ' : 'value '}${field} of type ${type}`
-  }
+// Norma's file structs (noaadapter/state_store.go).
+const BLOCK_JSON: GoStruct = {
+  kind: 'struct',
+  name: 'noaadapter.blockJSON',
+  fields: [
+    { key: 'blockId', type: STRING },
+    { key: 'tier', type: INT },
+    { key: 'topic', type: STRING },
+    { key: 'summary', type: STRING },
+    { key: 'directMessageIds', type: sliceOf(STRING) },
+    { key: 'effectiveMessageIds', type: sliceOf(STRING) },
+    { key: 'directBlockIds', type: sliceOf(STRING) },
+    { key: 'archivePath', type: STRING },
+    { key: 'archiveRel', type: STRING },
+    { key: 'compressedTokens', type: INT },
+    { key: 'startRef', type: STRING },
+    { key: 'endRef', type: STRING },
+    { key: 'createdAt', type: INT64 },
+    { key: 'active', type: BOOL },
+    { key: 'compressCallId', type: STRING },
+  ],
 }
-
-function jsonKind(v: JsonValue): string {
-  if (v === null) return 'null'
-  if (typeof v === 'boolean') return 'bool'
-  if (typeof v === 'string') return 'string'
-  if (v instanceof JsonNumber) return `number ${v.text}`
-  if (Array.isArray(v)) return 'array'
-  return 'object'
-}
-
-type FieldDecoders = Record<string, (v: JsonValue, path: string) => void>
-
-/** Go's struct decoding: exact key first, else the first case-insensitive match; others ignored. */
-function decodeStruct(d: DecodeState, v: JsonValue, path: string, type: string, fields: FieldDecoders): void {
-  if (v === null) return
-  if (!(v instanceof JsonObject)) {
-    d.fail(v, path, type)
-    return
-  }
-  const names = Object.keys(fields)
-  for (const [key, value] of v.members) {
-    const name = names.includes(key) ? key : names.find((n) => n.toLowerCase() === key.toLowerCase())
-    if (name === undefined) {
-      d.unknownKeys.push(path.includes('.') ? `${path.slice(path.indexOf('.') + 1)}.${key}` : key)
-      continue
-    }
-    ;(fields[name] as (v: JsonValue, path: string) => void)(value, `${path}.${name}`)
-  }
-}
-
-function decodeInt(d: DecodeState, v: JsonValue, path: string, set: (n: number) => void): void {
-  if (v === null) return
-  if (v instanceof JsonNumber && /^-?\d+$/.test(v.text)) {
-    const n = Number(v.text)
-    if (Number.isSafeInteger(n)) {
-      set(n === 0 ? 0 : n)
-      return
-    }
-  }
-  d.fail(v, path, 'int')
-}
-
-function decodeString(d: DecodeState, v: JsonValue, path: string, set: (s: string) => void): void {
-  if (v === null) return
-  if (typeof v === 'string') set(v)
-  else d.fail(v, path, 'string')
-}
-
-function decodeBool(d: DecodeState, v: JsonValue, path: string, set: (b: boolean) => void): void {
-  if (v === null) return
-  if (typeof v === 'boolean') set(v)
-  else d.fail(v, path, 'bool')
-}
-
-function decodeStrings(d: DecodeState, v: JsonValue, path: string, set: (a: string[]) => void): void {
-  if (v === null) {
-    set([])
-    return
-  }
-  if (!Array.isArray(v)) {
-    d.fail(v, path, '[]string')
-    return
-  }
-  const out: string[] = []
-  for (const item of v) {
-    if (item === null) out.push('')
-    else if (typeof item === 'string') out.push(item)
-    else d.fail(item, path, 'string')
-  }
-  set(out)
-}
-
-/** A JSON object decoded into a Go map (duplicate keys: the last wins). null gives undefined. */
-function decodeMap<T>(
-  d: DecodeState,
-  v: JsonValue,
-  path: string,
-  type: string,
-  value: (item: JsonValue, set: (x: T) => void) => void,
-): Map<string, T> | undefined {
-  if (v === null) return undefined
-  if (!(v instanceof JsonObject)) {
-    d.fail(v, path, type)
-    return undefined
-  }
-  const out = new Map<string, T>()
-  for (const [key, item] of v.members) value(item, (x) => out.set(key, x))
-  return out
-}
-
-interface FileData {
-  version: number
-  sessionId: string
-  nextBlockId: number
-  blocks: CompressionBlock[]
-  byRaw: Map<string, string> | undefined
-  byRef: Map<string, string> | undefined
-  tokenSnapshot: Map<string, number> | undefined
-  lastPerMessageNudgeTokens: number
-  lastNudgeShownTokens: number
-  lastShownByTier: Map<string, number> | undefined
-  tokensCompressed: number
-  compressionCount: number
-  derivedFrom: string
-}
-
-function decodeBlock(d: DecodeState, v: JsonValue, path: string): CompressionBlock {
-  const b = emptyBlock()
-  const s =
-    (
-      key:
-        | 'blockId'
-        | 'topic'
-        | 'summary'
-        | 'archivePath'
-        | 'archiveRel'
-        | 'startRef'
-        | 'endRef'
-        | 'compressCallId',
-    ) =>
-    (x: JsonValue, p: string) =>
-      decodeString(d, x, p, (y) => {
-        b[key] = y
-      })
-  const n = (key: 'tier' | 'compressedTokens' | 'createdAt') => (x: JsonValue, p: string) =>
-    decodeInt(d, x, p, (y) => {
-      b[key] = y
-    })
-  const a =
-    (key: 'directMessageIds' | 'effectiveMessageIds' | 'directBlockIds') => (x: JsonValue, p: string) =>
-      decodeStrings(d, x, p, (y) => {
-        b[key] = y
-      })
-  decodeStruct(d, v, path, 'noaadapter.blockJSON', {
-    blockId: s('blockId'),
-    tier: n('tier'),
-    topic: s('topic'),
-    summary: s('summary'),
-    directMessageIds: a('directMessageIds'),
-    effectiveMessageIds: a('effectiveMessageIds'),
-    directBlockIds: a('directBlockIds'),
-    archivePath: s('archivePath'),
-    archiveRel: s('archiveRel'),
-    compressedTokens: n('compressedTokens'),
-    startRef: s('startRef'),
-    endRef: s('endRef'),
-    createdAt: n('createdAt'),
-    active: (x, p) =>
-      decodeBool(d, x, p, (y) => {
-        b.active = y
-      }),
-    compressCallId: s('compressCallId'),
-  })
-  return b
-}
-
-function decodeFile(d: DecodeState, v: JsonValue): FileData {
-  const f: FileData = {
-    version: 0,
-    sessionId: '',
-    nextBlockId: 0,
-    blocks: [],
-    byRaw: undefined,
-    byRef: undefined,
-    tokenSnapshot: undefined,
-    lastPerMessageNudgeTokens: 0,
-    lastNudgeShownTokens: 0,
-    lastShownByTier: undefined,
-    tokensCompressed: 0,
-    compressionCount: 0,
-    derivedFrom: '',
-  }
-  const stringValue = (item: JsonValue, set: (x: string) => void) =>
-    item === null ? set('') : typeof item === 'string' ? set(item) : d.fail(item, 'map', 'string')
-  const intValue = (item: JsonValue, set: (x: number) => void) =>
-    item === null ? set(0) : decodeInt(d, item, 'map', set)
-  if (v !== null && !(v instanceof JsonObject)) {
-    d.fail(v, 'noaadapter.stateFile', 'noaadapter.stateFile')
-    return f
-  }
-  decodeStruct(d, v, 'stateFile', 'noaadapter.stateFile', {
-    version: (x, p) =>
-      decodeInt(d, x, p, (n) => {
-        f.version = n
-      }),
-    sessionId: (x, p) =>
-      decodeString(d, x, p, (s) => {
-        f.sessionId = s
-      }),
-    nextBlockId: (x, p) =>
-      decodeInt(d, x, p, (n) => {
-        f.nextBlockId = n
-      }),
-    blocks: (x, p) => {
-      if (x === null) f.blocks = []
-      else if (!Array.isArray(x)) d.fail(x, p, '[]noaadapter.blockJSON')
-      else f.blocks = x.map((item) => decodeBlock(d, item, p))
+export const STATE_TYPE: GoStruct = {
+  kind: 'struct',
+  name: 'noaadapter.stateFile',
+  fields: [
+    { key: 'version', type: INT },
+    { key: 'sessionId', type: STRING },
+    { key: 'nextBlockId', type: INT },
+    { key: 'blocks', type: sliceOf(BLOCK_JSON) },
+    {
+      key: 'messageRefs',
+      type: {
+        kind: 'struct',
+        name: 'noaadapter.refMapJSON',
+        fields: [
+          { key: 'byRaw', type: mapOf(STRING) },
+          { key: 'byRef', type: mapOf(STRING) },
+        ],
+      },
     },
-    messageRefs: (x, p) =>
-      decodeStruct(d, x, p, 'noaadapter.refMapJSON', {
-        byRaw: (y, q) => {
-          f.byRaw = decodeMap(d, y, q, 'map[string]string', stringValue)
-        },
-        byRef: (y, q) => {
-          f.byRef = decodeMap(d, y, q, 'map[string]string', stringValue)
-        },
-      }),
-    tokenSnapshot: (x, p) => {
-      f.tokenSnapshot = decodeMap(d, x, p, 'map[string]int', intValue)
+    { key: 'tokenSnapshot', type: mapOf(INT) },
+    {
+      key: 'nudge',
+      type: {
+        kind: 'struct',
+        name: 'noaadapter.nudgeJSON',
+        fields: [
+          { key: 'lastPerMessageNudgeTokens', type: INT },
+          { key: 'lastNudgeShownTokens', type: INT },
+          { key: 'lastShownByTier', type: mapOf(INT) },
+        ],
+      },
     },
-    nudge: (x, p) =>
-      decodeStruct(d, x, p, 'noaadapter.nudgeJSON', {
-        lastPerMessageNudgeTokens: (y, q) =>
-          decodeInt(d, y, q, (n) => {
-            f.lastPerMessageNudgeTokens = n
-          }),
-        lastNudgeShownTokens: (y, q) =>
-          decodeInt(d, y, q, (n) => {
-            f.lastNudgeShownTokens = n
-          }),
-        lastShownByTier: (y, q) => {
-          f.lastShownByTier = decodeMap(d, y, q, 'map[string]int', intValue)
-        },
-      }),
-    stats: (x, p) =>
-      decodeStruct(d, x, p, 'noaadapter.statsJSON', {
-        tokensCompressed: (y, q) =>
-          decodeInt(d, y, q, (n) => {
-            f.tokensCompressed = n
-          }),
-        compressionCount: (y, q) =>
-          decodeInt(d, y, q, (n) => {
-            f.compressionCount = n
-          }),
-      }),
-    derivedFrom: (x, p) =>
-      decodeString(d, x, p, (s) => {
-        f.derivedFrom = s
-      }),
-  })
-  return f
+    {
+      key: 'stats',
+      type: {
+        kind: 'struct',
+        name: 'noaadapter.statsJSON',
+        fields: [
+          { key: 'tokensCompressed', type: INT },
+          { key: 'compressionCount', type: INT },
+        ],
+      },
+    },
+    { key: 'derivedFrom', type: STRING },
+  ],
 }
 
-/** fmt.Sscanf(k, "%d", &tier): leading spaces, a sign, digits; what follows is ignored. */
-function scanTier(key: string): number | undefined {
-  const m = /^[ \t\r\n]*([+-]?\d+)/.exec(key)
+/** fmt's isSpace (the runes Sscanf skips before a number). */
+function isScanSpace(c: number): boolean {
+  return (
+    (c >= 0x09 && c <= 0x0d) ||
+    c === 0x20 ||
+    c === 0x85 ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000
+  )
+}
+
+/**
+ * `fmt.Sscanf(key, "%d", &tier)`: spaces skipped (a newline, or `\r\n`, is an error), one sign,
+ * ASCII digits, within int64; what follows is ignored.
+ */
+export function scanTier(key: string): GoInt | undefined {
+  let i = 0
+  for (;;) {
+    const c = key.charCodeAt(i)
+    if (c === 0x0d && key.charCodeAt(i + 1) === 0x0a) return undefined
+    if (c === 0x0a) return undefined
+    if (!isScanSpace(c)) break
+    i++
+  }
+  const m = /^[+-]?(\d+)/.exec(key.slice(i))
   if (!m) return undefined
-  const n = Number(m[1])
-  return Number.isSafeInteger(n) ? n : undefined
+  return parseGoInt(m[0].startsWith('+') ? m[0].slice(1) : m[0])
 }
 
 export interface DecodedState {
@@ -421,45 +279,95 @@ export function stateError(file: string, reason: string, cause?: unknown): NoaEr
   return new NoaError('NOA_BAD_STATE', `${file}: ${reason}`, { file, reason }, cause ? { cause } : undefined)
 }
 
+export interface StateReadOptions {
+  /**
+   * Norma mode: keep only what Norma's load keeps, so that saving gives what Norma's
+   * load-and-save writes. Norma drops `derivedFrom` (noa keeps it by default).
+   */
+  strict?: boolean
+}
+
+function unknownPaths(root: GoObject): string[] {
+  const out: string[] = []
+  const add = (o: GoObject | null, prefix: string) => {
+    if (o?.unknown) for (const k of o.unknown.keys()) out.push(prefix + k)
+  }
+  add(root, '')
+  for (const b of (sliceItems(root.fields.blocks as GoValue) ?? []) as GoObject[]) add(b, 'blocks.')
+  for (const key of ['messageRefs', 'nudge', 'stats']) add(root.fields[key] as GoObject, `${key}.`)
+  return out
+}
+
+function stringMap(v: GoValue): Map<string, string> | undefined {
+  return v === null ? undefined : (v as Map<string, string>)
+}
+
 /**
- * Decodes a state file's text. Throws NOA_BAD_STATE with Norma's reason (`parse state file: …`,
- * `state file version N, want 1`); `file` only names it in the message.
+ * Decodes a state file's bytes (or text), as Norma's `json.Unmarshal` into its stateFile and
+ * `fromFile` do. Throws NOA_BAD_STATE with Norma's reason (`parse state file: …`, `state file
+ * version N, want 1`); `file` only names it in the message.
  */
 export function decodeState(
-  text: string,
+  data: string | Uint8Array,
   sessionId: string,
   archiveRoot: string,
   file = STATE_FILE,
+  options: StateReadOptions = {},
 ): DecodedState {
-  let value: JsonValue
+  const text = typeof data === 'string' ? data : decodeBytes(data)
+  let root: GoObject
   try {
-    value = parseJsonKeepingNumbers(text)
+    root = unmarshal(text, STATE_TYPE, { keepUnknown: true }) as GoObject
   } catch (err) {
-    const reason = text.trim() === '' ? 'unexpected end of JSON input' : (err as Error).message
-    throw stateError(file, `parse state file: ${reason}`, err)
+    if (err instanceof GoSyntaxError || err instanceof GoTypeError)
+      throw stateError(file, `parse state file: ${err.message}`, err)
+    throw err
   }
-  const d = new DecodeState()
-  const f = decodeFile(d, value)
-  if (d.error !== undefined) throw stateError(file, `parse state file: ${d.error}`)
+  const f = root.fields
   if (f.version !== STATE_VERSION)
-    throw stateError(file, `state file version ${f.version}, want ${STATE_VERSION}`)
+    throw stateError(file, `state file version ${goIntText(f.version as GoInt)}, want ${STATE_VERSION}`)
   const st = createInitialState(sessionId, archiveRoot)
-  if (f.sessionId !== '') st.sessionId = f.sessionId
-  st.nextBlockId = Math.max(f.nextBlockId, 1)
-  if (f.byRaw) st.messageRefs.byRaw = f.byRaw
-  if (f.byRef) st.messageRefs.byRef = f.byRef
-  if (f.tokenSnapshot) st.tokenSnapshot = f.tokenSnapshot
-  st.nudge.lastPerMessageNudgeTokens = f.lastPerMessageNudgeTokens
-  st.nudge.lastNudgeShownTokens = f.lastNudgeShownTokens
-  for (const [k, v] of f.lastShownByTier ?? []) {
+  if (f.sessionId !== '') st.sessionId = f.sessionId as string
+  const next = f.nextBlockId as GoInt
+  st.nextBlockId = goIntCompare(next, 1) < 0 ? 1 : next
+  const refs = (f.messageRefs as GoObject).fields
+  st.messageRefs.byRaw = stringMap(refs.byRaw as GoValue) ?? st.messageRefs.byRaw
+  st.messageRefs.byRef = stringMap(refs.byRef as GoValue) ?? st.messageRefs.byRef
+  if (f.tokenSnapshot !== null) st.tokenSnapshot = f.tokenSnapshot as Map<string, GoInt>
+  const nudge = (f.nudge as GoObject).fields
+  st.nudge.lastPerMessageNudgeTokens = nudge.lastPerMessageNudgeTokens as GoInt
+  st.nudge.lastNudgeShownTokens = nudge.lastNudgeShownTokens as GoInt
+  for (const [k, v] of (nudge.lastShownByTier as Map<string, GoInt> | null) ?? []) {
     const tier = scanTier(k)
     if (tier !== undefined) st.nudge.lastShownByTier.set(tier, v)
   }
-  st.stats.tokensCompressed = f.tokensCompressed
-  st.stats.compressionCount = f.compressionCount
-  st.blocks = f.blocks
-  st.derivedFrom = f.derivedFrom
-  return { state: st, unknownKeys: d.unknownKeys }
+  const stats = (f.stats as GoObject).fields
+  st.stats.tokensCompressed = stats.tokensCompressed as GoInt
+  st.stats.compressionCount = stats.compressionCount as GoInt
+  for (const o of (sliceItems(f.blocks as GoValue) ?? []) as GoObject[]) {
+    const b = o.fields
+    const ids = (v: GoValue) => (sliceItems(v) ?? []) as string[]
+    st.blocks.push({
+      blockId: b.blockId as string,
+      tier: b.tier as GoInt,
+      topic: b.topic as string,
+      summary: b.summary as string,
+      directMessageIds: ids(b.directMessageIds as GoValue),
+      effectiveMessageIds: ids(b.effectiveMessageIds as GoValue),
+      directBlockIds: ids(b.directBlockIds as GoValue),
+      archivePath: b.archivePath as string,
+      archiveRel: b.archiveRel as string,
+      compressedTokens: b.compressedTokens as GoInt,
+      startRef: b.startRef as string,
+      endRef: b.endRef as string,
+      createdAt: b.createdAt as GoInt,
+      active: b.active as boolean,
+      compressCallId: b.compressCallId as string,
+    })
+  }
+  // Norma's struct has the field (so a non-string value fails the load) but fromFile never reads it.
+  st.derivedFrom = options.strict ? '' : (f.derivedFrom as string)
+  return { state: st, unknownKeys: unknownPaths(root) }
 }
 
 export interface StateLoad {
@@ -480,12 +388,17 @@ export interface StateLoad {
  * is not valid JSON or is not version 1 gives the initial state together with the error (the
  * caller decides whether to go on, as Norma does, or stop). Never rebuilds anything.
  */
-export function loadStateFile(file: string, sessionId: string, archiveRoot: string): StateLoad {
-  let text: string
+export function loadStateFile(
+  file: string,
+  sessionId: string,
+  archiveRoot: string,
+  options: StateReadOptions = {},
+): StateLoad {
+  let text: Buffer
   try {
     const fd = openFileSync(file, READ, { what: 'state file' })
     try {
-      text = readFileSync(fd, 'utf8')
+      text = readFileSync(fd)
     } finally {
       closeSync(fd)
     }
@@ -504,7 +417,7 @@ export function loadStateFile(file: string, sessionId: string, archiveRoot: stri
     return out
   }
   try {
-    const { state, unknownKeys } = decodeState(text, sessionId, archiveRoot, file)
+    const { state, unknownKeys } = decodeState(text, sessionId, archiveRoot, file, options)
     return { state, file, exists: true, unknownKeys }
   } catch (err) {
     if (!(err instanceof NoaError)) throw err
@@ -519,7 +432,7 @@ export function loadStateFile(file: string, sessionId: string, archiveRoot: stri
 }
 
 /** The state of session `sessionId` under `baseDir` (see loadStateFile). */
-export function loadState(baseDir: string, sessionId: string): StateLoad {
+export function loadState(baseDir: string, sessionId: string, options: StateReadOptions = {}): StateLoad {
   const root = sessionRoot(baseDir, sessionId)
   const file = stateFileOf(root)
   try {
@@ -530,5 +443,5 @@ export function loadState(baseDir: string, sessionId: string): StateLoad {
     const error = new NoaError(err.code, err.message, { ...err.details, reason: err.message })
     return { state: createInitialState(sessionId, root), file, exists: true, error, unknownKeys: [] }
   }
-  return loadStateFile(file, sessionId, root)
+  return loadStateFile(file, sessionId, root, options)
 }

@@ -1,4 +1,5 @@
 /** The in-memory compression state and the small queries on it (Norma's `noa/state.go`). */
+import { goIntAdd, goIntCompare, goIntText } from '../gocompat/index.js'
 import { emptyRefs } from './refs.js'
 import { type CompressionBlock, type CompressionState, SUMMARY_ID_PREFIX } from './types.js'
 
@@ -54,9 +55,9 @@ export function coveredMessageIds(s: CompressionState): Set<string> {
 
 /** Takes the next block id (`b<nextBlockId>`). */
 export function allocateBlockId(s: CompressionState): string {
-  const id = Math.max(s.nextBlockId, 1)
-  s.nextBlockId = id + 1
-  return `b${id}`
+  const id = goIntCompare(s.nextBlockId, 1) < 0 ? 1 : s.nextBlockId
+  s.nextBlockId = goIntAdd(id, 1)
+  return `b${goIntText(id)}`
 }
 
 /** The id of the summary message that stands in for a block in a view. */

@@ -54,3 +54,41 @@ export function formatRfc3339(date: Date, zone: TimeZoneOption = 'local'): strin
 export function unixSeconds(date: Date): number {
   return Math.floor(date.getTime() / 1000)
 }
+
+/** Seconds JavaScript's Date can hold (±100,000,000 days from the epoch). */
+const DATE_LIMIT_SECONDS = 8.64e12
+
+/** Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (H. Hinnant's). */
+function civilFromDays(z: bigint): [bigint, number, number] {
+  const zz = z + 719468n
+  const era = (zz >= 0n ? zz : zz - 146096n) / 146097n
+  const doe = zz - era * 146097n
+  const yoe = (doe - doe / 1460n + doe / 36524n - doe / 146096n) / 365n
+  const doy = doe - (365n * yoe + yoe / 4n - yoe / 100n)
+  const mp = (5n * doy + 2n) / 153n
+  const d = Number(doy - (153n * mp + 2n) / 5n + 1n)
+  const m = Number(mp < 10n ? mp + 3n : mp - 9n)
+  return [yoe + era * 400n + (m <= 2 ? 1n : 0n), m, d]
+}
+
+/**
+ * Go's `time.Unix(sec, 0).In(zone).Format(time.RFC3339)` for any int64 `sec` (a state file can
+ * hold any): years past 9999 are written whole, as Go writes them. Beyond what a JS Date holds,
+ * the local zone's offset is taken at the nearest date it can hold.
+ */
+export function formatUnixSeconds(sec: number | bigint, zone: TimeZoneOption = 'local'): string {
+  if (typeof sec === 'number' && Math.abs(sec) <= DATE_LIMIT_SECONDS)
+    return formatRfc3339(new Date(sec * 1000), zone)
+  const s = BigInt(sec)
+  const clamped = s > 0n ? DATE_LIMIT_SECONDS : -DATE_LIMIT_SECONDS
+  const offset = zoneOffset(new Date(clamped * 1000), zone)
+  const local = s + BigInt(offset * 60)
+  const days = (local >= 0n ? local : local - 86399n) / 86400n
+  const secs = Number(local - days * 86400n)
+  const [year, month, day] = civilFromDays(days)
+  const y = year < 0n ? `-${(-year).toString().padStart(4, '0')}` : year.toString().padStart(4, '0')
+  const base = `${y}-${pad(month)}-${pad(day)}T${pad(Math.floor(secs / 3600))}:${pad(Math.floor(secs / 60) % 60)}:${pad(secs % 60)}`
+  if (offset === 0) return `${base}Z`
+  const a = Math.abs(offset)
+  return `${base}${offset < 0 ? '-' : '+'}${pad(Math.floor(a / 60))}:${pad(a % 60)}`
+}

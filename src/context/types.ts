@@ -4,7 +4,9 @@
  *
  * Field names follow Norma's Go structs (camelCase as in the JSON file). Go's zero values stand
  * for absent fields (`''`, `[]`, `0`), because that is what Norma reads and writes back for them.
+ * Ints are Go's int64 (`GoInt`: a number, or a bigint beyond 2^53, which only a loaded file gives).
  */
+import type { GoInt } from '../gocompat/int.js'
 
 /** Roles of projected messages: tool results get their own role. */
 export type CoreRole = 'user' | 'assistant' | 'tool'
@@ -31,7 +33,7 @@ export interface CoreMessage {
 export interface CompressionBlock {
   /** `b1`, `b2`, … */
   blockId: string
-  tier: number
+  tier: GoInt
   topic: string
   summary: string
   /** Messages this block compressed itself (not through an absorbed block), in ref order. */
@@ -44,11 +46,11 @@ export interface CompressionBlock {
   archivePath: string
   /** `tier<N>/<blockId>_<startRef>-<endRef>.md`, relative to the session's archive root. */
   archiveRel: string
-  compressedTokens: number
+  compressedTokens: GoInt
   startRef: string
   endRef: string
   /** Unix seconds; 0 = unknown. */
-  createdAt: number
+  createdAt: GoInt
   active: boolean
   /** The tool_use id of the Compress call that made the block; '' when made otherwise. */
   compressCallId: string
@@ -61,26 +63,26 @@ export interface MessageRefMap {
 }
 
 export interface NudgeState {
-  lastPerMessageNudgeTokens: number
-  lastNudgeShownTokens: number
+  lastPerMessageNudgeTokens: GoInt
+  lastNudgeShownTokens: GoInt
   /** Tier → tokens (saved with decimal string keys). */
-  lastShownByTier: Map<number, number>
+  lastShownByTier: Map<GoInt, GoInt>
 }
 
 export interface CompressionStats {
-  tokensCompressed: number
-  compressionCount: number
+  tokensCompressed: GoInt
+  compressionCount: GoInt
 }
 
 export interface CompressionState {
   sessionId: string
   /** The session's archive directory, `<baseDir>/<sessionId>` (not saved). */
   archiveRoot: string
-  nextBlockId: number
+  nextBlockId: GoInt
   blocks: CompressionBlock[]
   messageRefs: MessageRefMap
   /** Frozen per-ref token counts shown in `<noa-ref>` tags. */
-  tokenSnapshot: Map<string, number>
+  tokenSnapshot: Map<string, GoInt>
   nudge: NudgeState
   stats: CompressionStats
   /**

@@ -11,6 +11,7 @@ import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import { Piscina } from 'piscina'
+import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
 import { checkRoot, isInside } from './files.js'
@@ -64,6 +65,14 @@ export interface AgentLogOptions {
    * `syncfs`: each commit flushes the whole filesystem holding the log folder.
    */
   durability?: Durability
+  /**
+   * What the object store above says about blobs and records (the store's `ObjectStore`
+   * implements it). Without it, snapshot and merge entries are refused from callers (only the
+   * store writes them) and `checkBlobs` cannot be used.
+   */
+  objects?: ObjectChecks
+  /** Default of the append option `checkBlobs`: refuse writes whose blob is not stored. Default false. */
+  checkBlobs?: boolean
   /** Size of each worker's commit journal in bytes (a multiple of 4096). Default 16 MiB. */
   journalSize?: number
   /**
@@ -83,6 +92,8 @@ const OPTION_KEYS = new Set([
   'syncThreads',
   'inlineCommit',
   'durability',
+  'objects',
+  'checkBlobs',
   'journalSize',
   'maxPendingBytes',
   'ioModule',
@@ -117,6 +128,12 @@ export interface AppendOptions {
    * NOA_ABORTED); once taken, it commits and resolves as usual.
    */
   signal?: AbortSignal
+  /**
+   * Refuse a `write` whose blob is not stored (NOA_MISSING_BLOB), checked through the log's
+   * `objects`. Default: the log's `checkBlobs` option (false unless set). Hosts that upload
+   * blobs after appending leave it off.
+   */
+  checkBlobs?: boolean
 }
 
 interface Outbox {
@@ -197,6 +214,32 @@ function checkOptions(options: AgentLogOptions) {
   if (options.inlineCommit !== undefined && typeof options.inlineCommit !== 'boolean') {
     throw optionError('inlineCommit', 'must be a boolean', options.inlineCommit)
   }
+  const objects = options.objects
+  if (
+    objects !== undefined &&
+    (typeof objects !== 'object' ||
+      objects === null ||
+      typeof objects.hasBlob !== 'function' ||
+      typeof objects.checkRecords !== 'function')
+  ) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option objects must have hasBlob(hash) and checkRecords(workspace, entries, where) (an ObjectStore does)',
+      { field: 'objects' },
+    )
+  }
+  if (options.checkBlobs !== undefined && typeof options.checkBlobs !== 'boolean') {
+    throw optionError('checkBlobs', 'must be a boolean', options.checkBlobs)
+  }
+  if (options.checkBlobs && !objects) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      'option checkBlobs needs option objects (e.g. new ObjectStore(root))',
+      {
+        field: 'checkBlobs',
+      },
+    )
+  }
   if (options.ioModule !== undefined && typeof options.ioModule !== 'string') {
     throw optionError('ioModule', 'must be a module URL string', options.ioModule)
   }
@@ -209,6 +252,8 @@ function checkOptions(options: AgentLogOptions) {
     syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,
+    objects,
+    checkBlobs: options.checkBlobs ?? false,
     journalSize,
     maxPendingBytes: positiveInt(options, 'maxPendingBytes', 64 << 20, Number.MAX_SAFE_INTEGER),
   }
@@ -219,7 +264,7 @@ function checkOptions(options: AgentLogOptions) {
  * that talks to it, or null when none serves the root. Installed by the daemon's client, a layer
  * above this one, so that the engine does not import it.
  */
-export type Forwarder = (root: string) => Promise<AgentLog | null>
+export type Forwarder = (root: string, options: AgentLogOptions) => Promise<AgentLog | null>
 
 let forwarder: Forwarder | null = null
 
@@ -262,10 +307,14 @@ export class AgentLog {
   /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
+  private readonly objects: ObjectChecks | undefined
+  private readonly checkBlobs: boolean
 
   /** Protected for the daemon's client (src/serve), which extends this class and starts no owner. */
   protected constructor(o: CheckedOptions, options: AgentLogOptions) {
     this.maxPendingBytes = o.maxPendingBytes
+    this.objects = o.objects
+    this.checkBlobs = o.checkBlobs
     this.root = o.root
     this.logDir = logDirOf(o.root)
     this.options = o
@@ -302,7 +351,7 @@ export class AgentLog {
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
     if (forwarder) {
       // A daemon serving this root owns its workspaces: talk to it instead of starting owners.
-      const remote = await forwarder(o.root)
+      const remote = await forwarder(o.root, options)
       if (remote) return remote
     }
     loadNative() // a missing addon is an error now, not at the first append
@@ -366,7 +415,11 @@ export class AgentLog {
   append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
     try {
       checkWorkspace(workspace)
-      return this.submit(workspace, encodeBody(entry), -1, options) as Promise<Ack>
+      const body = encodeBody(entry)
+      if (options !== undefined || this.checkBlobs || isRecordEntry(entry)) {
+        this.checkEntries(workspace, [entry], options, () => 'entry')
+      }
+      return this.submit(workspace, body, -1, options) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -383,10 +436,64 @@ export class AgentLog {
         throw new NoaError('NOA_BAD_ARGUMENT', 'appendMany takes an array of entries')
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
       return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
+  }
+
+  /** The store's path for its own records: no record check (see STORE_APPEND). */
+  [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
+      return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Record entries must be vouched for by `objects`; blobs checked when asked. */
+  protected checkEntries(
+    workspace: string,
+    entries: readonly EntryInput[],
+    options: AppendOptions | undefined,
+    where: (i: number) => string,
+  ): void {
+    if (options !== undefined) checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
+    const checkBlobs = options?.checkBlobs ?? this.checkBlobs
+    if (typeof checkBlobs !== 'boolean') throw optionError('checkBlobs', 'must be a boolean', checkBlobs)
+    const objects = this.objects
+    if (checkBlobs && !objects) {
+      throw new NoaError(
+        'NOA_BAD_OPTION',
+        'append option checkBlobs needs the log opened with option objects (e.g. new ObjectStore(root))',
+        { field: 'checkBlobs' },
+      )
+    }
+    let records = false
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as EntryInput
+      if (e.op === 'snapshot' || e.op === 'merge') records = true
+      else if (checkBlobs && e.op === 'write' && !(objects as ObjectChecks).hasBlob(e.blob)) {
+        throw new NoaError(
+          'NOA_MISSING_BLOB',
+          `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first (noa blob put), or append with checkBlobs: false`,
+          { field: 'blob', blob: e.blob, path: e.path },
+        )
+      }
+    }
+    if (!records) return
+    if (!objects) {
+      const i = entries.findIndex((e) => e.op === 'snapshot' || e.op === 'merge')
+      throw new NoaError(
+        'NOA_BAD_ENTRY',
+        `${where(i)}: ${entries[i]?.op} entries are written by the store (SnapshotEngine snapshot, fork, merge); to append one by hand, open the log with option objects so it can check the record it names`,
+        { field: 'op' },
+      )
+    }
+    objects.checkRecords(workspace, entries, where)
   }
 
   /**
@@ -408,6 +515,7 @@ export class AgentLog {
       }
       if (entries.length === 0) continue
       const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
+      this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
       const owner = this.ownerOf(workspace)
       let g = groups.get(owner)
       if (!g) {
@@ -981,7 +1089,7 @@ export function checkAppendOptions(options: AppendOptions | undefined): number {
   return ifLastSeq ?? -1
 }
 
-const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal'])
+const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
 
 export function abortedError(workspace: string, signal: AbortSignal): NoaError {
   return new NoaError(

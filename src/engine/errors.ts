@@ -28,6 +28,7 @@ export type NoaErrorCode =
   | 'NOA_BAD_STATE'
   | 'NOA_BAD_ARCHIVE'
   | 'NOA_COMPRESS'
+  | 'NOA_MISSING_BLOB'
   | 'NOA_NOT_REGULAR_FILE'
   | 'NOA_NOT_DIRECTORY'
   | 'NOA_NAME_TOO_LONG'

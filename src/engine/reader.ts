@@ -5,9 +5,10 @@
  * yet.
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
-import { type Entry, parseCounters, parseEntry } from './entry.js'
-import { NoaError } from './errors.js'
+import { type Entry, parseCounters } from './entry.js'
 import { openFile, openFileSync, READ } from './files.js'
+import { parallelEntryBatches, useThreads } from './parallel.js'
+import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
 
 const CHUNK = 1 << 20
 const NL = 0x0a
@@ -23,36 +24,58 @@ export interface ChunkOptions {
 /**
  * Yields buffers that each hold whole lines (the last byte of each is `\n`). A trailing partial
  * line is not yielded. The buffers may be reused after the consumer resumes the iterator.
+ *
+ * Two buffers take turns: the read of the next chunk is already in the thread pool while the
+ * consumer parses this one, so a replay never waits for the disk (or the page cache copy)
+ * between chunks.
  */
 export async function* readChunks(file: string, options: ChunkOptions = {}): AsyncGenerator<Buffer> {
   const handle = await openFile(file, READ, { what: 'log' })
+  let pending: Promise<{ bytesRead: number }> | null = null
   try {
     const end = options.end ?? (await handle.stat()).size
+    const size = options.chunkSize ?? CHUNK
     let pos = options.start ?? 0
-    let buf = Buffer.allocUnsafe(options.chunkSize ?? CHUNK)
+    let buf: Buffer = Buffer.allocUnsafe(size)
+    let spare: Buffer | null = null
     let carry = 0 // bytes at the start of buf left over from the previous read (a partial line)
-    while (pos < end) {
-      if (carry === buf.length) {
-        // One line longer than the buffer: grow it.
-        const bigger = Buffer.allocUnsafe(buf.length * 2)
-        buf.copy(bigger, 0, 0, carry)
-        buf = bigger
-      }
-      const want = Math.min(buf.length - carry, end - pos)
-      const { bytesRead } = await handle.read(buf, carry, want, pos)
+    const readInto = (into: Buffer, at: number): Promise<{ bytesRead: number }> =>
+      handle.read(into, at, Math.min(into.length - at, end - pos), pos)
+    if (pos < end) pending = readInto(buf, 0)
+    while (pending !== null) {
+      const { bytesRead } = await pending
+      pending = null
       if (bytesRead === 0) break
       pos += bytesRead
       const filled = carry + bytesRead
       const lastNl = buf.lastIndexOf(NL, filled - 1)
       if (lastNl < 0) {
         carry = filled
+        if (carry === buf.length) {
+          // One line longer than the buffer: grow it.
+          const bigger = Buffer.allocUnsafe(buf.length * 2)
+          buf.copy(bigger, 0, 0, carry)
+          buf = bigger
+        }
+        if (pos < end) pending = readInto(buf, carry)
         continue
       }
+      const nextCarry = filled - (lastNl + 1)
+      // The next buffer holds the partial line and room for at least as much again.
+      if (spare === null || spare.length < Math.max(size, nextCarry * 2)) {
+        spare = Buffer.allocUnsafe(Math.max(size, nextCarry * 2))
+      }
+      buf.copy(spare, 0, lastNl + 1, filled)
+      if (pos < end) pending = readInto(spare, nextCarry)
       yield buf.subarray(0, lastNl + 1)
-      carry = filled - (lastNl + 1)
-      if (carry > 0) buf.copy(buf, 0, lastNl + 1, filled)
+      const done = buf
+      buf = spare
+      spare = done
+      carry = nextCarry
     }
   } finally {
+    // A consumer that stops early leaves the next read in flight: let it land before closing.
+    if (pending !== null) await (pending as Promise<unknown>).catch(() => undefined)
     await handle.close()
   }
 }
@@ -82,24 +105,25 @@ export async function* readEntryBatches(
 ): AsyncGenerator<Entry[]> {
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
-  const validate = options.validate ?? true
+  const parse = { validate: options.validate ?? true, fromSeq }
+  const end = options.end ?? logSize(file)
   let lineNo = 0
-  for await (const lines of readLineBatches(file, { start, end: options.end })) {
+  let from = start
+  if (useThreads(end - start)) {
+    const state = { lines: 0, resumeAt: start, complete: false }
+    yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
+    if (state.complete) return
+    lineNo = state.lines
+    from = state.resumeAt
+  }
+  const scanner = new LineScanner()
+  for await (const chunk of readChunks(file, { start: from, end })) {
     const out: Entry[] = []
-    for (const line of lines) {
-      lineNo++
-      if (line.length === 0) continue
-      let entry: Entry
-      try {
-        entry = validate ? parseEntry(line) : (JSON.parse(line) as Entry)
-      } catch (err) {
-        const where = start === 0 ? `${file}:${lineNo}` : `${file} (line ${lineNo} after byte ${start})`
-        throw new NoaError('NOA_CORRUPT_LOG', `${where}: corrupt entry: ${(err as Error).message}`, {
-          file,
-          line: start === 0 ? lineNo : undefined,
-        })
-      }
-      if (entry.seq >= fromSeq) out.push(entry)
+    try {
+      lineNo += parseLines(scanner, chunk, out, parse)
+    } catch (err) {
+      if (!(err instanceof BadLine)) throw err
+      throw corruptLine(file, lineNo + err.lineIndex, start, err.error)
     }
     if (out.length > 0) yield out
   }
@@ -120,7 +144,7 @@ function readAt(fd: number, buf: Buffer, pos: number): number {
 }
 
 /** Start of the first line that begins at or after `pos` (or `size`). */
-function lineStartFrom(fd: number, pos: number, size: number): number {
+export function lineStartFrom(fd: number, pos: number, size: number): number {
   if (pos === 0) return 0
   const buf = Buffer.allocUnsafe(4096)
   let p = pos - 1
@@ -187,6 +211,15 @@ export function seekSeq(file: string, seq: number): number {
       p += Buffer.byteLength(line) + 1
     }
     return hi
+  } finally {
+    closeSync(fd)
+  }
+}
+
+function logSize(file: string): number {
+  const fd = openFileSync(file, READ, { what: 'log' })
+  try {
+    return fstatSync(fd).size
   } finally {
     closeSync(fd)
   }

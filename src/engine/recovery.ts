@@ -6,7 +6,10 @@ import { closeSync, fstatSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
 import { NoaError } from './errors.js'
 import { openFileSync, READ } from './files.js'
-import { findLastNewline, readChunks, readLineBatches } from './reader.js'
+import { useThreads, verifyInThread } from './parallel.js'
+import { findLastNewline, lineStartFrom, readChunks } from './reader.js'
+import { LineScanner } from './scan.js'
+import type { VerifyRangeReport } from './scan-protocol.js'
 
 export interface Tail {
   size: number
@@ -102,16 +105,108 @@ export interface VerifyOptions {
 /**
  * Full scan: every line a valid entry, seq strictly increasing, ts non-decreasing. Stops at the
  * first problem and reports it as file:line. Reads up to the size the file has when it starts.
+ * A large log is checked in two halves at once (split at a line boundary), joined in order.
  */
 export async function verifyLog(file: string, options: VerifyOptions = {}): Promise<VerifyReport> {
   const { onProgress } = options
   const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
+  let middle = 0
   try {
     size = fstatSync(fd).size
+    if (useThreads(size)) middle = lineStartFrom(fd, Math.floor(size / 2), size)
   } finally {
     closeSync(fd)
   }
+  const progress = onProgress && ((bytes: number) => onProgress(bytes, size))
+  if (middle > 0 && middle < size) {
+    const [first, second] = await Promise.all([
+      verifyRange(file, 0, middle, progress),
+      verifyInThread(file, middle, size),
+    ])
+    // Without its thread the second half is checked here, after the first.
+    const rest = second ?? (await verifyRange(file, middle, size, progress && ((b) => progress(middle + b))))
+    const report = joinRanges(file, size, [first, rest])
+    if (report.ok) progress?.(report.bytes)
+    return report
+  }
+  return joinRanges(file, size, [await verifyRange(file, 0, size, progress)])
+}
+
+/**
+ * Checks the complete lines in [start, end) (start is a line start) as `verifyLog` does, with
+ * line numbers from 1 at `start` and no entry before it; stops at the first problem.
+ */
+export async function verifyRange(
+  file: string,
+  start: number,
+  end: number,
+  /** Called after each chunk with the bytes of the range checked so far. */
+  onChunk?: (bytes: number) => void,
+): Promise<VerifyRangeReport> {
+  const r: VerifyRangeReport = {
+    lines: 0,
+    entries: 0,
+    firstSeq: 0,
+    firstTs: 0,
+    firstLineBytes: 0,
+    lastSeq: 0,
+    lastTs: 0,
+    bytes: 0,
+  }
+  const fail = (reason: string): VerifyRangeReport => {
+    r.problem = { line: r.lines, reason }
+    return r
+  }
+  const scanner = new LineScanner()
+  for await (const chunk of readChunks(file, { start, end })) {
+    const stop = chunk.length
+    let s = 0
+    while (s < stop) {
+      r.lines++
+      let seq: number
+      let ts: number
+      let next: number
+      if (scanner.take(chunk, s)) {
+        seq = scanner.seq
+        ts = scanner.ts
+        next = scanner.next
+      } else {
+        next = chunk.indexOf(0x0a, s) + 1
+        if (next === s + 1) {
+          r.bytes += 1
+          return fail('empty line')
+        }
+        try {
+          const e = parseEntry(chunk.toString('utf8', s, next - 1))
+          seq = e.seq
+          ts = e.ts
+        } catch (err) {
+          r.bytes += next - s
+          return fail((err as Error).message)
+        }
+      }
+      r.bytes += next - s
+      if (r.entries === 0) {
+        r.firstSeq = seq
+        r.firstTs = ts
+        r.firstLineBytes = next - s
+      } else {
+        if (seq <= r.lastSeq) return fail(`seq ${seq} does not increase (previous ${r.lastSeq})`)
+        if (ts < r.lastTs) return fail(`ts ${ts} goes back (previous ${r.lastTs})`)
+      }
+      r.entries++
+      r.lastSeq = seq
+      r.lastTs = ts
+      s = next
+    }
+    onChunk?.(r.bytes)
+  }
+  return r
+}
+
+/** The report of a whole log from the reports of its consecutive ranges, as one scan would give. */
+function joinRanges(file: string, size: number, ranges: readonly VerifyRangeReport[]): VerifyReport {
   const report: VerifyReport = {
     file,
     ok: true,
@@ -122,42 +217,40 @@ export async function verifyLog(file: string, options: VerifyOptions = {}): Prom
     bytes: 0,
     tornTailBytes: 0,
   }
-  let lineNo = 0
-  const fail = (reason: string): VerifyReport => {
+  let lines = 0
+  const fail = (line: number, reason: string): VerifyReport => {
     report.ok = false
-    report.problem = { line: lineNo, reason }
+    report.problem = { line, reason }
     return report
   }
-  for await (const lines of readLineBatches(file, { end: size })) {
-    for (const line of lines) {
-      lineNo++
-      report.bytes += Buffer.byteLength(line) + 1
-      if (line.length === 0) return fail('empty line')
-      let seq: number
-      let ts: number
-      try {
-        const e = parseEntry(line)
-        seq = e.seq
-        ts = e.ts
-      } catch (err) {
-        return fail((err as Error).message)
+  for (const r of ranges) {
+    if (r.lines === 0) continue
+    // The range's first line is an entry unless the range's problem is on it; it follows the
+    // last entry of the ranges before.
+    if (r.problem?.line !== 1 && report.entries > 0) {
+      if (r.firstSeq <= report.lastSeq) {
+        report.bytes += r.firstLineBytes
+        return fail(lines + 1, `seq ${r.firstSeq} does not increase (previous ${report.lastSeq})`)
       }
-      if (report.entries > 0 && seq <= report.lastSeq) {
-        return fail(`seq ${seq} does not increase (previous ${report.lastSeq})`)
+      if (r.firstTs < report.lastTs) {
+        report.bytes += r.firstLineBytes
+        return fail(lines + 1, `ts ${r.firstTs} goes back (previous ${report.lastTs})`)
       }
-      if (report.entries > 0 && ts < report.lastTs)
-        return fail(`ts ${ts} goes back (previous ${report.lastTs})`)
-      if (report.entries === 0) report.firstSeq = seq
-      report.entries++
-      report.lastSeq = seq
-      report.lastTs = ts
     }
-    onProgress?.(report.bytes, size)
+    if (report.entries === 0 && r.entries > 0) report.firstSeq = r.firstSeq
+    if (r.entries > 0) {
+      report.lastSeq = r.lastSeq
+      report.lastTs = r.lastTs
+    }
+    report.entries += r.entries
+    report.bytes += r.bytes
+    if (r.problem) return fail(lines + r.problem.line, r.problem.reason)
+    lines += r.lines
   }
   if (report.bytes < size) {
     report.tornTailBytes = size - report.bytes
-    lineNo++
     return fail(
+      lines + 1,
       `partial last line (${report.tornTailBytes} bytes without a newline): a torn write; recover cuts it`,
     )
   }

@@ -9,6 +9,8 @@
  * - a `json.RawMessage` is compacted (whitespace outside strings removed) and HTML-escaped.
  */
 
+import { type GoInt, goIntText } from './int.js'
+
 const HTML_CHARS = /[<>&\u2028\u2029]/
 const HTML_CHARS_G = /[<>&\u2028\u2029]/g
 const HTML_ESCAPES: Record<string, string> = {
@@ -42,9 +44,9 @@ export function goString(s: string): string {
   return replaceLoneSurrogates(htmlEscape(JSON.stringify(s)))
 }
 
-/** An integer as Go writes an `int` (no `-0`). */
-export function goInt(n: number): string {
-  return n === 0 ? '0' : String(n)
+/** An integer as Go writes an `int` (no `-0`; a bigint beyond 2^53 exactly). */
+export function goInt(n: GoInt): string {
+  return goIntText(n)
 }
 
 function isJsonSpace(c: number): boolean {

@@ -4,6 +4,7 @@
  * - map keys sorted by their bytes (UTF-8 order = code point order, not UTF-16 order);
  * - Marshal of decoded `any` values (maps sorted, HTML characters escaped).
  */
+import { type GoInt, goIntText } from './int.js'
 import { goString } from './json.js'
 
 /** A value ready to be written: encoded scalars, objects with their keys in order, arrays. */
@@ -11,7 +12,7 @@ export type GoNode = { raw: string } | { obj: Array<[string, GoNode]> } | { arr:
 
 export const raw = (text: string): GoNode => ({ raw: text })
 export const str = (s: string): GoNode => ({ raw: goString(s) })
-export const int = (n: number): GoNode => ({ raw: n === 0 ? '0' : String(n) })
+export const int = (n: GoInt): GoNode => ({ raw: goIntText(n) })
 export const bool = (b: boolean): GoNode => ({ raw: b ? 'true' : 'false' })
 export const NULL: GoNode = { raw: 'null' }
 

@@ -6,6 +6,7 @@
 import { closeSync, type Dirent, fstatSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { notDirectory, openFileSync, READ } from '../engine/files.js'
+import { decodeBytes } from '../gocompat/index.js'
 import { type MemoryNote, parseMemory } from './note.js'
 
 export const INDEX_FILE = 'MEMORY.md'
@@ -65,7 +66,9 @@ export function readNote(dir: string, file: string): MemoryNote {
   const fd = openFileSync(path, READ, { what: 'memory note' })
   try {
     const st = fstatSync(fd, { bigint: true })
-    const text = readFileSync(fd).toString('utf8')
+    // A byte that is not UTF-8 stays itself (utf8.ts), as in Norma's Go strings, so the index and
+    // a rename write it back unchanged.
+    const text = decodeBytes(readFileSync(fd))
     const note: MemoryNote = {
       ...parseMemory(text, file),
       file,

@@ -25,7 +25,7 @@ import { join } from 'node:path'
 import { fsyncDir, mkdirDurable, writeFileAtomic } from '../engine/atomic.js'
 import { NoaError } from '../engine/errors.js'
 import { nameTooLong, openFileSync, READ, statFile } from '../engine/files.js'
-import { goTrimSpace } from '../gocompat/index.js'
+import { decodeBytes, encodeBytes, goTrimSpace } from '../gocompat/index.js'
 import { renderIndex } from './index-file.js'
 import { withDirLock } from './lock.js'
 import { checkMemory, type MemoryInput, type MemoryNote, renderMemory } from './note.js'
@@ -135,7 +135,7 @@ export class MemoryStore {
       }
       const file = this.freeFile(name, old.file)
       const path = join(this.dir, file)
-      writeFileAtomic(path, renderMemory({ ...old, name }))
+      writeFileAtomic(path, encodeBytes(renderMemory({ ...old, name })))
       keepMtime(path, old)
       if (file !== old.file) {
         this.writeIndex(this.scan().filter((n) => n.file !== old.file))
@@ -161,7 +161,7 @@ export class MemoryStore {
       return renderIndex(this.scan())
     }
     try {
-      return readFileSync(fd, 'utf8')
+      return decodeBytes(readFileSync(fd))
     } finally {
       closeSync(fd)
     }
@@ -194,7 +194,7 @@ export class MemoryStore {
 
   /** Writes MEMORY.md for `notes` (default: a fresh scan); returns the notes it lists. */
   private writeIndex(notes: MemoryNote[] = this.scan()): MemoryNote[] {
-    writeFileAtomic(join(this.dir, INDEX_FILE), renderIndex(notes))
+    writeFileAtomic(join(this.dir, INDEX_FILE), encodeBytes(renderIndex(notes)))
     return notes
   }
 

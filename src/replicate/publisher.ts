@@ -1022,6 +1022,9 @@ class Publisher {
         try {
           sent = await publishObject(ctx, this.s.root, id)
         } catch (err) {
+          // Removed since the scan found it: gc takes only objects no log reaches, so nothing
+          // that follows in the stream needs it.
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT' || isNoaError(err, 'NOA_NOT_FOUND')) continue
           // An object that cannot be read (damaged, or not a regular file) is reported and left
           // out; the logs and the other objects go on.
           if (!isNoaError(err) || !UNREADABLE_OBJECT.has(err.code)) throw err

@@ -13,7 +13,14 @@
 import { readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { isAbsolute } from 'node:path'
-import { AgentLog, type AppendOptions, abortedError, checkAppendOptions } from '../engine/agent-log.js'
+import {
+  AgentLog,
+  type AgentLogOptions,
+  type AppendOptions,
+  abortedError,
+  checkAppendOptions,
+} from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { deserializeError, NoaError, type SerializedError } from '../engine/errors.js'
 import type { WorkspaceInfo } from '../engine/logs.js'
@@ -25,7 +32,17 @@ import { LineReader } from './lines.js'
 import { removeStaleSocket, socketAddress, socketPath, tryServeLock } from './paths.js'
 import { DEFAULT_WINDOW, type Limits, PROTOCOL_VERSION, tooLarge, utf8Bytes } from './protocol.js'
 
-export interface ConnectOptions {
+/** The AgentLog options a client keeps: entries are checked with them before they are sent. */
+type EntryChecks = Pick<AgentLogOptions, 'objects' | 'checkBlobs'>
+
+function entryChecks(options: EntryChecks): EntryChecks {
+  const out: EntryChecks = {}
+  if (options.objects !== undefined) out.objects = options.objects
+  if (options.checkBlobs !== undefined) out.checkBlobs = options.checkBlobs
+  return out
+}
+
+export interface ConnectOptions extends EntryChecks {
   /** The root whose daemon to reach through `<root>/noa.sock`. */
   root?: string
   /** A socket path instead of a root. */
@@ -297,9 +314,16 @@ export class RemoteAgentLog extends AgentLog {
   private readonly target: Target
   private readonly timeoutMs: number
 
-  private constructor(root: string, conn: DaemonConnection, target: Target, timeoutMs: number) {
-    // No owner of its own is ever started: every method below goes to the daemon.
-    super(RemoteAgentLog.checkedOptions({ root, workers: 1 }), { root })
+  private constructor(
+    root: string,
+    conn: DaemonConnection,
+    target: Target,
+    timeoutMs: number,
+    checks: EntryChecks,
+  ) {
+    // No owner of its own is ever started: every method below goes to the daemon. `objects` and
+    // `checkBlobs` are kept: entries are checked here with them, as in process.
+    super(RemoteAgentLog.checkedOptions({ root, workers: 1, ...checks }), { root })
     this.conn = conn
     this.target = target
     this.timeoutMs = timeoutMs
@@ -320,12 +344,18 @@ export class RemoteAgentLog extends AgentLog {
       conn,
       target,
       timeoutMs,
+      entryChecks(options),
     )
   }
 
   /** @internal the forwarder's constructor, given a connection it opened itself. */
-  static fromConnection(root: string, conn: DaemonConnection, timeoutMs: number): RemoteAgentLog {
-    return new RemoteAgentLog(root, conn, { kind: 'unix', root, path: socketPath(root) }, timeoutMs)
+  static fromConnection(
+    root: string,
+    conn: DaemonConnection,
+    timeoutMs: number,
+    checks: EntryChecks,
+  ): RemoteAgentLog {
+    return new RemoteAgentLog(root, conn, { kind: 'unix', root, path: socketPath(root) }, timeoutMs, checks)
   }
 
   /** What the daemon said when this connection was made: pid, limits, transport. */
@@ -365,6 +395,7 @@ export class RemoteAgentLog extends AgentLog {
     try {
       checkWorkspace(workspace)
       this.checkEntry(encodeBody(entry), 'the entry')
+      this.checkEntries(workspace, [entry], options, () => 'entry')
       return this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
@@ -384,6 +415,7 @@ export class RemoteAgentLog extends AgentLog {
       entries.forEach((e, i) => {
         this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
       })
+      this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
       return this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<
         Ack[]
       >
@@ -436,8 +468,22 @@ export class RemoteAgentLog extends AgentLog {
       entries.forEach((e, i) => {
         this.checkEntry(encodeBody(e, `${workspace} entry ${i + 1}`), `${workspace} entry ${i + 1}`)
       })
+      this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
     }
     return (await this.call({ op: 'appendAtomic', batch })) as Record<string, Ack[]>
+  }
+
+  /** The store's own appends (snapshot, fork, merge records), as the engine's same path: unix socket only. */
+  override [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      entries.forEach((e, i) => {
+        this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
+      })
+      return this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
   }
 
   override appendReplicated(workspace: string, lines: readonly string[]): Promise<Ack[]> {
@@ -700,13 +746,16 @@ const BUSY_WAIT_MS = 3000
  * The forwarder's half: a RemoteAgentLog on the root's daemon, or null when the socket is
  * stale (its daemon died; the socket is removed, under the serve lock) or vanished meanwhile.
  */
-export async function connectRoot(root: string): Promise<RemoteAgentLog | null> {
+export async function connectRoot(
+  root: string,
+  options: AgentLogOptions = {},
+): Promise<RemoteAgentLog | null> {
   const target: Target = { kind: 'unix', root, path: socketPath(root) }
   const started = Date.now()
   for (let attempt = 0; ; attempt++) {
     try {
       const conn = await DaemonConnection.open(target, 10_000)
-      return RemoteAgentLog.fromConnection(root, conn, 10_000)
+      return RemoteAgentLog.fromConnection(root, conn, 10_000, entryChecks(options))
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code === 'ENOENT') return null

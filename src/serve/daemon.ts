@@ -18,6 +18,7 @@ import { NoaError } from '../engine/errors.js'
 import { checkRoot, DIR_MODE } from '../engine/files.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { ObjectStore } from '../store/objects.js'
 import { markServed, unmarkServed } from './forward.js'
 import {
   alreadyServed,
@@ -141,7 +142,13 @@ export class Daemon implements SessionHost {
       markServed(root)
       await daemon.listenUnix()
       if (tcp) await daemon.listenTcp(tcp.host, tcp.port)
-      daemon.logValue = await AgentLog.open({ ...daemonLogDefaults(options.log), ...options.log, root })
+      // With the root's object store, the daemon checks records and blobs as `noa append` does.
+      daemon.logValue = await AgentLog.open({
+        objects: new ObjectStore(root),
+        ...daemonLogDefaults(options.log),
+        ...options.log,
+        root,
+      })
     } catch (err) {
       await daemon.stop()
       throw err

@@ -3,7 +3,7 @@
  * `AgentLog.open` on a root that a daemon serves returns an AgentLog that talks to the daemon;
  * on any other root it opens in process as before. Costs one lstat when no socket is there.
  */
-import { type AgentLog, setForwarder } from '../engine/agent-log.js'
+import { type AgentLog, type AgentLogOptions, setForwarder } from '../engine/agent-log.js'
 import { socketState } from './paths.js'
 
 /** Roots this process serves itself: its own AgentLog on them must not go through its socket. */
@@ -17,11 +17,11 @@ export function unmarkServed(root: string): void {
   served.delete(root)
 }
 
-async function forward(root: string): Promise<AgentLog | null> {
+async function forward(root: string, options: AgentLogOptions): Promise<AgentLog | null> {
   if (served.has(root)) return null
   if (socketState(root) === 'none') return null
   const { connectRoot } = await import('./client.js')
-  return connectRoot(root)
+  return connectRoot(root, options)
 }
 
 setForwarder(forward)

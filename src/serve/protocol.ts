@@ -59,6 +59,7 @@ export const OPS = [
   'hello',
   'append',
   'appendMany',
+  'storeAppend',
   'appendAtomic',
   'appendReplicated',
   'appendToFile',

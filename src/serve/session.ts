@@ -12,6 +12,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
 import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
 import { type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { NoaError, serializeError } from '../engine/errors.js'
 import type { WatchOptions } from '../engine/watch.js'
@@ -276,7 +277,7 @@ export class Session {
     const limits = this.host.limits
     switch (req.op) {
       case 'append': {
-        checkFields(req, ['ws', 'entry', 'ifLastSeq', 'cancellable'])
+        checkFields(req, ['ws', 'entry', 'ifLastSeq', 'checkBlobs', 'cancellable'])
         const entry = req.entry
         const size = utf8Bytes(encodeBody(entry))
         if (size > limits.maxEntryBytes)
@@ -288,7 +289,7 @@ export class Session {
         })
       }
       case 'appendMany': {
-        checkFields(req, ['ws', 'entries', 'ifLastSeq', 'cancellable'])
+        checkFields(req, ['ws', 'entries', 'ifLastSeq', 'checkBlobs', 'cancellable'])
         const entries = req.entries
         if (!Array.isArray(entries)) throw badArgument('appendMany.entries must be an array of entries')
         entries.forEach((e, i) => {
@@ -298,6 +299,20 @@ export class Session {
         })
         const ws = req.ws as string
         return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => {
+          const last = acks[acks.length - 1]
+          if (last) this.host.noteSeq(ws, last.seq)
+          return acks
+        })
+      }
+      case 'storeAppend': {
+        // The store's own path (its records, unchecked: it has just written them): for this
+        // user's processes only, which could write the records' files themselves anyway.
+        checkFields(req, ['ws', 'entries'])
+        this.localOnly(req.op)
+        const entries = req.entries
+        if (!Array.isArray(entries)) throw badArgument('storeAppend.entries must be an array of entries')
+        const ws = req.ws as string
+        return log[STORE_APPEND](ws, entries).then((acks) => {
           const last = acks[acks.length - 1]
           if (last) this.host.noteSeq(ws, last.seq)
           return acks
@@ -711,9 +726,10 @@ function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOpt
   if (req.cancellable !== undefined && typeof req.cancellable !== 'boolean') {
     throw badArgument(`${req.op}.cancellable must be true or false, got ${JSON.stringify(req.cancellable)}`)
   }
-  if (signal === undefined && req.ifLastSeq === undefined) return undefined
+  if (signal === undefined && req.ifLastSeq === undefined && req.checkBlobs === undefined) return undefined
   const o: AppendOptions = {}
   if (signal) o.signal = signal
+  if (req.checkBlobs !== undefined) o.checkBlobs = bool(req.checkBlobs, `${req.op}.checkBlobs`)
   if (req.ifLastSeq !== undefined) {
     const v = req.ifLastSeq
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {

@@ -7,9 +7,9 @@
  *    scanning logs): log segments (workspace, after seq, up to seq), crossing into the parent
  *    workspace at a fork. A merge snapshot on the way stands for all it brought in: its tree's
  *    difference from the base, dated by the merge snapshot.
- * 3. Each participant's segments are replayed in seq order on the base tree (an entry that
- *    cannot apply is an error naming workspace and seq), giving its net change per path and the
- *    entry that made it.
+ * 3. Each participant's segments are replayed in seq order on the base tree (with the same
+ *    total rules as a snapshot: see replay.ts), giving its net change per path and the entry
+ *    that made it.
  * 4. A path two participants changed to different values is a conflict. The seed's rule
  *    decides: the change whose entry is last in (ts, workspace, seq) order wins. That is the
  *    seed's flattened, time-ordered replay evaluated per path, so two sources deleting the same
@@ -18,17 +18,25 @@
  *    snapshot gets one (so `from_snapshot` names exactly what was merged), then the merged tree
  *    and record, then in the target one `merge` entry per source and the `snapshot` entry last.
  *
- * The target takes part like a source: its own entries since the base are merged too.
+ * The target takes part like a source: its own entries since the base are merged too. When no
+ * source brings anything the target's history lacks, nothing is written ("already up to date").
  */
-import type { AgentLog } from '../engine/agent-log.js'
 import { nowMicros } from '../engine/clock.js'
-import { type Ack, checkWorkspace, encodeBody, type MergeEntry } from '../engine/entry.js'
+import { type Ack, checkWorkspace, type EntryInput, encodeBody, type MergeEntry } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { existingLog, logPath } from '../engine/logs.js'
+import { checkOptionKeys } from '../engine/options.js'
 import { type Head, lengthOfLog } from './heads.js'
 import type { KeyedMutex } from './mutex.js'
-import { type ObjectStore, type SnapshotRecord, type SnapshotRecordInput, snapshotEntry } from './objects.js'
-import { type ChangeMark, type ChangeOp, type ReplayProgress, replaySegment } from './replay.js'
+import {
+  type ConflictSide,
+  type MergeConflict,
+  type ObjectStore,
+  type SnapshotRecord,
+  type SnapshotRecordInput,
+  snapshotEntry,
+} from './objects.js'
+import { type ChangeMark, type NoEffect, type ReplayProgress, replaySegment } from './replay.js'
 import { comparePaths, diffTrees, EMPTY_TREE, type Tree, TreeBuilder } from './tree.js'
 
 export type ConflictPolicy = 'lww' | 'fail'
@@ -37,32 +45,20 @@ export interface MergeOptions {
   /** `lww` (default): the later change wins and the conflict is reported; `fail`: refuse. */
   onConflict?: ConflictPolicy
   message?: string
+  /** Refuse entries that cannot apply (NOA_REPLAY) instead of giving them no effect. */
+  strict?: boolean
   onProgress?: (p: ReplayProgress) => void
 }
 
-export interface ConflictSide {
-  /** The participant (target or source) that changed the path. */
-  workspace: string
-  op: ChangeOp
-  /** Its value for the path (null: deleted, or renamed away). */
-  blob: string | null
-  ts: number
-  /** Seq of the entry (of the merge snapshot for op `merge`). */
-  seq: number
-  /** The log holding that entry, when it is not `workspace`'s own (history from before a fork). */
-  log?: string
-}
+const MERGE_KEYS = new Set(['onConflict', 'message', 'strict', 'onProgress'])
 
-export interface MergeConflict {
-  path: string
-  /** Every participant's change, oldest first. */
-  sides: ConflictSide[]
-  /** The participant whose change is in the merged tree (the last side). */
-  winner: string
-}
+export type { ConflictSide, MergeConflict }
 
 export interface MergeResult {
-  snapshot_id: string
+  /** false: already up to date (every source's state is in the target's history), nothing written. */
+  created: boolean
+  /** The merge snapshot (not created: the target's head, null when it has none). */
+  snapshotId: string | null
   base: string | null
   conflicts: MergeConflict[]
   tree: string
@@ -72,20 +68,25 @@ export interface MergeResult {
   seq: number
   workspace: string
   /** Each source's snapshot that was merged; `created` when the merge had to make it. */
-  sources: Array<{ workspace: string; snapshot_id: string; created: boolean }>
+  sources: Array<{ workspace: string; snapshotId: string | null; created: boolean }>
   /** Entries replayed over all participants. */
-  entries_replayed: number
-  /** The target's `snapshot` entry. */
-  entry: Ack
+  entriesReplayed: number
+  /** The target's entries since its head that changed nothing (kept in the merge record). */
+  noEffect: NoEffect[]
+  /** The target's `snapshot` entry (null when nothing was written). */
+  entry: Ack | null
 }
 
 /** What the engine lends the merge. */
 export interface MergeContext {
   root: string
   store: ObjectStore
-  log: AgentLog
+  /** The store's own appends (records it has just written). */
+  append(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]>
+  openWorkspace(workspace: string): Promise<void>
   mutex: KeyedMutex
-  head(workspace: string): Promise<Head | null>
+  /** The head and the meaningless snapshot entries after it. */
+  head(workspace: string): Promise<{ head: Head | null; ignored: Map<number, NoEffect> }>
   storeSnapshot(
     input: Omit<SnapshotRecordInput, 'tree'>,
     treeBytes: Buffer,
@@ -113,8 +114,10 @@ interface View {
   builder: TreeBuilder
   /** Last seq read of the participant's own log. */
   lastSeq: number
-  /** Tree-changing entries after the head: 0 means the head snapshot is the state. */
+  /** Entries after the head that could change the tree or had no effect: 0 means the head is the state. */
   liveOps: number
+  /** Of the live segment: entries that changed nothing. */
+  noEffect: NoEffect[]
   applied: number
   changes: Map<string, Change>
 }
@@ -242,6 +245,8 @@ async function buildView(
   ctx: MergeContext,
   workspace: string,
   head: Head | null,
+  ignored: Map<number, NoEffect>,
+  strict: boolean,
   endByte: number,
   base: SnapshotRecord | null,
   baseTree: Tree,
@@ -265,6 +270,7 @@ async function buildView(
     builder,
     lastSeq: 0,
     liveOps: 0,
+    noEffect: [],
     applied: 0,
     changes: new Map(),
   }
@@ -275,13 +281,16 @@ async function buildView(
       until: seg.until,
       endByte: live ? endByte : undefined,
       snapshotsUpTo: live ? (head?.entrySeq ?? 0) : undefined,
+      ignoredSnapshots: live ? ignored : undefined,
+      strict,
       track: (path, _value, mark) => marks.set(path, mark),
       onProgress,
     })
     view.applied += r.applied
     if (live) {
       view.lastSeq = r.lastSeq
-      view.liveOps = r.applied
+      view.liveOps = r.treeOps + r.noEffect.length
+      view.noEffect = r.noEffect
     }
   }
   for (const [path, value] of builder.touched()) {
@@ -301,11 +310,17 @@ interface Plan {
 async function planMerge(
   ctx: MergeContext,
   participants: readonly string[],
+  strict: boolean,
   onProgress: MergeOptions['onProgress'],
 ): Promise<Plan> {
   const ends = participants.map((ws) => lengthOfLog(logPath(ctx.root, ws)))
   const heads: Array<Head | null> = []
-  for (const ws of participants) heads.push(await ctx.head(ws))
+  const ignored: Array<Map<number, NoEffect>> = []
+  for (const ws of participants) {
+    const found = await ctx.head(ws)
+    heads.push(found.head)
+    ignored.push(found.ignored)
+  }
   const base = await mergeBase(
     ctx.store,
     heads.map((h) => h?.record ?? null),
@@ -318,6 +333,8 @@ async function planMerge(
         ctx,
         participants[i] as string,
         heads[i] ?? null,
+        ignored[i] as Map<number, NoEffect>,
+        strict,
         ends[i] as number,
         base,
         baseTree,
@@ -389,6 +406,7 @@ export async function mergeWorkspaces(
   sources: readonly string[],
   options: MergeOptions = {},
 ): Promise<MergeResult> {
+  checkOptionKeys(options, MERGE_KEYS, 'merge')
   checkWorkspace(target)
   if (!Array.isArray(sources) || sources.length === 0)
     throw badArgument('merge needs at least one source workspace')
@@ -413,8 +431,10 @@ export async function mergeWorkspaces(
   for (const ws of participants) existingLog(ctx.root, ws)
 
   return ctx.mutex.run(participants, async () => {
-    for (const ws of participants) await ctx.log.openWorkspace(ws) // locks, torn tails cut
-    const plan = await planMerge(ctx, participants, options.onProgress)
+    for (const ws of participants) await ctx.openWorkspace(ws) // locks, torn tails cut
+    const plan = await planMerge(ctx, participants, options.strict ?? false, options.onProgress)
+    const upToDate = await alreadyUpToDate(ctx.store, plan)
+    if (upToDate) return upToDate
     if (policy === 'fail' && plan.conflicts.length > 0) {
       throw new NoaError(
         'NOA_CONFLICT',
@@ -426,13 +446,46 @@ export async function mergeWorkspaces(
   })
 }
 
+/**
+ * Nothing to merge: every source's state is a snapshot (nothing after its head) that the
+ * target's head already descends from. Then, as git says "Already up to date", nothing is
+ * written; the target's own new entries wait for its next snapshot.
+ */
+async function alreadyUpToDate(store: ObjectStore, plan: Plan): Promise<MergeResult | null> {
+  const [target, ...sources] = plan.views as [View, ...View[]]
+  const history = target.head ? await ancestry(store, target.head.record.id) : new Set<string>()
+  for (const v of sources) {
+    if (v.liveOps > 0) return null
+    if (v.head && !history.has(v.head.record.id)) return null
+  }
+  const r = target.head?.record
+  return {
+    created: false,
+    snapshotId: r?.id ?? null,
+    base: plan.base?.id ?? null,
+    conflicts: [],
+    tree: r?.tree ?? EMPTY_TREE.id,
+    parent: r?.parent ?? null,
+    seq: target.lastSeq,
+    workspace: target.workspace,
+    sources: sources.map((v) => ({
+      workspace: v.workspace,
+      snapshotId: v.head?.record.id ?? null,
+      created: false,
+    })),
+    entriesReplayed: 0,
+    noEffect: [],
+    entry: null,
+  }
+}
+
 async function commit(ctx: MergeContext, plan: Plan, target: string, message: string): Promise<MergeResult> {
   const ts = nowMicros()
   const [targetView, ...sourceViews] = plan.views as [View, ...View[]]
   const sources: MergeResult['sources'] = []
   for (const v of sourceViews) {
     if (v.head && v.liveOps === 0) {
-      sources.push({ workspace: v.workspace, snapshot_id: v.head.record.id, created: false })
+      sources.push({ workspace: v.workspace, snapshotId: v.head.record.id, created: false })
       continue
     }
     const bytes = v.builder.encode()
@@ -443,36 +496,40 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
         parent: v.head?.record.id,
         since: v.head?.pos ?? 0,
         seq: v.lastSeq,
+        noEffect: v.noEffect.map((n) => ({ seq: n.seq, reason: n.reason })),
         message: sourceMessage,
         ts,
       },
       bytes,
       v.builder,
     )
-    await ctx.log.append(v.workspace, snapshotEntry(record, sourceMessage))
-    sources.push({ workspace: v.workspace, snapshot_id: record.id, created: true })
+    await ctx.append(v.workspace, [snapshotEntry(record, sourceMessage)])
+    sources.push({ workspace: v.workspace, snapshotId: record.id, created: true })
   }
   const bytes = plan.merged.encode()
   const input: Omit<SnapshotRecordInput, 'tree'> = {
     workspace: target,
     parent: targetView.head?.record.id,
-    merged: sources.map((s) => s.snapshot_id),
+    merged: sources.map((s) => s.snapshotId as string),
     since: targetView.head?.pos ?? 0,
     seq: targetView.lastSeq,
+    noEffect: targetView.noEffect.map((n) => ({ seq: n.seq, reason: n.reason })),
+    conflicts: plan.conflicts,
     message,
     ts,
   }
   if (plan.base) input.base = plan.base.id
   const record = await ctx.storeSnapshot(input, bytes, plan.merged)
   const entries: Array<MergeEntry | ReturnType<typeof snapshotEntry>> = sources.map((s) => {
-    const e: MergeEntry = { op: 'merge', from_workspace: s.workspace, from_snapshot: s.snapshot_id }
+    const e: MergeEntry = { op: 'merge', from_workspace: s.workspace, from_snapshot: s.snapshotId as string }
     if (plan.base) e.base = plan.base.id
     return e
   })
   entries.push(snapshotEntry(record, message))
-  const acks = await ctx.log.appendMany(target, entries)
+  const acks = await ctx.append(target, entries)
   return {
-    snapshot_id: record.id,
+    created: true,
+    snapshotId: record.id,
     base: plan.base?.id ?? null,
     conflicts: plan.conflicts,
     tree: record.tree,
@@ -480,7 +537,8 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
     seq: record.seq,
     workspace: target,
     sources,
-    entries_replayed: plan.views.reduce((n, v) => n + v.applied, 0),
+    entriesReplayed: plan.views.reduce((n, v) => n + v.applied, 0),
+    noEffect: targetView.noEffect,
     entry: acks[acks.length - 1] as Ack,
   }
 }

@@ -14,12 +14,15 @@
  * same: a damaged object, or a damaged link of its chain, is an error naming the tree.
  */
 import { createHash } from 'node:crypto'
-import { closeSync, fstatSync, readFileSync, renameSync, rmSync } from 'node:fs'
+import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
-import { checkSnapshotId, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
+import type { ObjectChecks } from '../engine/checks.js'
+import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
+import { checkRecordEntries } from './records.js'
+import { NO_EFFECT_REASONS, type NoEffectReason } from './replay.js'
 import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
 
 const HASH_RE = /^[0-9a-f]{64}$/
@@ -56,6 +59,34 @@ interface TreeStorage {
   records: number
 }
 
+/** A side of a conflict a merge met: what one participant did to the path. */
+export interface ConflictSide {
+  /** The participant (target or source) that changed the path. */
+  workspace: string
+  op: 'write' | 'delete' | 'rename' | 'merge'
+  /** Its value for the path (null: deleted, or renamed away). */
+  blob: string | null
+  ts: number
+  /** Seq of the entry (of the merge snapshot for op `merge`). */
+  seq: number
+  /** The log holding that entry, when it is not `workspace`'s own (history from before a fork). */
+  log?: string
+}
+
+export interface MergeConflict {
+  path: string
+  /** Every participant's change, oldest first. */
+  sides: ConflictSide[]
+  /** The participant whose change is in the merged tree (the last side). */
+  winner: string
+}
+
+/** An entry of the snapshot's replay that changed nothing, as the record keeps it. */
+export interface RecordedNoEffect {
+  seq: number
+  reason: NoEffectReason
+}
+
 /** A snapshot record as stored (design.md §4; field order is the encoding's). */
 export interface SnapshotRecord {
   /** `noa_` + the SHA-256 of the stored record (not itself stored). */
@@ -74,6 +105,18 @@ export interface SnapshotRecord {
   since: number
   /** Last seq of the workspace's log the snapshot covers. */
   seq: number
+  /**
+   * Entries of (since, seq] that changed nothing, and why (stored as `no_effect`; absent when
+   * none, so records without any encode as before).
+   */
+  noEffect?: RecordedNoEffect[]
+  /** Merge snapshots only: the conflicts met and who won (absent when none). */
+  conflicts?: MergeConflict[]
+  /**
+   * Snapshots of this workspace dropped by `snapshot prune` (their records stay for the
+   * history; their trees are left for gc, and rebuilt from the log when asked for).
+   */
+  pruned?: string[]
   message: string
   /** Creation time, unix µs. */
   ts: number
@@ -107,6 +150,27 @@ export function encodeSnapshotRecord(r: SnapshotRecordInput): Buffer {
   if (r.base !== undefined) o.base = r.base
   o.since = r.since
   o.seq = r.seq
+  if (r.noEffect !== undefined && r.noEffect.length > 0) {
+    o.no_effect = r.noEffect.map((n) => ({ seq: n.seq, reason: n.reason }))
+  }
+  if (r.conflicts !== undefined && r.conflicts.length > 0) {
+    o.conflicts = r.conflicts.map((c) => ({
+      path: c.path,
+      winner: c.winner,
+      sides: c.sides.map((x) => {
+        const side: Record<string, unknown> = {
+          workspace: x.workspace,
+          op: x.op,
+          blob: x.blob,
+          ts: x.ts,
+          seq: x.seq,
+        }
+        if (x.log !== undefined) side.log = x.log
+        return side
+      }),
+    }))
+  }
+  if (r.pruned !== undefined && r.pruned.length > 0) o.pruned = r.pruned
   o.message = r.message
   o.ts = r.ts
   return Buffer.from(`${SNAPSHOT_HEADER}${JSON.stringify(o)}\n`, 'utf8')
@@ -136,14 +200,70 @@ function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
   if (o.base !== undefined && (typeof o.base !== 'string' || !NOA_ID_RE.test(o.base))) throw bad('base')
   if (!isCount(o.since) || !isCount(o.seq) || !isCount(o.ts)) throw bad('since, seq or ts')
   if (typeof o.message !== 'string') throw bad('message')
-  return { id, ...(o as Omit<SnapshotRecord, 'id'>) }
+  const record: SnapshotRecord = {
+    id,
+    workspace: o.workspace,
+    tree: o.tree,
+    since: o.since as number,
+    seq: o.seq as number,
+    message: o.message,
+    ts: o.ts as number,
+  }
+  if (o.parent !== undefined) record.parent = o.parent as string
+  if (o.merged !== undefined) record.merged = o.merged as string[]
+  if (o.base !== undefined) record.base = o.base as string
+  // Fields added later: absent in older records; unknown keys are ignored, as older readers do.
+  if (o.no_effect !== undefined) {
+    const list = o.no_effect
+    if (
+      !Array.isArray(list) ||
+      list.some(
+        (n) =>
+          typeof n !== 'object' ||
+          n === null ||
+          !isCount(n.seq) ||
+          !(NO_EFFECT_REASONS as readonly unknown[]).includes(n.reason),
+      )
+    )
+      throw bad('no_effect')
+    record.noEffect = (list as RecordedNoEffect[]).map((n) => ({ seq: n.seq, reason: n.reason }))
+  }
+  if (o.conflicts !== undefined) {
+    if (!Array.isArray(o.conflicts)) throw bad('conflicts')
+    record.conflicts = o.conflicts.map((c: Record<string, unknown>) => {
+      if (typeof c?.path !== 'string' || typeof c.winner !== 'string' || !Array.isArray(c.sides))
+        throw bad('conflicts')
+      return {
+        path: c.path,
+        winner: c.winner,
+        sides: c.sides.map((x: Record<string, unknown>) => {
+          if (typeof x?.workspace !== 'string' || !isCount(x.seq) || !isCount(x.ts)) throw bad('conflicts')
+          const side: ConflictSide = {
+            workspace: x.workspace,
+            op: x.op as ConflictSide['op'],
+            blob: typeof x.blob === 'string' ? x.blob : null,
+            ts: x.ts as number,
+            seq: x.seq as number,
+          }
+          if (typeof x.log === 'string') side.log = x.log
+          return side
+        }),
+      }
+    })
+  }
+  if (o.pruned !== undefined) {
+    if (!Array.isArray(o.pruned) || o.pruned.some((m) => typeof m !== 'string' || !NOA_ID_RE.test(m)))
+      throw bad('pruned')
+    record.pruned = o.pruned as string[]
+  }
+  return record
 }
 
 function isSystemError(err: unknown, code: string): boolean {
   return err instanceof Error && (err as NodeJS.ErrnoException).code === code
 }
 
-export class ObjectStore {
+export class ObjectStore implements ObjectChecks {
   readonly root: string
   readonly dir: string
   /** Folders made or checked (every component below the root a real directory). */
@@ -170,6 +290,16 @@ export class ObjectStore {
    */
   has(id: string): boolean {
     return this.sizeOf(checkObjectId(id)) >= 0
+  }
+
+  /** ObjectChecks (for AgentLog.open({ objects })): whether a blob is stored. */
+  hasBlob(hash: string): boolean {
+    return this.has(hash)
+  }
+
+  /** ObjectChecks: snapshot and merge entries appended by hand must name this workspace's records. */
+  checkRecords(workspace: string, entries: readonly EntryInput[], where: (i: number) => string): void {
+    checkRecordEntries(this, workspace, entries, where)
   }
 
   /** Stores file content; returns its SHA-256. A stream is hashed as it is written to disk. */
@@ -203,6 +333,7 @@ export class ObjectStore {
     try {
       if (this.sizeOf(id) === size) {
         rmSync(temp.path, { force: true })
+        this.freshen(id)
         return id
       }
       this.ensureDir(dirname(target))
@@ -289,6 +420,7 @@ export class ObjectStore {
       if (todo.has(o.id)) continue
       const size = this.sizeOf(o.id)
       if (size < 0 || (o.exact && size !== o.data.length)) todo.set(o.id, o)
+      else this.freshen(o.id)
     }
     if (todo.size === 0) return
     const entries = [...todo.values()]
@@ -477,6 +609,40 @@ export class ObjectStore {
     return this.trees.get(id) as Tree
   }
 
+  /**
+   * The objects a stored tree is made of: its own, then the bases of its delta chain down to a
+   * whole tree. Reads only the objects' headers. A missing link is NOA_NOT_FOUND naming it.
+   */
+  async treeObjects(id: string): Promise<string[]> {
+    checkObjectId(id, 'tree id')
+    const out: string[] = []
+    let at = id
+    const head = Buffer.allocUnsafe(TREE_DELTA_HEADER.length + 64 + 48)
+    for (;;) {
+      out.push(at)
+      const file = this.pathOf(at)
+      let n: number
+      let fd: number
+      try {
+        fd = openFileSync(file, READ, { what: 'object' })
+      } catch (err) {
+        if (isSystemError(err, 'ENOENT')) {
+          const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
+          throw new NoaError('NOA_NOT_FOUND', `${what} not found (no ${file})`, { object: at, file })
+        }
+        throw err
+      }
+      try {
+        n = readSync(fd, head, 0, head.length, 0)
+      } finally {
+        closeSync(fd)
+      }
+      const delta = parseDeltaHeader(head.subarray(0, n))
+      if (!delta || out.length > MAX_DELTA_DEPTH * 4) return out
+      at = delta.base
+    }
+  }
+
   /** Keeps a tree just built (whose bytes are known to hash to its id) for the next reads. */
   remember(tree: Tree): void {
     this.trees.set(tree.id, tree)
@@ -529,6 +695,52 @@ export class ObjectStore {
     await this.write([...with_, { id, data: bytes, exact: true }])
     const record: SnapshotRecord = { id: `noa_${id}`, ...input }
     this.records.set(record.id, record)
+    return record
+  }
+
+  /**
+   * Marks an object as just written by setting its mtime to now. gc never removes an object
+   * younger than its grace period, so a writer that finds an old unreferenced object already
+   * there (and so does not write it) keeps it alive until its own reference is in a log, as git
+   * freshens loose objects.
+   */
+  private freshen(id: string): void {
+    try {
+      const now = new Date()
+      utimesSync(this.pathOf(id), now, now)
+    } catch {
+      // Gone since it was seen (gc took it): the caller's write of it already happened or the
+      // next read names it; freshening is only a hint for gc's grace period.
+    }
+  }
+
+  /**
+   * A snapshot record read synchronously (for checks on the append path), or null when there is
+   * no such record. A damaged record is an error, as in getSnapshot.
+   */
+  peekSnapshot(id: string): SnapshotRecord | null {
+    const cached = this.records.get(id)
+    if (cached) return cached
+    if (!NOA_ID_RE.test(id)) return null
+    const hash = id.slice(4)
+    let bytes: Buffer
+    let fd: number
+    try {
+      fd = openFileSync(this.pathOf(hash), READ, { what: 'object' })
+    } catch (err) {
+      if (isSystemError(err, 'ENOENT')) return null
+      throw err
+    }
+    try {
+      bytes = readFileSync(fd)
+    } finally {
+      closeSync(fd)
+    }
+    if (!bytes.subarray(0, SNAPSHOT_HEADER.length).equals(Buffer.from(SNAPSHOT_HEADER))) return null
+    this.check(hash, bytes, `snapshot ${id}`)
+    const record = parseSnapshotRecord(id, bytes)
+    if (this.records.size >= 100_000) this.records.clear()
+    this.records.set(id, record)
     return record
   }
 

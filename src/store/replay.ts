@@ -1,10 +1,18 @@
 /**
  * Replaying log entries onto a tree (seed: スナップショット計算): write sets tree[path] = blob,
  * delete removes the path, rename moves the blob from `from` to `to`. Snapshot and merge entries
- * change no file. An entry that cannot apply is an error naming the workspace and the seq.
+ * change no file.
  *
- * Entries are read without the full per-field validation of `parseEntry` (that is `verify`'s
- * job, and it would double the cost of a replay); only what the tree relies on is checked.
+ * Replay is total: every entry `append` accepts has a defined effect, so no entry can block a
+ * workspace. The seed's rules read as map operations decide the edge cases, which is also what
+ * git does: deleting a missing path changes nothing (`tree.remove(path)` of an absent key), and
+ * neither does renaming one; renaming onto an existing path replaces it (`tree[to] = …`, as
+ * rename(2) does). An entry that changed nothing is reported (`NoEffect`: its seq and why), and
+ * the snapshot records it, so nothing is silent. `strict` refuses those entries instead
+ * (NOA_REPLAY naming the workspace and seq), and a rename onto an existing path too.
+ *
+ * Every entry is read with the full validation of `parseEntry` (the line scanner makes it
+ * cheaper than a bare JSON.parse), so a snapshot never takes in a line `verify` would refuse.
  */
 import { closeSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
@@ -13,6 +21,7 @@ import { openFileSync, READ } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
+import { BadLine, LineScanner, parseLines } from '../engine/scan.js'
 import type { TreeBuilder } from './tree.js'
 
 /**
@@ -24,6 +33,34 @@ const SYNC_RANGE = 4 << 20
 
 /** A tree-changing op, or `merge` for changes that came in through a merge snapshot. */
 export type ChangeOp = 'write' | 'delete' | 'rename' | 'merge'
+
+/** Why an entry changed nothing (stable codes, stored in snapshot records as `no_effect`). */
+export type NoEffectReason =
+  /** A delete of a path that is not in the tree. */
+  | 'delete-missing'
+  /** A rename whose `from` is not in the tree. */
+  | 'rename-missing'
+  /** A snapshot entry naming no snapshot record in the object store (forged, or its record lost). */
+  | 'unknown-snapshot'
+  /** A snapshot entry naming another workspace's record that is not a fork (the log's first entry). */
+  | 'foreign-snapshot'
+
+export const NO_EFFECT_REASONS: readonly NoEffectReason[] = [
+  'delete-missing',
+  'rename-missing',
+  'unknown-snapshot',
+  'foreign-snapshot',
+]
+
+/** An entry that changed nothing. */
+export interface NoEffect {
+  seq: number
+  reason: NoEffectReason
+  /** The path the entry named (delete: path; rename: from). */
+  path?: string
+  /** The snapshot the entry named (snapshot reasons). */
+  snapshotId?: string
+}
 
 /** Where one path's current value came from. */
 export interface ChangeMark {
@@ -56,14 +93,22 @@ export interface SegmentOptions {
   track?: (path: string, value: string | null, mark: ChangeMark) => void
   /** A snapshot entry after this seq is a concurrent snapshot: refuse instead of guessing. */
   snapshotsUpTo?: number
-  /** Called with each snapshot entry met (seq and id). */
-  onSnapshot?: (seq: number, snapshotId: string) => void
+  /** Snapshot entries already found to have no effect (by seq): reported, never a conflict. */
+  ignoredSnapshots?: ReadonlyMap<number, NoEffect>
+  /** Called with each snapshot entry met (seq, id, and whether it is the log's first entry). */
+  onSnapshot?: (seq: number, snapshotId: string, first: boolean) => void
+  /** Refuse entries that cannot apply instead of reporting them (today's rule, kept on request). */
+  strict?: boolean
   onProgress?: (p: ReplayProgress) => void
 }
 
 export interface SegmentResult {
   /** Entries that changed the tree. */
   applied: number
+  /** Entries that could change the tree (write, delete, rename), whether they did or not. */
+  treeOps: number
+  /** Entries that changed nothing, in seq order (ignored snapshot entries included). */
+  noEffect: NoEffect[]
   /** Last seq read (since, when nothing was). */
   lastSeq: number
 }
@@ -96,13 +141,23 @@ function checkPathField(workspace: string, seq: number, value: unknown, field: s
   return value
 }
 
+export interface ApplyOptions {
+  /** Called for each path an entry changes, with its value after the entry (null: removed). */
+  track?: SegmentOptions['track']
+  /** Refuse entries that cannot apply (NOA_REPLAY) instead of reporting them. */
+  strict?: boolean
+  /** Entries that changed nothing are pushed here. */
+  noEffect?: NoEffect[]
+}
+
 /** Applies one batch of entries in order; returns how many changed the tree. */
 export function applyEntries(
   tree: TreeBuilder,
   workspace: string,
   batch: readonly Entry[],
-  track?: SegmentOptions['track'],
+  options: ApplyOptions = {},
 ): number {
+  const { track, strict, noEffect } = options
   let applied = 0
   for (const e of batch) {
     const seq = e.seq
@@ -122,10 +177,14 @@ export function applyEntries(
       case 'delete': {
         const path = checkPathField(workspace, seq, e.path, 'path')
         if (!tree.has(path)) {
-          throw replayError(workspace, seq, `cannot delete ${JSON.stringify(path)}: no such path`, {
-            op: 'delete',
-            path,
-          })
+          if (strict) {
+            throw replayError(workspace, seq, `cannot delete ${JSON.stringify(path)}: no such path`, {
+              op: 'delete',
+              path,
+            })
+          }
+          noEffect?.push({ seq, reason: 'delete-missing', path })
+          break
         }
         tree.remove(path)
         track?.(path, null, { workspace, seq, ts: e.ts, op: 'delete' })
@@ -138,12 +197,17 @@ export function applyEntries(
         const blob = tree.get(from)
         const what = `cannot rename ${JSON.stringify(from)} to ${JSON.stringify(to)}`
         if (blob === undefined) {
-          throw replayError(workspace, seq, `${what}: no such path ${JSON.stringify(from)}`, {
-            op: 'rename',
-            path: from,
-          })
+          if (strict) {
+            throw replayError(workspace, seq, `${what}: no such path ${JSON.stringify(from)}`, {
+              op: 'rename',
+              path: from,
+            })
+          }
+          noEffect?.push({ seq, reason: 'rename-missing', path: from })
+          break
         }
-        if (from === to || tree.has(to)) {
+        if (from === to) throw corrupt(workspace, seq, 'rename to the same path')
+        if (strict && tree.has(to)) {
           throw replayError(workspace, seq, `${what}: ${JSON.stringify(to)} already exists`, {
             op: 'rename',
             path: to,
@@ -182,7 +246,10 @@ export async function replaySegment(
   const { since, until, track, onProgress } = options
   let lastSeq = since
   let applied = 0
+  let treeOps = 0
   let entries = 0
+  const noEffect: NoEffect[] = []
+  const ignored = options.ignoredSnapshots
   const last = until ?? (onProgress ? lastSeqBefore(root, workspace, options.endByte) : undefined)
   const file = existingLog(root, workspace)
   const start = since > 0 ? seekSeq(file, since + 1) : 0
@@ -190,7 +257,8 @@ export async function replaySegment(
   const batches =
     end - start <= SYNC_RANGE
       ? oneBatch(file, start, end)
-      : readEntryBatches(file, { fromSeq: since + 1, end, validate: false })
+      : readEntryBatches(file, { fromSeq: since + 1, end })
+  const pendingSnapshots: NoEffect[] = []
   for await (let batch of batches) {
     let done = false
     // Seqs must increase (the reader relies on it to seek); ts is only carried along.
@@ -205,7 +273,16 @@ export async function replaySegment(
         done = true
         break
       }
-      if (e.op === 'snapshot') options.onSnapshot?.(seq, e.snapshot_id)
+      if (e.op === 'snapshot') {
+        options.onSnapshot?.(seq, e.snapshot_id, start === 0 && entries === 0 && i === 0)
+        const skip = ignored?.get(seq)
+        if (skip) {
+          // Pushed in seq order together with the batch's own (applyEntries runs after this loop).
+          pendingSnapshots.push(skip)
+          lastSeq = seq
+          continue
+        }
+      } else if (e.op !== 'merge') treeOps++
       if (e.op === 'snapshot' && options.snapshotsUpTo !== undefined && seq > options.snapshotsUpTo) {
         throw new NoaError(
           'NOA_CONFLICT',
@@ -215,12 +292,23 @@ export async function replaySegment(
       }
       lastSeq = seq
     }
-    applied += applyEntries(tree, workspace, batch, track)
+    const before = noEffect.length
+    applied += applyEntries(tree, workspace, batch, { track, strict: options.strict, noEffect })
+    if (pendingSnapshots.length > 0) {
+      noEffect.push(...pendingSnapshots)
+      pendingSnapshots.length = 0
+      if (noEffect.length - before > 1) sortTail(noEffect, before)
+    }
     entries += batch.length
     onProgress?.({ workspace, seq: lastSeq, first: since + 1, last, entries })
     if (done) break // leaving the loop closes the file
   }
-  return { applied, lastSeq }
+  return { applied, treeOps, noEffect, lastSeq }
+}
+
+function sortTail(list: NoEffect[], from: number): void {
+  const tail = list.splice(from).sort((a, b) => a.seq - b.seq)
+  list.push(...tail)
 }
 
 /** Seq of the last complete line before `end` (for progress), or undefined. */
@@ -262,23 +350,16 @@ async function* oneBatch(file: string, start: number, end: number): AsyncGenerat
   }
   const last = buf.lastIndexOf(0x0a, got - 1)
   if (last < 0) return
-  const lines = buf.toString('utf8', 0, last).split('\n')
-  const out: Entry[] = new Array(lines.length)
-  let k = 0
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i] as string
-    if (line.length === 0) continue
-    try {
-      out[k++] = JSON.parse(line) as Entry
-    } catch (err) {
-      const offset = start + Buffer.byteLength(lines.slice(0, i).join('\n')) + (i > 0 ? 1 : 0)
-      throw new NoaError(
-        'NOA_CORRUPT_LOG',
-        `${file} (line at byte ${offset}): corrupt entry: ${(err as Error).message}`,
-        { file, offset },
-      )
-    }
+  const out: Entry[] = []
+  try {
+    parseLines(new LineScanner(), buf.subarray(0, last + 1), out, { validate: true, fromSeq: 1 })
+  } catch (err) {
+    if (!(err instanceof BadLine)) throw err
+    const offset = start + err.offset
+    throw new NoaError('NOA_CORRUPT_LOG', `${file} (line at byte ${offset}): corrupt entry: ${err.message}`, {
+      file,
+      offset,
+    })
   }
-  out.length = k
   yield out
 }

@@ -12,31 +12,37 @@
  *
  * Every write puts objects first (tree, then record) and the log entry last: a crash in between
  * leaves unreferenced objects, never an entry naming a missing object.
+ *
+ * A snapshot entry that names no record, or another workspace's record without being a fork
+ * (records.ts), is passed over: the head is the newest entry that means something, and the
+ * entries passed over are recorded in the next snapshot as having had no effect.
  */
 import type { AgentLog } from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
-import { type Ack, checkWorkspace, encodeBody } from '../engine/entry.js'
+import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
-import {
-  type Head,
-  lastSnapshotEntry,
-  lengthOfLog,
-  type StoredSnapshotEntry,
-  snapshotEntriesBackward,
-} from './heads.js'
+import { readEntryBatches } from '../engine/reader.js'
+import { type CheckoutOptions, type CheckoutResult, checkout } from './checkout.js'
+import { type DiffResult, diffRefs } from './diff.js'
+import { collectGarbage, type GcOptions, type GcResult } from './gc.js'
+import { type Head, lengthOfLog, type StoredSnapshotEntry, snapshotEntriesBackward } from './heads.js'
+import { type HistoryNode, historyOf } from './history.js'
 import { type MergeOptions, type MergeResult, mergeWorkspaces } from './merge.js'
 import { KeyedMutex, mutexFor } from './mutex.js'
 import {
   ObjectStore,
+  type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,
   sha256,
   snapshotEntry,
 } from './objects.js'
-import { type ReplayProgress, replaySegment } from './replay.js'
+import { lastSeqOf } from './records.js'
+import { type NoEffect, type ReplayProgress, replaySegment } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
 
 export interface SnapshotEngineOptions {
@@ -49,6 +55,8 @@ export interface SnapshotEngineOptions {
 }
 
 const OPTION_KEYS = new Set(['log', 'root', 'store'])
+const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty'])
+const REPLAY_KEYS = new Set(['fromScratch', 'onProgress', 'strict'])
 
 export interface ReplayOptions {
   /**
@@ -57,6 +65,8 @@ export interface ReplayOptions {
    * incremental snapshots agree with a full replay, and the benchmark's full replay.
    */
   fromScratch?: boolean
+  /** Refuse entries that cannot apply (NOA_REPLAY) instead of giving them no effect. */
+  strict?: boolean
   onProgress?: (p: ReplayProgress) => void
 }
 
@@ -71,37 +81,59 @@ export interface WorkspaceState {
   seq: number
   /** Entries that changed the tree (write, delete, rename). */
   entriesReplayed: number
+  /** Entries replayed that changed nothing, and why. */
+  noEffect: NoEffect[]
 }
 
 export interface SnapshotOptions {
   message?: string
   onProgress?: (p: ReplayProgress) => void
+  /** Refuse entries that cannot apply (NOA_REPLAY, nothing written), as before replay was total. */
+  strict?: boolean
+  /** Write a snapshot even when nothing happened since the last one (as `git commit --allow-empty`). */
+  allowEmpty?: boolean
+}
+
+/** A blob a tree names that is not in the object store, with the entry that wrote it. */
+export interface MissingBlob {
+  path: string
+  blob: string
+  /** Workspace and seq of the last `write` of that blob replayed (null when not found). */
+  workspace: string
+  seq: number | null
 }
 
 export interface SnapshotResult {
-  snapshot_id: string
+  /** false: nothing new since the head, nothing was written (see `allowEmpty`). */
+  created: boolean
+  /** The snapshot written, or (not created) the head that already is the state; null: none. */
+  snapshotId: string | null
   tree: string
   parent: string | null
   /** Last seq of the log the snapshot covers. */
   seq: number
-  /** Entries replayed since the parent (write, delete, rename). */
-  entries_replayed: number
+  /** Entries replayed since the parent that changed the tree (write, delete, rename). */
+  entriesReplayed: number
+  /** Entries replayed that changed nothing, and why (also kept in the record). */
+  noEffect: NoEffect[]
+  /** Blobs written since the parent that are not in the object store. */
+  missingBlobs: MissingBlob[]
   workspace: string
-  /** The `snapshot` entry appended to the log. */
-  entry: Ack
+  /** The `snapshot` entry appended to the log (null when nothing was written). */
+  entry: Ack | null
 }
 
 export interface ForkResult {
   workspace: string
   base: string
-  from_workspace: string
+  fromWorkspace: string
   entry: Ack
 }
 
 export type SnapshotKind = 'snapshot' | 'fork' | 'merge'
 
 export interface SnapshotInfo {
-  snapshot_id: string
+  snapshotId: string
   kind: SnapshotKind
   /** Workspace whose history the record belongs to (another one for a fork base). */
   workspace: string
@@ -114,9 +146,67 @@ export interface SnapshotInfo {
   ts: number
   /** The snapshot entry in the listed workspace's log. */
   entry: Ack
+  /** Entries of its replay that changed nothing. */
+  noEffect: RecordedNoEffect[]
+  /** Dropped by a later `snapshot prune` of this workspace (its tree is left for gc). */
+  pruned: boolean
+  /** Snapshots this one dropped (a prune). */
+  prunes: string[]
 }
 
 export type { Head }
+
+export interface PruneOptions {
+  /** Keep the newest N snapshots (the head is always kept). */
+  keepLast?: number
+  /** Keep snapshots made within this many milliseconds. */
+  keepWithinMs?: number
+  message?: string
+}
+
+const PRUNE_KEYS = new Set(['keepLast', 'keepWithinMs', 'message'])
+const CHECKOUT_KEYS = new Set(['force', 'caseInsensitive'])
+
+export interface PruneResult {
+  /** false: nothing to drop, nothing written. */
+  created: boolean
+  /** The snapshot that records the drop. */
+  snapshotId: string | null
+  dropped: string[]
+  kept: string[]
+  entry: Ack | null
+}
+
+/** What a search of the log for its head found. */
+interface HeadSearch {
+  head: Head | null
+  /** Snapshot entries after the head that mean nothing (unknown or foreign records). */
+  ignored: Map<number, NoEffect>
+}
+
+interface State {
+  builder: TreeBuilder
+  head: Head | null
+  since: number
+  seq: number
+  applied: number
+  treeOps: number
+  noEffect: NoEffect[]
+}
+
+/** Where a ref (`noa_…`, `ws`, `ws@seq`) points. */
+export interface ResolvedRef {
+  ref: string
+  tree: Tree
+  /** The snapshot named, or the head the state was replayed from (null: from empty). */
+  snapshotId: string | null
+  /** Workspace of a `ws` / `ws@seq` ref, or of the snapshot's record. */
+  workspace: string
+  /** Last seq the state covers (a snapshot's record seq). */
+  seq: number
+}
+
+const REF_RE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(\d+))?$/
 
 export class SnapshotEngine {
   readonly root: string
@@ -144,25 +234,27 @@ export class SnapshotEngine {
     return this.store.getSnapshot(id)
   }
 
-  /** A snapshot's tree (path → blob), from the object store alone. */
+  /** A snapshot's tree (path → blob), from the object store (rebuilt from its log if pruned and collected). */
   async tree(snapshotId: string): Promise<Tree> {
     const record = await this.store.getSnapshot(snapshotId)
     return this.treeOf(record)
   }
 
-  /** The workspace's newest snapshot entry, or null. Reads the log backwards from its end. */
+  /** The workspace's newest meaningful snapshot entry, or null. Reads the log backwards from its end. */
   async head(workspace: string): Promise<Head | null> {
-    const found = lastSnapshotEntry(existingLog(this.root, workspace))
-    if (!found) return null
-    return this.headOf(workspace, found.entry)
+    return (await this.findHead(workspace)).head
   }
 
   /** The workspace's snapshot entries, newest first (a backward byte search of its log). */
   async *snapshots(workspace: string): AsyncGenerator<SnapshotInfo> {
-    for (const { entry } of snapshotEntriesBackward(existingLog(this.root, workspace))) {
-      const { record, own } = await this.headOf(workspace, entry)
+    const pruned = new Set<string>()
+    for (const { entry, offset } of snapshotEntriesBackward(existingLog(this.root, workspace))) {
+      const found = await this.classify(workspace, entry, offset === 0, false)
+      if (!('record' in found)) continue // names nothing of this workspace: verify reports it
+      const { record, own } = found
+      for (const p of record.pruned ?? []) pruned.add(p)
       yield {
-        snapshot_id: record.id,
+        snapshotId: record.id,
         kind: record.merged ? 'merge' : own ? 'snapshot' : 'fork',
         workspace: record.workspace,
         tree: record.tree,
@@ -171,6 +263,9 @@ export class SnapshotEngine {
         message: entry.message,
         ts: record.ts,
         entry: { seq: entry.seq, ts: entry.ts },
+        noEffect: record.noEffect ?? [],
+        pruned: own && pruned.has(record.id),
+        prunes: record.pruned ?? [],
       }
     }
   }
@@ -186,7 +281,10 @@ export class SnapshotEngine {
    * writing anything.
    */
   async replay(workspace: string, options: ReplayOptions = {}): Promise<WorkspaceState> {
-    const s = await this.computeState(workspace, options)
+    checkOptionKeys(options, REPLAY_KEYS, 'replay')
+    const s = options.fromScratch
+      ? await this.fromScratch(workspace, lengthOfLog(existingLog(this.root, workspace)), options)
+      : await this.computeState(workspace, options)
     const bytes = s.builder.encode()
     return {
       workspace,
@@ -195,14 +293,68 @@ export class SnapshotEngine {
       since: s.since,
       seq: s.seq,
       entriesReplayed: s.applied,
+      noEffect: s.noEffect,
     }
   }
 
   /**
+   * Resolves a ref: a snapshot id (`noa_…`), a workspace (its files now) or `ws@seq` (its files
+   * after entry seq, replayed from the nearest snapshot at or before it).
+   */
+  async resolve(ref: string): Promise<ResolvedRef> {
+    if (typeof ref !== 'string' || ref === '') {
+      throw new NoaError(
+        'NOA_BAD_ARGUMENT',
+        `a ref must be a snapshot id, a workspace or ws@seq, got ${JSON.stringify(ref)}`,
+      )
+    }
+    if (ref.startsWith('noa_')) {
+      const record = await this.store.getSnapshot(ref)
+      return {
+        ref,
+        tree: await this.treeOf(record),
+        snapshotId: record.id,
+        workspace: record.workspace,
+        seq: record.seq,
+      }
+    }
+    const m = REF_RE.exec(ref)
+    if (!m || m[1] === '.' || m[1] === '..') {
+      throw new NoaError(
+        'NOA_BAD_ARGUMENT',
+        `ref ${JSON.stringify(ref)} is not a snapshot id (noa_…), a workspace name or ws@seq`,
+      )
+    }
+    const workspace = m[1] as string
+    let until: number | undefined
+    if (m[2] !== undefined) {
+      until = Number(m[2])
+      existingLog(this.root, workspace)
+      const last = lastSeqOf(this.root, workspace)
+      if (!Number.isSafeInteger(until) || until > last) {
+        throw new NoaError(
+          'NOA_NOT_FOUND',
+          `workspace ${workspace} has no seq ${m[2]} (its last seq is ${last})`,
+          {
+            workspace,
+          },
+        )
+      }
+    }
+    const s = await this.computeState(workspace, { until })
+    const bytes = s.builder.encode()
+    const tree = Tree.decode(sha256(bytes), bytes)
+    this.store.remember(tree)
+    return { ref, tree, snapshotId: s.head?.record.id ?? null, workspace, seq: until ?? s.seq }
+  }
+
+  /**
    * Snapshot of the workspace as it stands: its head's tree + the entries after it. Stores the
-   * tree and the record, then appends the `snapshot` entry.
+   * tree and the record, then appends the `snapshot` entry. With nothing new since the head
+   * (no write, delete or rename after it), writes nothing and says so (`created: false`).
    */
   async snapshot(workspace: string, options: SnapshotOptions = {}): Promise<SnapshotResult> {
+    checkOptionKeys(options, SNAPSHOT_KEYS, 'snapshot')
     const log = this.requireLog('snapshot')
     checkWorkspace(workspace)
     const message = options.message ?? ''
@@ -210,22 +362,49 @@ export class SnapshotEngine {
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
       await log.openWorkspace(workspace) // takes the workspace's lock, cuts a torn tail
-      const s = await this.computeState(workspace, { onProgress: options.onProgress })
+      const s = await this.computeState(workspace, { onProgress: options.onProgress, strict: options.strict })
+      if (s.treeOps === 0 && s.noEffect.length === 0 && !options.allowEmpty) {
+        const r = s.head?.record
+        return {
+          created: false,
+          snapshotId: r?.id ?? null,
+          tree: r?.tree ?? EMPTY_TREE.id,
+          parent: r?.parent ?? null,
+          seq: s.seq,
+          entriesReplayed: 0,
+          noEffect: [],
+          missingBlobs: [],
+          workspace,
+          entry: null,
+        }
+      }
       const bytes = s.builder.encode()
+      const missingBlobs = await this.missingBlobs(workspace, s)
       const record = await this.storeSnapshot(
-        { workspace, parent: s.head?.record.id, since: s.since, seq: s.seq, message, ts: nowMicros() },
+        {
+          workspace,
+          parent: s.head?.record.id,
+          since: s.since,
+          seq: s.seq,
+          noEffect: recorded(s.noEffect),
+          message,
+          ts: nowMicros(),
+        },
         bytes,
         s.builder,
       )
-      const entry = await log.append(workspace, snapshotEntry(record, message))
+      const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
       return {
-        snapshot_id: record.id,
+        created: true,
+        snapshotId: record.id,
         tree: record.tree,
         parent: record.parent ?? null,
         seq: record.seq,
-        entries_replayed: s.applied,
+        entriesReplayed: s.applied,
+        noEffect: s.noEffect,
+        missingBlobs,
         workspace,
-        entry,
+        entry: entry as Ack,
       }
     })
   }
@@ -239,7 +418,8 @@ export class SnapshotEngine {
     const log = this.requireLog('fork')
     checkWorkspace(workspace)
     const record = await this.store.getSnapshot(snapshotId)
-    await this.treeOf(record) // the base must be whole before anything points at it
+    const tree = await this.treeOf(record) // the base must be whole before anything points at it
+    if (!this.store.has(record.tree)) await this.store.putTree(tree.bytes) // rebuilt: store it again
     const message = options.message ?? `fork of ${record.workspace} at ${record.id}`
     encodeBody({ op: 'snapshot', snapshot_id: record.id, message })
     return this.mutex.run([workspace], async () => {
@@ -251,8 +431,8 @@ export class SnapshotEngine {
         })
       if ((statFile(file, 'workspace log')?.size ?? 0) > 0) throw exists() // refused before the log is touched
       if ((await log.openWorkspace(workspace)).lastSeq > 0) throw exists()
-      const entry = await log.append(workspace, { op: 'snapshot', snapshot_id: record.id, message })
-      return { workspace, base: record.id, from_workspace: record.workspace, entry }
+      const [entry] = await this.append(workspace, [{ op: 'snapshot', snapshot_id: record.id, message }])
+      return { workspace, base: record.id, fromWorkspace: record.workspace, entry: entry as Ack }
     })
   }
 
@@ -261,14 +441,15 @@ export class SnapshotEngine {
    * computes the result before writing anything.
    */
   async merge(target: string, sources: readonly string[], options: MergeOptions = {}): Promise<MergeResult> {
-    const log = this.requireLog('merge')
+    this.requireLog('merge')
     return mergeWorkspaces(
       {
         root: this.root,
         store: this.store,
-        log,
+        append: (ws, entries) => this.append(ws, entries),
+        openWorkspace: (ws) => (this.log as AgentLog).openWorkspace(ws).then(() => undefined),
         mutex: this.mutex,
-        head: (ws) => this.head(ws),
+        head: (ws) => this.findHead(ws, { strict: options.strict }),
         storeSnapshot: (input, bytes, built) => this.storeSnapshot(input, bytes, built),
         treeOf: (record) => this.treeOf(record),
       },
@@ -279,10 +460,113 @@ export class SnapshotEngine {
   }
 
   /**
+   * Retention: drops the workspace's older snapshots, keeping the newest `keepLast` and those
+   * made within `keepWithinMs`, and always the head, forks and merges (a merge's tree cannot be
+   * rebuilt from one log). The drop is recorded in the log: a snapshot entry (one of the seed's
+   * five ops) whose record lists the dropped ids in `pruned`, so history says so. Nothing is
+   * removed here: gc no longer keeps the dropped snapshots' trees and blobs; their records stay
+   * for the history, and a dropped tree is rebuilt from the log if asked for while its blobs last.
+   */
+  async prune(workspace: string, options: PruneOptions): Promise<PruneResult> {
+    checkOptionKeys(options, PRUNE_KEYS, 'prune')
+    const log = this.requireLog('prune')
+    checkWorkspace(workspace)
+    const { keepLast, keepWithinMs } = options
+    if (keepLast === undefined && keepWithinMs === undefined) {
+      throw new NoaError('NOA_BAD_OPTION', 'prune needs keepLast or keepWithinMs (which snapshots to keep)', {
+        field: 'keepLast',
+      })
+    }
+    if (keepLast !== undefined && (!Number.isSafeInteger(keepLast) || keepLast < 0)) {
+      throw new NoaError('NOA_BAD_OPTION', `prune option keepLast must be an integer >= 0, got ${keepLast}`, {
+        field: 'keepLast',
+      })
+    }
+    if (keepWithinMs !== undefined && (typeof keepWithinMs !== 'number' || !(keepWithinMs >= 0))) {
+      throw new NoaError(
+        'NOA_BAD_OPTION',
+        `prune option keepWithinMs must be a number >= 0, got ${keepWithinMs}`,
+        {
+          field: 'keepWithinMs',
+        },
+      )
+    }
+    existingLog(this.root, workspace)
+    return this.mutex.run([workspace], async () => {
+      await log.openWorkspace(workspace)
+      // Prune snapshots themselves are neither counted nor dropped: they hold the record of what was.
+      const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned && s.prunes.length === 0)
+      const now = nowMicros()
+      const keep = new Set<string>()
+      for (const s of alive.slice(0, Math.max(1, keepLast ?? 0))) keep.add(s.snapshotId)
+      if (keepWithinMs !== undefined) {
+        for (const s of alive) if (now - s.ts <= keepWithinMs * 1000) keep.add(s.snapshotId)
+      }
+      const dropped = [
+        ...new Set(
+          alive.filter((s) => s.kind === 'snapshot' && !keep.has(s.snapshotId)).map((s) => s.snapshotId),
+        ),
+      ].filter((id) => !keep.has(id))
+      const kept = alive.filter((s) => !dropped.includes(s.snapshotId)).map((s) => s.snapshotId)
+      if (dropped.length === 0)
+        return { created: false, snapshotId: null, dropped, kept: [...new Set(kept)], entry: null }
+      const s = await this.computeState(workspace, {})
+      const message =
+        options.message ?? `prune: dropped ${dropped.length} snapshot${dropped.length === 1 ? '' : 's'}`
+      encodeBody({ op: 'snapshot', snapshot_id: 'noa_0', message })
+      const record = await this.storeSnapshot(
+        {
+          workspace,
+          parent: s.head?.record.id,
+          since: s.since,
+          seq: s.seq,
+          noEffect: recorded(s.noEffect),
+          pruned: dropped,
+          message,
+          ts: nowMicros(),
+        },
+        s.builder.encode(),
+        s.builder,
+      )
+      const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
+      return { created: true, snapshotId: record.id, dropped, kept: [...new Set(kept)], entry: entry as Ack }
+    })
+  }
+
+  /**
+   * Writes a ref's files (a snapshot id, `ws`, `ws@seq`) into `dir`, never outside it
+   * (checkout.ts). The issue's `log.checkout` lives here: the log is the engine below the store.
+   */
+  checkout(ref: string, dir: string, options: CheckoutOptions = {}): Promise<CheckoutResult> {
+    checkOptionKeys(options, CHECKOUT_KEYS, 'checkout')
+    return checkout(this, ref, dir, options)
+  }
+
+  /** Paths added, removed and changed from ref `a` to ref `b` (diff.ts). */
+  diff(a: string, b: string): Promise<DiffResult> {
+    return diffRefs(this, a, b)
+  }
+
+  /** The snapshot/fork/merge graph of a workspace, oldest first (history.ts). */
+  history(workspace: string): Promise<HistoryNode[]> {
+    return historyOf(this, workspace)
+  }
+
+  /** Garbage collection of the object store (gc.ts): a dry run unless `dryRun: false`. */
+  gc(options: GcOptions = {}): Promise<GcResult> {
+    return collectGarbage(this, options)
+  }
+
+  /** The store's own appends: its records, past the record check normal callers get. */
+  append(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    return this.requireLog('append')[STORE_APPEND](workspace, entries)
+  }
+
+  /**
    * Stores a tree (as a delta against the builder's base when worth it) and its record in one
    * batch; the caller appends the entry after.
    */
-  private async storeSnapshot(
+  async storeSnapshot(
     input: Omit<SnapshotRecordInput, 'tree'>,
     treeBytes: Buffer,
     built: TreeBuilder,
@@ -293,11 +577,19 @@ export class SnapshotEngine {
     return record
   }
 
-  private async treeOf(record: SnapshotRecord): Promise<Tree> {
+  /**
+   * A record's tree. A tree that is no longer stored (its snapshot was pruned and gc took it) is
+   * rebuilt from its parent's tree and the log segment the record covers, and checked against
+   * the record; a merge's tree cannot be rebuilt that way, so gc always keeps those.
+   */
+  async treeOf(record: SnapshotRecord, depth = 0): Promise<Tree> {
     try {
       return await this.store.getTree(record.tree)
     } catch (err) {
-      if (err instanceof NoaError && err.code === 'NOA_NOT_FOUND' && err.details.object === record.tree) {
+      if (!(err instanceof NoaError && err.code === 'NOA_NOT_FOUND')) throw err
+      const rebuilt = depth < 100_000 ? await this.rebuildTree(record, depth) : null
+      if (rebuilt) return rebuilt
+      if (err.details.object === record.tree) {
         throw new NoaError(
           'NOA_NOT_FOUND',
           `snapshot ${record.id}: its tree ${record.tree} is missing from ${this.store.dir}`,
@@ -308,91 +600,181 @@ export class SnapshotEngine {
     }
   }
 
-  private async headOf(workspace: string, entry: StoredSnapshotEntry): Promise<Head> {
+  private async rebuildTree(record: SnapshotRecord, depth: number): Promise<Tree | null> {
+    if (record.merged || statFileOrNull(logPath(this.root, record.workspace)) === null) return null
+    let base: Tree
+    try {
+      base = record.parent
+        ? await this.treeOf(await this.store.getSnapshot(record.parent), depth + 1)
+        : EMPTY_TREE
+    } catch {
+      return null
+    }
+    const builder = new TreeBuilder(base)
+    await replaySegment(this.root, record.workspace, builder, { since: record.since, until: record.seq })
+    const bytes = builder.encode()
+    if (sha256(bytes) !== record.tree) return null
+    const tree = Tree.decode(record.tree, bytes)
+    this.store.remember(tree)
+    return tree
+  }
+
+  /** Finds the head: the newest snapshot entry (at or before `atOrBefore`) that means something. */
+  async findHead(
+    workspace: string,
+    options: { strict?: boolean; atOrBefore?: number } = {},
+  ): Promise<HeadSearch> {
+    const ignored = new Map<number, NoEffect>()
+    for (const { entry, offset } of snapshotEntriesBackward(existingLog(this.root, workspace))) {
+      if (options.atOrBefore !== undefined && entry.seq > options.atOrBefore) continue
+      const found = await this.classify(workspace, entry, offset === 0, options.strict ?? false)
+      if ('record' in found) return { head: found, ignored }
+      ignored.set(entry.seq, found)
+    }
+    return { head: null, ignored }
+  }
+
+  /** What a snapshot entry stands for (records.ts has the rules), or why it means nothing. */
+  private async classify(
+    workspace: string,
+    entry: StoredSnapshotEntry,
+    first: boolean,
+    strict: boolean,
+  ): Promise<Head | NoEffect> {
     let record: SnapshotRecord
     try {
       record = await this.store.getSnapshot(entry.snapshot_id)
     } catch (err) {
       if (err instanceof NoaError) {
+        if (!strict && err.code === 'NOA_NOT_FOUND') {
+          return { seq: entry.seq, reason: 'unknown-snapshot', snapshotId: entry.snapshot_id }
+        }
         throw new NoaError(
-          err.code,
+          err.code === 'NOA_NOT_FOUND' ? 'NOA_REPLAY' : err.code,
           `workspace ${workspace} seq ${entry.seq} names snapshot ${entry.snapshot_id}: ${err.message}`,
           { ...err.details, workspace, seq: entry.seq },
         )
       }
       throw err
     }
-    // A record of this workspace covers seqs before its own entry. Anything else (a fork base,
-    // or a record of a former workspace of the same name) stands for the state at the entry.
+    // A record of this workspace covers seqs before its own entry; a fork is the log's first
+    // entry. Anything else was not written by the store for this log.
     const own = record.workspace === workspace && record.seq < entry.seq
+    if (!own && !first) {
+      if (strict) {
+        throw new NoaError(
+          'NOA_REPLAY',
+          `workspace ${workspace} seq ${entry.seq}: snapshot ${record.id} is not a snapshot of this log (workspace ${record.workspace}, seq ${record.seq}) nor a fork`,
+          { workspace, seq: entry.seq },
+        )
+      }
+      return { seq: entry.seq, reason: 'foreign-snapshot', snapshotId: entry.snapshot_id }
+    }
     return { record, entrySeq: entry.seq, pos: own ? record.seq : entry.seq, own }
   }
 
   private async computeState(
     workspace: string,
-    options: ReplayOptions,
-  ): Promise<{ builder: TreeBuilder; head: Head | null; since: number; seq: number; applied: number }> {
+    options: { strict?: boolean; until?: number; onProgress?: ReplayOptions['onProgress'] },
+  ): Promise<State> {
     const file = existingLog(this.root, workspace)
     const endByte = lengthOfLog(file)
-    if (options.fromScratch) return this.fromScratch(workspace, endByte, options.onProgress)
-    const found = lastSnapshotEntry(file)
-    const head = found ? await this.headOf(workspace, found.entry) : null
+    const { head, ignored } = await this.findHead(workspace, {
+      strict: options.strict,
+      atOrBefore: options.until,
+    })
     const base = head ? await this.treeOf(head.record) : EMPTY_TREE
     const builder = new TreeBuilder(base)
     const since = head?.pos ?? 0
     const r = await replaySegment(this.root, workspace, builder, {
       since,
+      until: options.until,
       endByte,
       snapshotsUpTo: head?.entrySeq ?? 0,
+      ignoredSnapshots: ignored,
+      strict: options.strict,
       onProgress: options.onProgress,
     })
-    return { builder, head, since, seq: r.lastSeq, applied: r.applied }
+    return {
+      builder,
+      head,
+      since,
+      seq: r.lastSeq,
+      applied: r.applied,
+      treeOps: r.treeOps,
+      noEffect: r.noEffect,
+    }
   }
 
   /**
    * Replays the whole log, ignoring the workspace's own snapshots but not those whose tree came
    * from elsewhere (a fork base, a merge): the newest of those replaces everything before it.
    * They are found on the way, so a log never forked or merged into is read once; meeting one
-   * (or an entry that cannot apply before one was met) restarts the replay from the newest
-   * seen, until a pass meets none newer than its start.
+   * restarts the replay from the newest seen, until a pass meets none newer than its start.
    */
-  private async fromScratch(
-    workspace: string,
-    endByte: number,
-    onProgress: ReplayOptions['onProgress'],
-  ): Promise<{ builder: TreeBuilder; head: Head | null; since: number; seq: number; applied: number }> {
+  private async fromScratch(workspace: string, endByte: number, options: ReplayOptions): Promise<State> {
     let head: Head | null = null
+    const ignored = new Map<number, NoEffect>()
     for (;;) {
       const since = head?.pos ?? 0
       const builder = new TreeBuilder(head ? await this.treeOf(head.record) : EMPTY_TREE)
-      const seen: Array<{ seq: number; id: string }> = []
-      let result: { lastSeq: number; applied: number } | null = null
-      let failure: unknown = null
-      try {
-        result = await replaySegment(this.root, workspace, builder, {
-          since,
-          endByte,
-          onSnapshot: (seq, id) => seen.push({ seq, id }),
-          onProgress,
-        })
-      } catch (err) {
-        if (!(err instanceof NoaError && err.code === 'NOA_REPLAY')) throw err
-        failure = err
-      }
+      const seen: Array<{ seq: number; id: string; first: boolean }> = []
+      const r = await replaySegment(this.root, workspace, builder, {
+        since,
+        endByte,
+        ignoredSnapshots: ignored,
+        strict: options.strict,
+        onSnapshot: (seq, id, first) => seen.push({ seq, id, first }),
+        onProgress: options.onProgress,
+      })
       let reset: Head | null = null
+      let newlyIgnored = false
       for (let i = seen.length - 1; i >= 0 && !reset; i--) {
-        const { seq, id } = seen[i] as { seq: number; id: string }
+        const { seq, id, first } = seen[i] as (typeof seen)[number]
         if (head && seq <= head.entrySeq) break
-        const h = await this.headOf(workspace, { op: 'snapshot', snapshot_id: id, message: '', seq, ts: 0 })
-        if (!h.own || h.record.merged) reset = h
+        if (ignored.has(seq)) continue
+        const entry: StoredSnapshotEntry = { op: 'snapshot', snapshot_id: id, message: '', seq, ts: 0 }
+        const found = await this.classify(workspace, entry, first, options.strict ?? false)
+        if (!('record' in found)) {
+          ignored.set(seq, found)
+          newlyIgnored = true
+        } else if (!found.own || found.record.merged) reset = found
       }
       if (reset) {
         head = reset
         continue
       }
-      if (failure || !result) throw failure
-      return { builder, head, since, seq: result.lastSeq, applied: result.applied }
+      if (newlyIgnored) continue // again, so the entries passed over are reported in order
+      return {
+        builder,
+        head,
+        since,
+        seq: r.lastSeq,
+        applied: r.applied,
+        treeOps: r.treeOps,
+        noEffect: r.noEffect,
+      }
     }
+  }
+
+  /** Blobs the replay put in the tree that are not stored, each with the seq that wrote it. */
+  private async missingBlobs(workspace: string, s: State): Promise<MissingBlob[]> {
+    const byBlob = new Map<string, string[]>()
+    for (const [path, blob] of s.builder.touched()) {
+      if (blob === null) continue
+      const paths = byBlob.get(blob)
+      if (paths) paths.push(path)
+      else byBlob.set(blob, [path])
+    }
+    const missing = [...byBlob.keys()].filter((b) => !this.store.has(b))
+    if (missing.length === 0) return []
+    const seqs = await writeSeqs(this.root, workspace, s.since, s.seq, new Set(missing))
+    const out: MissingBlob[] = []
+    for (const blob of missing) {
+      for (const path of byBlob.get(blob) ?? [])
+        out.push({ path, blob, workspace, seq: seqs.get(blob) ?? null })
+    }
+    return out.sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0) || (a.path < b.path ? -1 : 1))
   }
 
   private requireLog(what: string): AgentLog {
@@ -403,5 +785,38 @@ export class SnapshotEngine {
       )
     }
     return this.log
+  }
+}
+
+/** The form a record keeps: seq and reason. */
+export function recorded(list: readonly NoEffect[]): RecordedNoEffect[] {
+  return list.map((n) => ({ seq: n.seq, reason: n.reason }))
+}
+
+/** Seq of the last `write` of each wanted blob in (since, until] of a log. */
+export async function writeSeqs(
+  root: string,
+  workspace: string,
+  since: number,
+  until: number,
+  wanted: ReadonlySet<string>,
+): Promise<Map<string, number>> {
+  const out = new Map<string, number>()
+  const file = existingLog(root, workspace)
+  for await (const batch of readEntryBatches(file, { fromSeq: since + 1, validate: false })) {
+    for (const e of batch) {
+      if (e.seq > until) return out
+      if (e.op === 'write' && wanted.has(e.blob)) out.set(e.blob, e.seq)
+    }
+  }
+  return out
+}
+
+/** The file's stats, or null when it is missing or not a regular file. */
+function statFileOrNull(file: string): ReturnType<typeof statFile> | null {
+  try {
+    return statFile(file, 'workspace log') ?? null
+  } catch {
+    return null
   }
 }

@@ -1,273 +1,118 @@
 /**
- * A parsed line to a typed record, with the checks Go's `json.Unmarshal` into Norma's structs
- * makes: a known field of the wrong JSON type is an error (Norma then fails the whole load),
- * `null` leaves a field at its zero value, unknown keys are ignored by Go and kept here.
+ * A transcript line to a typed record, exactly as Go's `json.Unmarshal` into Norma's `Record`
+ * (gocompat/unmarshal.ts has the rules: repeated keys decode into what is there, keys match
+ * case-insensitively, ints are int64 and refuse `1.0`, bytes that are not UTF-8 and lone
+ * surrogate escapes become U+FFFD, `input` is the value's exact text).
  *
- * `input` is a `json.RawMessage` in Go, kept byte for byte; JSON.parse cannot give the text of
- * a value, so when a line has any `input`, a small scanner walks the line to the content blocks
- * and takes the exact text of each `input` value (the last one when a key repeats, as both Go
- * and JSON.parse keep the last).
+ * What Go drops, noa keeps unless asked not to (`keepUnknown: false`, Norma mode): members no
+ * field takes, at every level, after the known fields.
  */
+import {
+  BOOL,
+  type GoInt,
+  type GoObject,
+  type GoSlice,
+  type GoStruct,
+  GoTypeError,
+  type GoValue,
+  INT,
+  type JsonNode,
+  parseGoJson,
+  RAW,
+  STRING,
+  sliceItems,
+  sliceOf,
+  unmarshalNode,
+} from '../gocompat/index.js'
+import { defineValue } from '../gocompat/parse.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
 
 /** What is wrong with a line, without the file and line (the loader adds those). */
 export class DecodeError extends Error {
   override name = 'DecodeError'
-}
-
-function kind(v: unknown): string {
-  if (v === null) return 'null'
-  if (Array.isArray(v)) return 'array'
-  return typeof v
-}
-
-function wrongType(field: string, want: string, v: unknown): DecodeError {
-  return new DecodeError(`${field}: expected ${want}, got ${kind(v)}`)
-}
-
-type Obj = Record<string, unknown>
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v)
-}
-
-/** A string field always written by Go: null or missing is ''. */
-function str(o: Obj, key: string, field: string): void {
-  const v = o[key]
-  if (v === undefined || v === null) o[key] = ''
-  else if (typeof v !== 'string') throw wrongType(`${field}${key}`, 'a string', v)
-}
-
-/** An omitempty string field: null is dropped. */
-function optStr(o: Obj, key: string, field: string): void {
-  const v = o[key]
-  if (v === null) delete o[key]
-  else if (v !== undefined && typeof v !== 'string') throw wrongType(`${field}${key}`, 'a string', v)
-}
-
-function optBool(o: Obj, key: string, field: string): void {
-  const v = o[key]
-  if (v === null) delete o[key]
-  else if (v !== undefined && typeof v !== 'boolean') throw wrongType(`${field}${key}`, 'a boolean', v)
-}
-
-/** Go's `int`: within JavaScript's exact range here. */
-function int(o: Obj, key: string, field: string, always: boolean): void {
-  const v = o[key]
-  if (v === undefined || v === null) {
-    if (always) o[key] = 0
-    else if (v === null) delete o[key]
-  } else if (typeof v !== 'number' || !Number.isSafeInteger(v)) {
-    throw wrongType(`${field}${key}`, 'an integer', v)
+  constructor(
+    message: string,
+    /** Go's error for the line (what Norma's Load reports after `transcript: corrupt line: `). */
+    readonly go: string,
+  ) {
+    super(message)
   }
 }
 
-/** Exact text of the `input` values of content blocks, mirroring the content tree. */
-export interface RawBlock {
-  input?: string
-  content?: RawBlock[]
+// Norma's structs (llm/types.go, llm/boundary.go, transcript/transcript.go), field for field.
+export const BLOCK_TYPE: GoStruct = { kind: 'struct', name: 'llm.ContentBlock', fields: [] }
+BLOCK_TYPE.fields.push(
+  { key: 'type', type: { kind: 'string', name: 'llm.BlockType' } },
+  { key: 'text', type: STRING },
+  { key: 'thinking', type: STRING },
+  { key: 'signature', type: STRING },
+  { key: 'id', type: STRING },
+  { key: 'name', type: STRING },
+  { key: 'input', type: RAW },
+  { key: 'tool_use_id', type: STRING },
+  { key: 'content', type: sliceOf(BLOCK_TYPE) },
+  { key: 'is_error', type: BOOL },
+)
+export const MESSAGE_TYPE: GoStruct = {
+  kind: 'struct',
+  name: 'llm.Message',
+  fields: [
+    { key: 'role', type: { kind: 'string', name: 'llm.Role' } },
+    { key: 'content', type: sliceOf(BLOCK_TYPE) },
+  ],
+}
+export const USAGE_TYPE: GoStruct = {
+  kind: 'struct',
+  name: 'llm.Usage',
+  fields: ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'].map((key) => ({
+    key,
+    type: INT,
+  })),
+}
+export const META_TYPE: GoStruct = {
+  kind: 'struct',
+  name: 'llm.BoundaryMeta',
+  fields: [
+    { key: 'trigger', type: STRING },
+    { key: 'pre_tokens', type: INT },
+    { key: 'messages_summarized', type: INT },
+    { key: 'active_skills', type: sliceOf(STRING) },
+  ],
+}
+export const RECORD_TYPE: GoStruct = {
+  kind: 'struct',
+  name: 'transcript.Record',
+  fields: [
+    { key: 'uuid', type: STRING },
+    { key: 'parent_uuid', type: STRING },
+    { key: 'session_id', type: STRING },
+    { key: 'agent_id', type: STRING },
+    { key: 'is_sidechain', type: BOOL },
+    { key: 'timestamp', type: STRING },
+    { key: 'type', type: STRING },
+    { key: 'message', type: { kind: 'ptr', elem: MESSAGE_TYPE } },
+    { key: 'usage', type: { kind: 'ptr', elem: USAGE_TYPE } },
+    { key: 'boundary', type: { kind: 'ptr', elem: META_TYPE } },
+  ],
 }
 
-/** Walks JSON text that JSON.parse has already accepted, so it need not check anything. */
-class Walker {
-  i = 0
-  constructor(readonly s: string) {}
-
-  ws(): void {
-    const s = this.s
-    for (;;) {
-      const c = s.charCodeAt(this.i)
-      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) this.i++
-      else return
-    }
-  }
-
-  skipString(): void {
-    const s = this.s
-    let q = s.indexOf('"', this.i + 1)
-    for (;;) {
-      let k = q - 1
-      while (s.charCodeAt(k) === 0x5c) k--
-      if ((q - 1 - k) % 2 === 0) break
-      q = s.indexOf('"', q + 1)
-    }
-    this.i = q + 1
-  }
-
-  key(): string {
-    const start = this.i
-    this.skipString()
-    const text = this.s.slice(start, this.i)
-    return text.includes('\\') ? (JSON.parse(text) as string) : text.slice(1, -1)
-  }
-
-  skipValue(): void {
-    this.ws()
-    const s = this.s
-    const c = s.charCodeAt(this.i)
-    if (c === 0x22) {
-      this.skipString()
-      return
-    }
-    if (c === 0x7b || c === 0x5b) {
-      let depth = 0
-      for (;;) {
-        const d = s.charCodeAt(this.i)
-        if (d === 0x22) {
-          this.skipString()
-          continue
-        }
-        if (d === 0x7b || d === 0x5b) depth++
-        else if (d === 0x7d || d === 0x5d) depth--
-        this.i++
-        if (depth === 0) return
-      }
-    }
-    // number or literal
-    for (;;) {
-      const d = s.charCodeAt(this.i)
-      if (
-        Number.isNaN(d) ||
-        d === 0x2c ||
-        d === 0x5d ||
-        d === 0x7d ||
-        d === 0x20 ||
-        d === 0x0a ||
-        d === 0x0d ||
-        d === 0x09
-      )
-        return
-      this.i++
-    }
-  }
-
-  /** At a value: if it is an object, calls `fn` per key with the position at the value (fn consumes it). */
-  object(fn: (key: string) => void): boolean {
-    this.ws()
-    if (this.s.charCodeAt(this.i) !== 0x7b) {
-      this.skipValue()
-      return false
-    }
-    this.i++
-    this.ws()
-    if (this.s.charCodeAt(this.i) === 0x7d) {
-      this.i++
-      return true
-    }
-    for (;;) {
-      this.ws()
-      const k = this.key()
-      this.ws()
-      this.i++ // ':'
-      this.ws()
-      fn(k)
-      this.ws()
-      const c = this.s.charCodeAt(this.i++) // ',' or '}'
-      if (c !== 0x2c) return true
-    }
-  }
-
-  array(fn: () => void): boolean {
-    this.ws()
-    if (this.s.charCodeAt(this.i) !== 0x5b) {
-      this.skipValue()
-      return false
-    }
-    this.i++
-    this.ws()
-    if (this.s.charCodeAt(this.i) === 0x5d) {
-      this.i++
-      return true
-    }
-    for (;;) {
-      this.ws()
-      fn()
-      this.ws()
-      const c = this.s.charCodeAt(this.i++) // ',' or ']'
-      if (c !== 0x2c) return true
-    }
-  }
-
-  blocks(): RawBlock[] | undefined {
-    const out: RawBlock[] = []
-    const isArray = this.array(() => {
-      const raw: RawBlock = {}
-      this.object((k) => {
-        if (k === 'input') {
-          const start = this.i
-          this.skipValue()
-          raw.input = this.s.slice(start, this.i)
-        } else if (k === 'content') {
-          raw.content = this.blocks()
-        } else {
-          this.skipValue()
-        }
-      })
-      out.push(raw)
-    })
-    return isArray ? out : undefined
-  }
+function withUnknown<T extends object>(out: T, o: GoObject): T {
+  if (o.unknown) for (const [k, v] of o.unknown) defineValue(out as Record<string, unknown>, k, v)
+  return out
 }
 
-/**
- * The raw `input` texts of the content blocks found at `path` (keys from the top object, e.g.
- * `['message', 'content']` for a record line, `['content']` for a bare message).
- */
-export function rawContentInputs(text: string, path: readonly string[]): RawBlock[] | undefined {
-  const w = new Walker(text)
-  let found: RawBlock[] | undefined
-  const descend = (depth: number): void => {
-    if (depth === path.length - 1) {
-      w.object((k) => {
-        if (k === path[depth]) found = w.blocks()
-        else w.skipValue()
-      })
-      return
-    }
-    w.object((k) => {
-      if (k === path[depth]) descend(depth + 1)
-      else w.skipValue()
-    })
+/** Go's value of a ContentBlock as noa's typed block (empty omitempty fields left out). */
+export function toBlock(o: GoObject): ContentBlock {
+  const f = o.fields
+  const b: ContentBlock = { type: f.type as string }
+  for (const key of ['text', 'thinking', 'signature', 'id', 'name'] as const) {
+    if (f[key] !== '') b[key] = f[key] as string
   }
-  descend(0)
-  return found
-}
-
-function hasInput(blocks: unknown): boolean {
-  if (!Array.isArray(blocks)) return false
-  for (const b of blocks) {
-    if (!isObj(b)) continue
-    if (b.input !== undefined || hasInput(b.content)) return true
-  }
-  return false
-}
-
-function decodeBlocks(list: unknown[], raws: RawBlock[] | undefined, field: string): ContentBlock[] {
-  for (let i = 0; i < list.length; i++) {
-    const b = list[i]
-    const f = `${field}[${i}]`
-    if (b === null) list[i] = { type: '' }
-    else if (!isObj(b)) throw wrongType(f, 'a content block object', b)
-    else decodeBlock(b, raws?.[i], `${f}.`)
-  }
-  return list as ContentBlock[]
-}
-
-function decodeBlock(b: Obj, raw: RawBlock | undefined, field: string): void {
-  str(b, 'type', field)
-  for (const key of ['text', 'thinking', 'signature', 'id', 'name', 'tool_use_id']) optStr(b, key, field)
-  optBool(b, 'is_error', field)
-  if (b.input !== undefined) {
-    // `input: null` is the RawMessage "null", not an absent input.
-    b.input = raw?.input ?? JSON.stringify(b.input)
-  }
-  const content = b.content
-  if (content === null) delete b.content
-  else if (content !== undefined) {
-    if (!Array.isArray(content)) throw wrongType(`${field}content`, 'an array', content)
-    decodeBlocks(content, raw?.content, `${field}content`)
-  }
-  // Go writes an empty string field as nothing; the typed view gives it back as ''.
+  if (f.input !== null) b.input = f.input as string
+  if (f.tool_use_id !== '') b.tool_use_id = f.tool_use_id as string
+  if (f.content !== null) b.content = toBlocks(f.content as GoSlice)
+  if (f.is_error === true) b.is_error = true
+  // The fields a type is about read as '' when the line had none, as Norma's struct gives them.
   switch (b.type) {
     case 'text':
       b.text ??= ''
@@ -283,73 +128,105 @@ function decodeBlock(b: Obj, raw: RawBlock | undefined, field: string): void {
       b.tool_use_id ??= ''
       break
   }
+  return withUnknown(b, o)
+}
+
+function toBlocks(s: GoSlice): ContentBlock[] {
+  return (sliceItems(s) as GoObject[]).map(toBlock)
+}
+
+export function toMessage(o: GoObject): Message {
+  const content = o.fields.content as GoSlice | null
+  return withUnknown(
+    { role: o.fields.role as string, content: content === null ? null : toBlocks(content) },
+    o,
+  )
+}
+
+function toUsage(o: GoObject): Usage {
+  const f = o.fields
+  return withUnknown(
+    {
+      input_tokens: f.input_tokens as GoInt,
+      output_tokens: f.output_tokens as GoInt,
+      cache_read_tokens: f.cache_read_tokens as GoInt,
+      cache_write_tokens: f.cache_write_tokens as GoInt,
+    },
+    o,
+  )
+}
+
+export function toMeta(o: GoObject): BoundaryMeta {
+  const f = o.fields
+  const m = {} as BoundaryMeta
+  if (f.trigger !== '') m.trigger = f.trigger as string
+  m.pre_tokens = f.pre_tokens as GoInt
+  if (f.messages_summarized !== 0) m.messages_summarized = f.messages_summarized as GoInt
+  if (f.active_skills !== null) m.active_skills = sliceItems(f.active_skills as GoValue) as string[]
+  return withUnknown(m, o)
+}
+
+export function toRecord(o: GoObject): TranscriptRecord {
+  const f = o.fields
+  const r: TranscriptRecord = { uuid: f.uuid as string, session_id: '', timestamp: '', type: '' }
+  if (f.parent_uuid !== '') r.parent_uuid = f.parent_uuid as string
+  r.session_id = f.session_id as string
+  if (f.agent_id !== '') r.agent_id = f.agent_id as string
+  if (f.is_sidechain === true) r.is_sidechain = true
+  r.timestamp = f.timestamp as string
+  r.type = f.type as string
+  if (f.message !== null) r.message = toMessage(f.message as GoObject)
+  if (f.usage !== null) r.usage = toUsage(f.usage as GoObject)
+  if (f.boundary !== null) r.boundary = toMeta(f.boundary as GoObject)
+  return withUnknown(r, o)
+}
+
+function want(target: string): string {
+  if (target === 'int') return 'an integer'
+  if (target === 'bool') return 'a boolean'
+  if (target === 'string' || target.startsWith('llm.Role') || target === 'llm.BlockType') return 'a string'
+  if (target.startsWith('[]')) return target === '[]string' ? 'an array of strings' : 'an array'
+  if (target === 'llm.ContentBlock') return 'a content block object'
+  return 'an object'
+}
+
+/** noa's wording of Go's type error: the field path with indexes, what it takes, what it got. */
+export function describeTypeError(err: GoTypeError, what = 'a record'): string {
+  if (err.path === '') return `${what} must be a JSON object, got ${err.value.split(' ')[0]}`
+  return `${err.path}: expected ${want(err.target)}, got ${err.value}`
+}
+
+export interface DecodeOptions {
+  /** Keep members Norma's structs have no field for (default true); Norma drops them. */
+  keepUnknown?: boolean
 }
 
 /**
- * A message object (from a record, or a bare one): checks and normalizes it in place. `line`
- * and `path` locate the content array in the text when raw `input` texts are needed.
+ * Decodes a record from its parsed tree. `text` is what the tree was parsed from (`input`
+ * values are slices of it). Throws DecodeError.
  */
-export function decodeMessage(m: Obj, line: string, path: readonly string[], field = 'message.'): Message {
-  str(m, 'role', field)
-  const content = m.content
-  if (content === undefined || content === null) m.content = null
-  else if (!Array.isArray(content)) throw wrongType(`${field}content`, 'an array', content)
-  else decodeBlocks(content, hasInput(content) ? rawContentInputs(line, path) : undefined, `${field}content`)
-  return m as unknown as Message
-}
-
-function decodeUsage(u: Obj): Usage {
-  for (const key of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens']) {
-    int(u, key, 'usage.', true)
+export function decodeRecordNode(
+  node: JsonNode,
+  text: string,
+  options: DecodeOptions = {},
+): TranscriptRecord {
+  let v: GoValue
+  try {
+    v = unmarshalNode(node, text, RECORD_TYPE, { keepUnknown: options.keepUnknown ?? true })
+  } catch (err) {
+    if (err instanceof GoTypeError) throw new DecodeError(describeTypeError(err), err.message)
+    throw err
   }
-  return u as unknown as Usage
+  return toRecord(v as GoObject)
 }
 
-function decodeMeta(m: Obj): BoundaryMeta {
-  optStr(m, 'trigger', 'boundary.')
-  int(m, 'pre_tokens', 'boundary.', true)
-  int(m, 'messages_summarized', 'boundary.', false)
-  const skills = m.active_skills
-  if (skills === null) delete m.active_skills
-  else if (skills !== undefined) {
-    if (!Array.isArray(skills)) throw wrongType('boundary.active_skills', 'an array of strings', skills)
-    for (let i = 0; i < skills.length; i++) {
-      if (skills[i] === null) skills[i] = ''
-      else if (typeof skills[i] !== 'string')
-        throw wrongType(`boundary.active_skills[${i}]`, 'a string', skills[i])
-    }
+/** Decodes one line's text (as `decodeBytes` gives it). Throws DecodeError, syntax errors included. */
+export function decodeRecord(text: string, options: DecodeOptions = {}): TranscriptRecord {
+  let node: JsonNode
+  try {
+    node = parseGoJson(text)
+  } catch (err) {
+    throw new DecodeError(`not JSON: ${(err as Error).message}`, (err as Error).message)
   }
-  return m as unknown as BoundaryMeta
-}
-
-function optObj(o: Obj, key: string): Obj | undefined {
-  const v = o[key]
-  if (v === null) {
-    delete o[key]
-    return undefined
-  }
-  if (v === undefined) return undefined
-  if (!isObj(v)) throw wrongType(key, 'an object', v)
-  return v
-}
-
-/** The record of one parsed line (`line` is its text). Mutates and returns `value`. */
-export function decodeRecord(value: unknown, line: string): TranscriptRecord {
-  if (value === null) return { uuid: '', session_id: '', timestamp: '', type: '' }
-  if (!isObj(value)) throw new DecodeError(`a record must be a JSON object, got ${kind(value)}`)
-  const r = value
-  str(r, 'uuid', '')
-  optStr(r, 'parent_uuid', '')
-  str(r, 'session_id', '')
-  optStr(r, 'agent_id', '')
-  optBool(r, 'is_sidechain', '')
-  str(r, 'timestamp', '')
-  str(r, 'type', '')
-  const message = optObj(r, 'message')
-  if (message) decodeMessage(message, line, ['message', 'content'])
-  const usage = optObj(r, 'usage')
-  if (usage) decodeUsage(usage)
-  const boundary = optObj(r, 'boundary')
-  if (boundary) decodeMeta(boundary)
-  return r as unknown as TranscriptRecord
+  return decodeRecordNode(node, text, options)
 }

@@ -1,4 +1,5 @@
 /** One record to its line, for tools that rewrite or copy transcripts. */
+import { encodeBytes } from '../gocompat/index.js'
 import { encodeRecordBody, encodeRecordHead } from './encode.js'
 import type { TranscriptRecord } from './types.js'
 import { checkRecord } from './validate.js'
@@ -11,4 +12,12 @@ import { checkRecord } from './validate.js'
 export function formatRecord(record: TranscriptRecord): string {
   checkRecord(record)
   return encodeRecordHead(record) + encodeRecordBody(record)
+}
+
+/**
+ * The line's bytes (without the `\n`): `formatRecord`'s text, with each byte that was not UTF-8
+ * in a loaded tool input written back as itself, as Go writes a `json.RawMessage`.
+ */
+export function formatRecordBytes(record: TranscriptRecord): Buffer {
+  return encodeBytes(formatRecord(record))
 }

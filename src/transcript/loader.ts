@@ -14,14 +14,19 @@
  */
 import { NoaError } from '../engine/errors.js'
 import { openFile, READ } from '../engine/files.js'
-import { DecodeError, decodeRecord } from './decode.js'
+import { decodeBytes, GoSyntaxError, type JsonNode, parseGoJson } from '../gocompat/index.js'
+import { DecodeError, decodeRecordNode } from './decode.js'
 import type { TranscriptRecord } from './types.js'
 
 /** Norma's scanner buffer: a line and its `\n` must fit in 64 MiB. */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024
 
 export interface LoadOptions {
-  /** Fail on anything Norma's Load fails on (a torn last line, a line of 64 MiB or more). */
+  /**
+   * Norma mode: fail on anything Norma's Load fails on (a torn last line, a line of 64 MiB or
+   * more), and keep only what Norma's structs keep (keys they have no field for are dropped, so
+   * a record written back is what Norma's load-and-save writes).
+   */
   strict?: boolean
 }
 
@@ -53,8 +58,13 @@ const NL = 0x0a
 const CR = 0x0d
 const CHUNK = 1 << 20
 
-export function transcriptError(file: string, line: number, reason: string): NoaError {
-  return new NoaError('NOA_BAD_TRANSCRIPT', `${file}:${line}: ${reason}`, { file, line })
+/** `go` is Go's error for the line (Norma's Load says `transcript: corrupt line: <go>`). */
+export function transcriptError(file: string, line: number, reason: string, go?: string): NoaError {
+  return new NoaError('NOA_BAD_TRANSCRIPT', `${file}:${line}: ${reason}`, {
+    file,
+    line,
+    ...(go !== undefined ? { go } : {}),
+  })
 }
 
 function isBlank(text: string): boolean {
@@ -85,12 +95,14 @@ class LineParser {
     let e = end
     if (e > start && buf[e - 1] === CR) e--
     if (e === start) return
-    const text = buf.toString('utf8', start, e)
-    let value: unknown
+    // Each byte that is not UTF-8 stays itself (a string's becomes one U+FFFD, as Go decodes it).
+    const text = decodeBytes(buf, start, e)
+    let node: JsonNode
     try {
-      value = JSON.parse(text)
+      node = parseGoJson(text)
     } catch (err) {
-      const reason = isBlank(text) ? 'a line of only whitespace' : `not JSON: ${(err as Error).message}`
+      if (!(err instanceof GoSyntaxError)) throw err
+      const reason = isBlank(text) ? 'a line of only whitespace' : `not JSON: ${err.message}`
       if (!terminated && !this.strict) {
         this.tornTail = { line, offset, bytes: end - start, reason }
         return
@@ -99,12 +111,13 @@ class LineParser {
         this.file,
         line,
         terminated ? reason : `${reason} (the last line, without a newline: a torn write)`,
+        err.message,
       )
     }
     try {
-      this.records.push(decodeRecord(value, text))
+      this.records.push(decodeRecordNode(node, text, { keepUnknown: !this.strict }))
     } catch (err) {
-      if (err instanceof DecodeError) throw transcriptError(this.file, line, err.message)
+      if (err instanceof DecodeError) throw transcriptError(this.file, line, err.message, err.go)
       throw err
     }
     this.lines.push(line)

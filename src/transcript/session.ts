@@ -57,7 +57,8 @@ export function cleanResumed(msgs: readonly Message[]): { kept: Message[]; dropp
 export async function resume(dir: string, sessionId: string, options: ResumeOptions = {}): Promise<Resumed> {
   const { agentId, ...load } = options
   const t = await loadTranscript(transcriptPath(dir, sessionId, agentId), load)
-  const conv = messages(t.records)
+  // Norma mode resumes with Norma's view (blocks of every type).
+  const conv = messages(t.records, { strict: load.strict ?? false })
   const { kept, dropped } = cleanResumed(conv.messages)
   const last = lastUuid(t.records)
   return {

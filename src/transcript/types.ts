@@ -8,6 +8,8 @@
  * Norma reads and writes back for them.
  */
 
+import { type GoInt, goIntAdd } from '../gocompat/int.js'
+
 export type Role = 'user' | 'assistant'
 export const ROLES: readonly Role[] = ['user', 'assistant']
 
@@ -81,18 +83,19 @@ export interface Message {
   content: ContentBlock[] | null
 }
 
+/** Go ints: a number, or a bigint beyond 2^53 (gocompat/int.ts). */
 export interface Usage {
-  input_tokens: number
-  output_tokens: number
-  cache_read_tokens: number
-  cache_write_tokens: number
+  input_tokens: GoInt
+  output_tokens: GoInt
+  cache_read_tokens: GoInt
+  cache_write_tokens: GoInt
 }
 
 export interface BoundaryMeta {
   /** `auto`, `reactive` or `manual`; omitted when empty. */
   trigger?: string
-  pre_tokens: number
-  messages_summarized?: number
+  pre_tokens: GoInt
+  messages_summarized?: GoInt
   active_skills?: string[] | null
 }
 
@@ -142,12 +145,12 @@ export function zeroUsage(): Usage {
   return { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 }
 }
 
-/** Adds `b` into `a` (Go's `Usage.Add`) and returns `a`. */
+/** Adds `b` into `a` (Go's `Usage.Add`, int64 wrapping around) and returns `a`. */
 export function addUsage(a: Usage, b: Usage): Usage {
-  a.input_tokens += b.input_tokens
-  a.output_tokens += b.output_tokens
-  a.cache_read_tokens += b.cache_read_tokens
-  a.cache_write_tokens += b.cache_write_tokens
+  a.input_tokens = goIntAdd(a.input_tokens, b.input_tokens)
+  a.output_tokens = goIntAdd(a.output_tokens, b.output_tokens)
+  a.cache_read_tokens = goIntAdd(a.cache_read_tokens, b.cache_read_tokens)
+  a.cache_write_tokens = goIntAdd(a.cache_write_tokens, b.cache_write_tokens)
   return a
 }
 

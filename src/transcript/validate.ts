@@ -9,6 +9,7 @@
  * back.
  */
 import { NoaError } from '../engine/errors.js'
+import { hasLoneSurrogate, isGoInt } from '../gocompat/index.js'
 import { BLOCK_KEYS, MESSAGE_KEYS, META_KEYS, USAGE_KEYS } from './encode.js'
 import type { BoundaryMeta, ContentBlock, Message, TranscriptRecord, Usage } from './types.js'
 import { BLOCK_TYPES, ROLES } from './types.js'
@@ -52,7 +53,8 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
 }
 
 function checkInt(v: unknown, field: string, strict: boolean): void {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || (strict && v < 0)) {
+  // An int is Go's int64: a bigint beyond 2^53 (as the loader gives one) is one too.
+  if (!isGoInt(v) || (strict && v < 0)) {
     throw recordError(field, `must be ${strict ? 'a non-negative' : 'an'} integer, got ${describe(v)}`)
   }
 }
@@ -213,4 +215,30 @@ export function checkRecord(r: unknown): asserts r is TranscriptRecord {
   if (r.message !== undefined) checkMessage(r.message, lenient)
   if (r.usage !== undefined) checkUsage(r.usage, lenient)
   if (r.boundary !== undefined) checkBoundaryMeta(r.boundary, lenient)
+}
+
+/**
+ * Refuses text that is not well-formed (a lone surrogate: what a byte that is not UTF-8 becomes
+ * on the way into JavaScript). Written out it would become U+FFFD, other bytes than the ones
+ * given; the writer stores only what it was given.
+ */
+export function checkWellFormed(value: unknown, field: string): void {
+  if (typeof value === 'string') {
+    if (hasLoneSurrogate(value))
+      throw recordError(
+        field,
+        'is not well-formed text (half a surrogate pair, or a byte that was not UTF-8)',
+      )
+    return
+  }
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) checkWellFormed(value[i], `${field}[${i}]`)
+    return
+  }
+  if (typeof value === 'object' && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      checkWellFormed(k, `${field} key`)
+      checkWellFormed(v, `${field}.${k}`)
+    }
+  }
 }

@@ -2,6 +2,8 @@
  * Views over loaded records, as Norma computes them: the conversation (`Messages`), what is sent
  * to the model after compactions (`llm.MessagesForAPI`), the compaction markers.
  */
+import { type GoInt, type GoObject, GoSyntaxError, GoTypeError, INT, unmarshal } from '../gocompat/index.js'
+import { META_TYPE, toMeta } from './decode.js'
 import { encodeBoundaryMeta } from './encode.js'
 import {
   addUsage,
@@ -42,16 +44,22 @@ function knownBlocks(blocks: readonly ContentBlock[]): ContentBlock[] | undefine
   return out
 }
 
-/**
- * Norma's `transcript.Messages`: skips boundary records and records without a message. Blocks of
- * a type Norma does not know (a future `skill`, an `image`) are left out of the messages (a new
- * message object then; its record still holds them).
- */
-export function messages(records: readonly TranscriptRecord[]): Conversation {
+export interface MessagesOptions {
+  /**
+   * Norma's view exactly: blocks of every type stay in the messages, as Go's `Messages` keeps
+   * them (and a message holding a compact_boundary block and another block is no marker). By
+   * default blocks of a type Norma does not know (a future `skill`, an `image`) are left out of
+   * the messages (a new message object then; its record still holds them).
+   */
+  strict?: boolean
+}
+
+/** Norma's `transcript.Messages`: skips boundary records and records without a message. */
+export function messages(records: readonly TranscriptRecord[], options: MessagesOptions = {}): Conversation {
   const out: Conversation = { messages: [], records: [], usage: zeroUsage() }
   for (const r of records) {
     if (r.type === 'boundary' || !r.message) continue
-    const known = r.message.content ? knownBlocks(r.message.content) : undefined
+    const known = !options.strict && r.message.content ? knownBlocks(r.message.content) : undefined
     out.messages.push(known ? { ...r.message, content: known } : r.message)
     out.records.push(r)
     if (r.usage) addUsage(out.usage, r.usage)
@@ -76,47 +84,27 @@ export function boundaryMarker(meta: BoundaryMeta): Message {
   return { role: 'user', content: [{ type: 'compact_boundary', input: encodeBoundaryMeta(meta) }] }
 }
 
-function asInt(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isSafeInteger(v) ? v : undefined
-}
-
 /**
- * The meta of a marker (Norma's `ParseBoundaryMeta`): the input as a BoundaryMeta object, or a
- * legacy bare integer meaning pre_tokens; anything else is still a marker, with a zero meta.
- * Undefined when `m` is not a marker.
+ * The meta of a marker (Norma's `ParseBoundaryMeta`): `json.Unmarshal` of the input into a
+ * BoundaryMeta, else into an int (the legacy bare pre_tokens); when both fail it is still a
+ * marker, with a zero meta. Undefined when `m` is not a marker.
  */
 export function parseBoundaryMeta(m: Message): BoundaryMeta | undefined {
   if (!isBoundaryMarker(m)) return undefined
-  const raw = (m.content as ContentBlock[])[0]?.input
-  let v: unknown
+  const raw = (m.content as ContentBlock[])[0]?.input ?? ''
   try {
-    v = raw ? JSON.parse(raw) : undefined
-  } catch {
-    v = undefined
+    const meta = toMeta(unmarshal(raw, META_TYPE) as GoObject)
+    if (meta.active_skills?.length === 0) delete meta.active_skills
+    return meta
+  } catch (err) {
+    if (!(err instanceof GoSyntaxError || err instanceof GoTypeError)) throw err
   }
-  if (typeof v === 'number') return { pre_tokens: asInt(v) ?? 0 }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { pre_tokens: 0 }
-  const o = v as Record<string, unknown>
-  // Go's Unmarshal fails on a field of the wrong type, and the zero meta is used then.
-  const meta: BoundaryMeta = { pre_tokens: 0 }
-  if (o.trigger != null) {
-    if (typeof o.trigger !== 'string') return { pre_tokens: 0 }
-    if (o.trigger !== '') meta.trigger = o.trigger
+  try {
+    return { pre_tokens: unmarshal(raw, INT) as GoInt }
+  } catch (err) {
+    if (!(err instanceof GoSyntaxError || err instanceof GoTypeError)) throw err
   }
-  for (const key of ['pre_tokens', 'messages_summarized'] as const) {
-    if (o[key] == null) continue
-    const n = asInt(o[key])
-    if (n === undefined) return { pre_tokens: 0 }
-    if (key === 'pre_tokens') meta.pre_tokens = n
-    else if (n !== 0) meta.messages_summarized = n
-  }
-  if (o.active_skills != null) {
-    const skills = o.active_skills
-    if (!Array.isArray(skills) || skills.some((s) => s !== null && typeof s !== 'string'))
-      return { pre_tokens: 0 }
-    if (skills.length > 0) meta.active_skills = skills.map((s) => (s === null ? '' : (s as string)))
-  }
-  return meta
+  return { pre_tokens: 0 }
 }
 
 /** Index of the last marker, or -1. */

@@ -39,7 +39,7 @@ import {
   type Usage,
   zeroUsage,
 } from './types.js'
-import { checkBoundaryMeta, checkMessage, checkUsage, recordError } from './validate.js'
+import { checkBoundaryMeta, checkMessage, checkUsage, checkWellFormed, recordError } from './validate.js'
 
 export type WriterMode = 'buffered' | 'durable'
 
@@ -194,6 +194,7 @@ export class TranscriptWriter {
   recordMessage(message: Message, usage?: Partial<Usage>): Promise<TranscriptRecord> {
     return this.submit(() => {
       checkMessage(message, { strict: !this.allowUnknown })
+      checkWellFormed(message, 'message')
       const fields: Pending['fields'] = { timestamp: '', type: 'message', message }
       if (usage !== undefined) {
         checkUsage(usage, { strict: !this.allowUnknown })
@@ -210,6 +211,7 @@ export class TranscriptWriter {
   recordBoundary(meta: BoundaryMeta): Promise<TranscriptRecord> {
     return this.submit(() => {
       checkBoundaryMeta(meta, { strict: !this.allowUnknown })
+      checkWellFormed(meta, 'boundary')
       return { timestamp: '', type: 'boundary', boundary: meta }
     })
   }

@@ -48,8 +48,8 @@ async function forked(names: string[]) {
   const ctx = await setup()
   await ctx.log.appendMany('main', [w('a', 1), w('b', 2), w('c', 3)])
   const base = await ctx.engine.snapshot('main', { message: 'base' })
-  for (const n of names) await ctx.engine.fork(n, base.snapshot_id)
-  return { ...ctx, base: base.snapshot_id }
+  for (const n of names) await ctx.engine.fork(n, base.snapshotId as string)
+  return { ...ctx, base: base.snapshotId }
 }
 
 describe('merge', () => {
@@ -63,10 +63,10 @@ describe('merge', () => {
     expect(r.base).toBe(base)
     expect(r.conflicts).toEqual([])
     expect(r.sources).toEqual([
-      { workspace: 'f1', snapshot_id: f1.snapshot_id, created: false },
-      { workspace: 'f2', snapshot_id: expect.stringMatching(/^noa_/), created: true },
+      { workspace: 'f1', snapshotId: f1.snapshotId, created: false },
+      { workspace: 'f2', snapshotId: expect.stringMatching(/^noa_/), created: true },
     ])
-    expect(await files(engine, r.snapshot_id)).toEqual({
+    expect(await files(engine, r.snapshotId as string)).toEqual({
       a: blobOf(10),
       new1: blobOf(11),
       c2: blobOf(3),
@@ -78,32 +78,32 @@ describe('merge', () => {
       ['seq', 'op', 'from_workspace', 'from_snapshot', 'base', 'ts'],
       ['seq', 'op', 'snapshot_id', 'parent', 'message', 'ts'],
     ])
-    expect(lines[0]).toMatchObject({ op: 'merge', from_workspace: 'f1', from_snapshot: f1.snapshot_id, base })
+    expect(lines[0]).toMatchObject({ op: 'merge', from_workspace: 'f1', from_snapshot: f1.snapshotId, base })
     expect(lines[1]).toMatchObject({
       op: 'merge',
       from_workspace: 'f2',
-      from_snapshot: r.sources[1]?.snapshot_id,
+      from_snapshot: r.sources[1]?.snapshotId,
     })
-    expect(lines[2]).toMatchObject({ op: 'snapshot', snapshot_id: r.snapshot_id, parent: base })
-    const record = await engine.getSnapshot(r.snapshot_id)
+    expect(lines[2]).toMatchObject({ op: 'snapshot', snapshot_id: r.snapshotId, parent: base })
+    const record = await engine.getSnapshot(r.snapshotId as string)
     expect(record).toMatchObject({
       workspace: 'main',
       parent: base,
       base,
-      merged: r.sources.map((s) => s.snapshot_id),
+      merged: r.sources.map((s) => s.snapshotId),
     })
     // f2's state was not a snapshot: the merge made one, in f2's own log.
     const f2Last = logLines(root, 'f2').at(-1)
-    expect(f2Last).toMatchObject({ op: 'snapshot', snapshot_id: r.sources[1]?.snapshot_id, parent: base })
+    expect(f2Last).toMatchObject({ op: 'snapshot', snapshot_id: r.sources[1]?.snapshotId, parent: base })
     expect((await engine.listSnapshots('main'))[0]).toMatchObject({
       kind: 'merge',
-      snapshot_id: r.snapshot_id,
+      snapshotId: r.snapshotId,
     })
     expect((await engine.replay('main', { fromScratch: true })).tree.id).toBe(r.tree)
     // The target goes on from the merge.
     await log.append('main', w('after', 13))
     const next = await engine.snapshot('main')
-    expect(next).toMatchObject({ parent: r.snapshot_id, entries_replayed: 1 })
+    expect(next).toMatchObject({ parent: r.snapshotId, entriesReplayed: 1 })
   })
 
   it('reports every conflict with each side, and lets the later change win (lww)', async () => {
@@ -130,7 +130,11 @@ describe('merge', () => {
       },
     ])
     // Equal changes (the same blob written, the same file deleted twice) are no conflict.
-    expect(await files(engine, r.snapshot_id)).toEqual({ a: blobOf(30), b: blobOf(31), same: blobOf(5) })
+    expect(await files(engine, r.snapshotId as string)).toEqual({
+      a: blobOf(30),
+      b: blobOf(31),
+      same: blobOf(5),
+    })
 
     // The other way round: the target's later delete wins over a source's earlier write.
     await log.append('f1', w('a', 40))
@@ -139,7 +143,7 @@ describe('merge', () => {
     expect(again.conflicts.map((c) => [c.path, c.winner, c.sides.map((s) => s.op)])).toEqual([
       ['a', 'main', ['write', 'delete']],
     ])
-    expect((await files(engine, again.snapshot_id)).a).toBeUndefined()
+    expect((await files(engine, again.snapshotId as string)).a).toBeUndefined()
   })
 
   it('with --on-conflict fail writes nothing, anywhere, and lists the conflicts', async () => {
@@ -162,30 +166,32 @@ describe('merge', () => {
     const { engine, log, base } = await forked(['f1'])
     await log.appendMany('f1', [w('a', 10)])
     const m1 = await engine.merge('main', ['f1'])
-    const f1Snap = m1.sources[0]?.snapshot_id as string
+    const f1Snap = m1.sources[0]?.snapshotId as string
     await log.appendMany('main', [w('a', 11)]) // the target edits what it merged
     await log.appendMany('f1', [w('z', 12)])
     const m2 = await engine.merge('main', ['f1'])
     expect(m2.base).toBe(f1Snap) // not the fork base any more
     expect(m2.conflicts).toEqual([]) // f1's old change to a is not seen again
-    expect(await files(engine, m2.snapshot_id)).toMatchObject({ a: blobOf(11), z: blobOf(12) })
+    expect(await files(engine, m2.snapshotId as string)).toMatchObject({ a: blobOf(11), z: blobOf(12) })
     expect(m1.base).toBe(base)
     // Merging the target back into the source: the source gets the target's edits.
     const back = await engine.merge('f1', ['main'])
     expect(back.conflicts).toEqual([])
-    expect(await files(engine, back.snapshot_id)).toEqual(await files(engine, m2.snapshot_id))
+    expect(await files(engine, back.snapshotId as string)).toEqual(
+      await files(engine, m2.snapshotId as string),
+    )
   })
 
   it('follows nested forks through their parent workspace and does not report inherited changes', async () => {
     const { engine, log } = await forked(['a'])
     await log.appendMany('a', [w('x', 1), w('y', 2)])
     const aSnap = await engine.snapshot('a')
-    await engine.fork('b', aSnap.snapshot_id)
+    await engine.fork('b', aSnap.snapshotId as string)
     await log.appendMany('b', [w('from-b', 3)])
     await log.appendMany('a', [w('x', 4)]) // a changes x again after b was forked
     const r = await engine.merge('main', ['a', 'b'])
     expect(r.conflicts).toEqual([])
-    expect(await files(engine, r.snapshot_id)).toMatchObject({
+    expect(await files(engine, r.snapshotId as string)).toMatchObject({
       x: blobOf(4),
       y: blobOf(2),
       'from-b': blobOf(3),
@@ -194,10 +200,10 @@ describe('merge', () => {
     const { engine: e2, log: l2 } = await forked(['a'])
     await l2.appendMany('a', [w('x', 1)])
     const s = await e2.snapshot('a')
-    await e2.fork('b', s.snapshot_id)
+    await e2.fork('b', s.snapshotId as string)
     await l2.appendMany('b', [w('y', 2)])
     const only = await e2.merge('main', ['b'])
-    expect(await files(e2, only.snapshot_id)).toMatchObject({ x: blobOf(1), y: blobOf(2) })
+    expect(await files(e2, only.snapshotId as string)).toMatchObject({ x: blobOf(1), y: blobOf(2) })
   })
 
   it('merges workspaces with no common snapshot from the empty tree, without base', async () => {
@@ -206,20 +212,20 @@ describe('merge', () => {
     await log.appendMany('two', [w('b', 2)])
     const r = await engine.merge('one', ['two'])
     expect(r.base).toBeNull()
-    expect(await files(engine, r.snapshot_id)).toEqual({ a: blobOf(1), b: blobOf(2) })
+    expect(await files(engine, r.snapshotId as string)).toEqual({ a: blobOf(1), b: blobOf(2) })
     await log.append('one', w('c', 3))
     const scratch = await engine.replay('one', { fromScratch: true }) // restarts at the merge
-    expect(scratch).toMatchObject({ parent: r.snapshot_id, entriesReplayed: 1 })
+    expect(scratch).toMatchObject({ parent: r.snapshotId, entriesReplayed: 1 })
     expect(Object.fromEntries(scratch.tree.entries())).toEqual({ a: blobOf(1), b: blobOf(2), c: blobOf(3) })
     const merge = logLines(root, 'one').find((l) => l.op === 'merge')
     expect(Object.keys(merge as object)).toEqual(['seq', 'op', 'from_workspace', 'from_snapshot', 'ts'])
   })
 
-  it('refuses bad requests and replay errors before writing anything', async () => {
+  it('refuses bad requests, and replay errors with strict, before writing anything', async () => {
     const { root, engine, log } = await forked(['f1'])
     await log.appendMany('f1', [d('a'), d('a')])
     const before = snapshotOfDisk(root)
-    const replay = await refusal(engine.merge('main', ['f1']))
+    const replay = await refusal(engine.merge('main', ['f1'], { strict: true }))
     expect(replay.code).toBe('NOA_REPLAY')
     expect(replay.message).toBe('workspace f1 seq 3: cannot delete "a": no such path')
     const cases: Array<[string, string[], string, RegExp]> = [
@@ -260,7 +266,7 @@ describe('merge', () => {
               [...baseFiles].map(([path, blob]) => ({ op: 'write', path, blob })),
             )
           } else await log.openWorkspace(main)
-          const base = (await engine.snapshot(main)).snapshot_id
+          const base = (await engine.snapshot(main, { allowEmpty: true })).snapshotId as string
           // Each source: its own valid ops on its own copy of the base; remember which entry last
           // touched each path (its ack gives ts and seq).
           const net: Array<Map<string, { value: string | null; ts: number; ws: string; seq: number }>> = []
@@ -349,7 +355,7 @@ describe('merge', () => {
             )
           }
           expect(ra.tree).toBe(rb.tree)
-          expect(await files(engine, ra.snapshot_id)).toEqual(Object.fromEntries(expected))
+          expect(await files(engine, ra.snapshotId as string)).toEqual(Object.fromEntries(expected))
         },
       ),
       { numRuns: 30 },
@@ -364,12 +370,12 @@ describe('noa merge (CLI)', () => {
     const root = tempDir()
     const cli = (args: string[], input?: string) => runCli([...args, '--root', root], { input })
     const jsonl = (entries: EntryInput[]) => entries.map((e) => JSON.stringify(e)).join('\n')
-    cli(['append', 'main'], jsonl([w('a', 1), w('b', 2)]))
+    cli(['append', 'main', '--no-blob-check'], jsonl([w('a', 1), w('b', 2)]))
     const base = cli(['snapshot', 'main']).stdout.trim()
     cli(['fork', 'f1', '--from', base])
     cli(['fork', 'f2', '--from', base])
-    cli(['append', 'f1'], jsonl([w('a', 3)]))
-    cli(['append', 'f2'], jsonl([w('a', 4), w('c', 5)]))
+    cli(['append', 'f1', '--no-blob-check'], jsonl([w('a', 3)]))
+    cli(['append', 'f2', '--no-blob-check'], jsonl([w('a', 4), w('c', 5)]))
     const fail = cli(['merge', 'main', 'f1', 'f2', '--on-conflict', 'fail'])
     expect(fail.status).toBe(1)
     expect(fail.stderr).toBe('noa merge: 1 conflicting path ("a"); nothing was written\n')
@@ -377,19 +383,32 @@ describe('noa merge (CLI)', () => {
       /^conflict a \(kept f2\)\n {2}f1\twrite\t0{63}3\tts \d+\tseq 2\n {2}f2\twrite\t0{63}4\tts \d+\tseq 2\n$/,
     )
     const failJson = JSON.parse(cli(['merge', 'main', 'f1', 'f2', '--on-conflict', 'fail', '--json']).stdout)
-    expect(failJson).toMatchObject({ snapshot_id: null, base, conflicts: [{ path: 'a', winner: 'f2' }] })
+    expect(failJson).toMatchObject({ snapshotId: null, base, conflicts: [{ path: 'a', winner: 'f2' }] })
     const ok = cli(['merge', 'main', 'f1', 'f2', '--json'])
     expect(ok.status).toBe(0)
     const out = JSON.parse(ok.stdout)
-    expect(Object.keys(out)).toEqual(['snapshot_id', 'base', 'conflicts'])
+    expect(Object.keys(out)).toEqual([
+      'created',
+      'snapshotId',
+      'base',
+      'conflicts',
+      'sources',
+      'entriesReplayed',
+      'noEffect',
+    ])
     expect(out).toMatchObject({
       base,
       conflicts: [{ path: 'a', sides: [{ workspace: 'f1' }, { workspace: 'f2' }] }],
     })
-    expect(cli(['tree', out.snapshot_id]).stdout).toBe(`a\t${blobOf(4)}\nb\t${blobOf(2)}\nc\t${blobOf(5)}\n`)
+    expect(cli(['tree', out.snapshotId]).stdout).toBe(`a\t${blobOf(4)}\nb\t${blobOf(2)}\nc\t${blobOf(5)}\n`)
+    cli(['append', 'f1', '--no-blob-check'], jsonl([w('z', 6)]))
     const plain = cli(['merge', 'main', 'f1'])
     expect(plain.status).toBe(0)
     expect(plain.stdout).toMatch(/^noa_[0-9a-f]{64}\n$/)
+    const again = cli(['merge', 'main', 'f1'])
+    expect(again.status).toBe(0)
+    expect(again.stdout).toBe(plain.stdout) // the head, which already is the merged state
+    expect(again.stderr).toBe('noa merge: already up to date: f1 bring nothing new into main\n')
     expect(cli(['merge', 'main', 'nope']).status).toBe(1)
     expect(cli(['merge', 'main']).status).toBe(2)
     expect(cli(['merge', 'main', 'f1', '--on-conflict', 'ours']).status).toBe(2)

@@ -92,10 +92,10 @@ describe('object store', () => {
     const store = new ObjectStore(root)
     damage(store.pathOf(s.tree), (b) => Buffer.concat([b, Buffer.from('x\0')]))
     const fresh = new SnapshotEngine({ root })
-    const treeErr = await refusal(fresh.tree(s.snapshot_id))
+    const treeErr = await refusal(fresh.tree(s.snapshotId as string))
     expect(treeErr.code).toBe('NOA_CORRUPT_OBJECT')
     expect(treeErr.message).toContain(`tree ${s.tree} is corrupt`)
-    const cli = runCli(['tree', s.snapshot_id, '--root', root])
+    const cli = runCli(['tree', s.snapshotId as string, '--root', root])
     expect(cli.status).toBe(1)
     expect(cli.stderr).toContain(`tree ${s.tree} is corrupt`)
     await log.append('ws', { op: 'write', path: 'b', blob: blobOf(2) })
@@ -104,14 +104,14 @@ describe('object store', () => {
     expect(snapErr.message).toContain(s.tree)
     expect((await fresh.listSnapshots('ws')).length).toBe(1) // nothing was added
 
-    const recordFile = store.pathOf(s.snapshot_id.slice(4))
+    const recordFile = store.pathOf((s.snapshotId as string).slice(4))
     damage(recordFile, (b) => Buffer.from(b.toString().replace('"ws"', '"wx"')))
-    const recErr = await refusal(new SnapshotEngine({ root }).tree(s.snapshot_id))
+    const recErr = await refusal(new SnapshotEngine({ root }).tree(s.snapshotId as string))
     expect(recErr.code).toBe('NOA_CORRUPT_OBJECT')
-    expect(recErr.message).toContain(`snapshot ${s.snapshot_id} is corrupt`)
+    expect(recErr.message).toContain(`snapshot ${s.snapshotId} is corrupt`)
     const list = runCli(['snapshots', 'ws', '--root', root])
     expect(list.status).toBe(1)
-    expect(list.stderr).toContain(`workspace ws seq 2 names snapshot ${s.snapshot_id}`)
+    expect(list.stderr).toContain(`workspace ws seq 2 names snapshot ${s.snapshotId}`)
   })
 
   it('noa blob put and get, from a file or stdin', () => {
@@ -165,11 +165,11 @@ describe('trees stored as deltas', () => {
     expect(statSync(store.pathOf(ids[1]?.tree as string)).size).toBeLessThan(400)
     const fresh = new SnapshotEngine({ root })
     for (const s of ids) {
-      const tree = await fresh.tree(s.snapshot_id) // rebuilt from the chain, checked against its id
+      const tree = await fresh.tree(s.snapshotId as string) // rebuilt from the chain, checked against its id
       expect(tree.id).toBe(s.tree)
       expect(hashOf(tree.bytes)).toBe(s.tree)
     }
-    const last = ids.at(-1)?.snapshot_id as string
+    const last = ids.at(-1)?.snapshotId as string
     expect((await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })).tree.id).toBe(
       (await fresh.getSnapshot(last)).tree,
     )
@@ -181,15 +181,15 @@ describe('trees stored as deltas', () => {
       unknown,
       { tree: string },
       { tree: string },
-      { snapshot_id: string; tree: string },
+      { snapshotId: string; tree: string },
     ]
     damage(store.pathOf(second.tree), (b) => Buffer.from(b.toString().replace(blobOf(1001), blobOf(7))))
-    const err = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshot_id))
+    const err = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshotId))
     expect(err.code).toBe('NOA_CORRUPT_OBJECT')
     expect(err.message).toContain(`tree ${fourth.tree} is corrupt: rebuilt from its delta chain`)
     expect(err.message).toContain(second.tree)
     rmSync(store.pathOf(third.tree), { force: true })
-    const gone = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshot_id))
+    const gone = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshotId))
     expect(gone.code).toBe('NOA_NOT_FOUND')
     expect(gone.message).toContain(`tree ${third.tree} (in the delta chain of tree ${fourth.tree}) not found`)
   })

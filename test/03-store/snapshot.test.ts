@@ -54,10 +54,10 @@ describe('replay rules', () => {
       w('c', 6), // the old name is free again
     ])
     const r = await engine.snapshot('ws', { message: 'm' })
-    expect(r.entries_replayed).toBe(11)
+    expect(r.entriesReplayed).toBe(11)
     expect(r.seq).toBe(11)
     expect(r.parent).toBeNull()
-    expect(await files(engine, r.snapshot_id)).toEqual({
+    expect(await files(engine, r.snapshotId as string)).toEqual({
       a: blobOf(1),
       b: blobOf(3),
       c: blobOf(6),
@@ -78,17 +78,41 @@ describe('replay rules', () => {
     ['rename of a renamed-away path', [w('a', 1), mv('a', 'b'), mv('a', 'c')], 3, /seq 3: cannot rename "a"/],
   ]
   for (const [name, entries, seq, message] of failing) {
-    it(`refuses ${name}, naming workspace and seq, and makes no snapshot`, async () => {
+    it(`with strict, refuses ${name}, naming workspace and seq, and makes no snapshot`, async () => {
       const { root, log, engine } = await setup()
       await log.appendMany('ws', entries)
       const before = readFileSync(join(root, 'agent-logs', 'ws.log'))
-      const err = await refusal(engine.snapshot('ws', { message: 'x' }))
+      const err = await refusal(engine.snapshot('ws', { message: 'x', strict: true }))
       expect(err.code).toBe('NOA_REPLAY')
       expect(err.message).toMatch(/^workspace ws /)
       expect(err.message).toMatch(message)
       expect(err.details).toMatchObject({ workspace: 'ws', seq })
       expect(readFileSync(join(root, 'agent-logs', 'ws.log'))).toEqual(before)
       expect(objectFiles(root)).toEqual([])
+      expect(await engine.listSnapshots('ws')).toEqual([])
+    })
+  }
+
+  // A line that is valid JSON but breaks a field rule (here a `..` segment, which would let a
+  // checkout leave the tree): replay validates as `verify` does, for a short log read in one
+  // call and for a long one streamed in chunks.
+  for (const lines of [50, 40_000]) {
+    it(`refuses a log whose line breaks a field rule, naming the line (${lines} lines)`, async () => {
+      const { root, log, engine } = await setup()
+      await log.appendMany('ws', [w('first', 1)])
+      const file = join(root, 'agent-logs', 'ws.log')
+      let text = readFileSync(file, 'utf8')
+      let offset = 0
+      for (let seq = 2; seq <= lines; seq++) {
+        const path = seq === lines - 10 ? 'src/../etc/passwd' : `src/f${seq % 300}.ts`
+        if (seq === lines - 10) offset = Buffer.byteLength(text)
+        text += `{"seq":${seq},"op":"write","path":"${path}","blob":"${blobOf(seq)}","ts":${seq}}\n`
+      }
+      writeFileSync(file, text)
+      const err = await refusal(engine.snapshot('ws', { message: 'x' }))
+      expect(err.code).toBe('NOA_CORRUPT_LOG')
+      const where = lines < 1000 ? `${file} (line at byte ${offset})` : `${file}:${lines - 10}`
+      expect(err.message).toBe(`${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"`)
       expect(await engine.listSnapshots('ws')).toEqual([])
     })
   }
@@ -103,9 +127,9 @@ describe('snapshots', () => {
     const a = await engine.snapshot('one')
     const b = await engine.snapshot('two')
     expect(a.tree).toBe(b.tree)
-    expect(a.snapshot_id).not.toBe(b.snapshot_id) // records differ: workspace, seq, time
-    expect(a.snapshot_id).toMatch(/^noa_[0-9a-f]{64}$/)
-    const tree = await engine.tree(a.snapshot_id)
+    expect(a.snapshotId).not.toBe(b.snapshotId) // records differ: workspace, seq, time
+    expect(a.snapshotId).toMatch(/^noa_[0-9a-f]{64}$/)
+    const tree = await engine.tree(a.snapshotId as string)
     expect(tree.id).toBe(sha256(tree.bytes))
     expect(tree.bytes.toString('utf8')).toBe(
       `${TREE_HEADER}README\0${blobOf(3)}\nsrc/a.ts\0${blobOf(1)}\nsrc/b.ts\0${blobOf(2)}\n`,
@@ -119,29 +143,31 @@ describe('snapshots', () => {
       Array.from({ length: 40 }, (_, i) => w(`f${i % 9}`, i)),
     )
     const s1 = await engine.snapshot('ws', { message: 'one' })
-    expect(s1).toMatchObject({ parent: null, seq: 40, entries_replayed: 40 })
-    expect(s1.entry.seq).toBe(41)
+    expect(s1).toMatchObject({ parent: null, seq: 40, entriesReplayed: 40 })
+    expect(s1.entry?.seq).toBe(41)
     await log.appendMany('ws', [w('g', 1), d('f1'), mv('f2', 'h')])
     const s2 = await engine.snapshot('ws', { message: 'two' })
-    expect(s2).toMatchObject({ parent: s1.snapshot_id, seq: 44, entries_replayed: 3 })
-    const s3 = await engine.snapshot('ws', { message: 'three' })
-    expect(s3).toMatchObject({ parent: s2.snapshot_id, entries_replayed: 0, tree: s2.tree })
-    const record = await engine.getSnapshot(s2.snapshot_id)
+    expect(s2).toMatchObject({ parent: s1.snapshotId, seq: 44, entriesReplayed: 3 })
+    const none = await engine.snapshot('ws', { message: 'three' })
+    expect(none).toMatchObject({ created: false, snapshotId: s2.snapshotId, entry: null })
+    const s3 = await engine.snapshot('ws', { message: 'three', allowEmpty: true })
+    expect(s3).toMatchObject({ parent: s2.snapshotId, entriesReplayed: 0, tree: s2.tree })
+    const record = await engine.getSnapshot(s2.snapshotId as string)
     expect(record).toMatchObject({
       workspace: 'ws',
-      parent: s1.snapshot_id,
+      parent: s1.snapshotId,
       since: 40,
       seq: 44,
       message: 'two',
     })
     const list = await engine.listSnapshots('ws')
-    expect(list.map((s) => [s.snapshot_id, s.kind, s.message])).toEqual([
-      [s3.snapshot_id, 'snapshot', 'three'],
-      [s2.snapshot_id, 'snapshot', 'two'],
-      [s1.snapshot_id, 'snapshot', 'one'],
+    expect(list.map((s) => [s.snapshotId, s.kind, s.message])).toEqual([
+      [s3.snapshotId, 'snapshot', 'three'],
+      [s2.snapshotId, 'snapshot', 'two'],
+      [s1.snapshotId, 'snapshot', 'one'],
     ])
     const head = await engine.head('ws')
-    expect(head).toMatchObject({ entrySeq: s3.entry.seq, pos: 45, own: true })
+    expect(head).toMatchObject({ entrySeq: s3.entry?.seq, pos: 45, own: true })
   })
 
   it('appends the snapshot entry after the objects, with the seed fields', async () => {
@@ -154,10 +180,10 @@ describe('snapshots', () => {
       .trimEnd()
       .split('\n')
     expect(lines[1]).toBe(
-      `{"seq":2,"op":"snapshot","snapshot_id":"${s1.snapshot_id}","message":"first","ts":${s1.entry.ts}}`,
+      `{"seq":2,"op":"snapshot","snapshot_id":"${s1.snapshotId}","message":"first","ts":${s1.entry?.ts}}`,
     )
     expect(lines[3]).toBe(
-      `{"seq":4,"op":"snapshot","snapshot_id":"${s2.snapshot_id}","parent":"${s1.snapshot_id}","message":"second","ts":${s2.entry.ts}}`,
+      `{"seq":4,"op":"snapshot","snapshot_id":"${s2.snapshotId}","parent":"${s1.snapshotId}","message":"second","ts":${s2.entry?.ts}}`,
     )
   })
 
@@ -168,8 +194,8 @@ describe('snapshots', () => {
     await log.close()
     renameSync(join(root, 'agent-logs'), join(root, 'moved-away'))
     const reader = new SnapshotEngine({ root })
-    expect(await files(reader, s.snapshot_id)).toEqual({ a: blobOf(1), 'b/c': blobOf(2) })
-    const r = runCli(['tree', s.snapshot_id, '--root', root])
+    expect(await files(reader, s.snapshotId as string)).toEqual({ a: blobOf(1), 'b/c': blobOf(2) })
+    const r = runCli(['tree', s.snapshotId as string, '--root', root])
     expect(r.stdout).toBe(`a\t${blobOf(1)}\nb/c\t${blobOf(2)}\n`)
   })
 
@@ -185,17 +211,20 @@ describe('snapshots', () => {
     const taken: string[] = []
     const snapshots = (async () => {
       for (let i = 0; i < 4; i++) {
-        const [a, b] = await Promise.all([engine.snapshot('ws'), engine.snapshot('ws')])
-        expect(b?.parent).toBe(a?.snapshot_id) // the second waited for the first
-        taken.push(a.snapshot_id, b.snapshot_id)
+        const [a, b] = await Promise.all([
+          engine.snapshot('ws', { allowEmpty: true }),
+          engine.snapshot('ws', { allowEmpty: true }),
+        ])
+        expect(b?.parent).toBe(a?.snapshotId) // the second waited for the first
+        taken.push(a.snapshotId as string, b.snapshotId as string)
       }
     })()
     await Promise.all([...writers, snapshots])
-    const last = await engine.snapshot('ws')
+    const last = await engine.snapshot('ws', { allowEmpty: true })
     expect(last.parent).toBe(taken.at(-1))
     expect((await engine.replay('ws', { fromScratch: true })).tree.id).toBe(last.tree)
-    const listed = (await engine.listSnapshots('ws')).map((s) => s.snapshot_id)
-    expect(listed).toEqual([last.snapshot_id, ...taken.reverse()])
+    const listed = (await engine.listSnapshots('ws')).map((s) => s.snapshotId)
+    expect(listed).toEqual([last.snapshotId, ...taken.reverse()])
   })
 
   it('property: incremental snapshots equal a full replay from empty', async () => {
@@ -233,11 +262,11 @@ describe('snapshots', () => {
             }
             if (entries.length > 0) await log.appendMany(ws, entries)
             else await log.openWorkspace(ws)
-            const s = await engine.snapshot(ws)
+            const s = await engine.snapshot(ws, { allowEmpty: true })
             const full = await engine.replay(ws, { fromScratch: true })
             expect(full.tree.id).toBe(s.tree)
             expect(full.parent).toBeNull()
-            expect(Object.fromEntries((await engine.tree(s.snapshot_id)).entries())).toEqual(
+            expect(Object.fromEntries((await engine.tree(s.snapshotId as string)).entries())).toEqual(
               Object.fromEntries(model),
             )
           }
@@ -253,38 +282,43 @@ describe('forks', () => {
     const { root, log, engine } = await setup()
     await log.appendMany('main', [w('a', 1), w('b', 2)])
     const base = await engine.snapshot('main', { message: 'base' })
-    const f = await engine.fork('feat', base.snapshot_id)
-    expect(f).toMatchObject({ workspace: 'feat', base: base.snapshot_id, from_workspace: 'main' })
+    const f = await engine.fork('feat', base.snapshotId as string)
+    expect(f).toMatchObject({ workspace: 'feat', base: base.snapshotId, fromWorkspace: 'main' })
     expect(f.entry.seq).toBe(1)
     const line = readFileSync(join(root, 'agent-logs', 'feat.log'), 'utf8')
     expect(line).toBe(
-      `{"seq":1,"op":"snapshot","snapshot_id":"${base.snapshot_id}","message":"fork of main at ${base.snapshot_id}","ts":${f.entry.ts}}\n`,
+      `{"seq":1,"op":"snapshot","snapshot_id":"${base.snapshotId}","message":"fork of main at ${base.snapshotId}","ts":${f.entry.ts}}\n`,
     )
     const same = await engine.snapshot('feat')
-    expect(same).toMatchObject({ parent: base.snapshot_id, tree: base.tree, entries_replayed: 0 })
+    expect(same).toMatchObject({
+      created: false,
+      snapshotId: base.snapshotId,
+      tree: base.tree,
+      entriesReplayed: 0,
+    })
     await log.appendMany('feat', [d('a'), w('c', 3)])
     const s = await engine.snapshot('feat', { message: 'work' })
-    expect(await files(engine, s.snapshot_id)).toEqual({ b: blobOf(2), c: blobOf(3) })
+    expect(await files(engine, s.snapshotId as string)).toEqual({ b: blobOf(2), c: blobOf(3) })
     // From scratch, the fork's log starts at its base (the base's tree did not come from it).
     const scratch = await engine.replay('feat', { fromScratch: true })
-    expect(scratch).toMatchObject({ parent: base.snapshot_id, since: 1, entriesReplayed: 2 })
+    expect(scratch).toMatchObject({ parent: base.snapshotId, since: 1, entriesReplayed: 2 })
     expect(scratch.tree.id).toBe(s.tree)
-    expect(await files(engine, base.snapshot_id)).toEqual({ a: blobOf(1), b: blobOf(2) })
+    expect(await files(engine, base.snapshotId as string)).toEqual({ a: blobOf(1), b: blobOf(2) })
     const kinds = (await engine.listSnapshots('feat')).map((x) => x.kind)
-    expect(kinds).toEqual(['snapshot', 'snapshot', 'fork'])
+    expect(kinds).toEqual(['snapshot', 'fork'])
   })
 
   it('refuses an existing workspace and an unknown snapshot, writing nothing', async () => {
     const { root, log, engine } = await setup()
     await log.append('main', w('a', 1))
     const base = await engine.snapshot('main')
-    const exists = await refusal(engine.fork('main', base.snapshot_id))
+    const exists = await refusal(engine.fork('main', base.snapshotId as string))
     expect(exists.code).toBe('NOA_EXISTS')
     const unknown = await refusal(engine.fork('new', `noa_${'0'.repeat(64)}`))
     expect(unknown.code).toBe('NOA_NOT_FOUND')
     expect(unknown.message).toContain(`unknown snapshot noa_${'0'.repeat(64)}`)
     expect(readdirSync(join(root, 'agent-logs')).sort()).toEqual(['main.log'])
-    const bad = await refusal(engine.fork('../x', base.snapshot_id))
+    const bad = await refusal(engine.fork('../x', base.snapshotId as string))
     expect(bad.code).toBe('NOA_BAD_WORKSPACE')
   })
 })
@@ -354,11 +388,11 @@ describe('crash safety', () => {
       [],
     )
     expect(objectFiles(root).length).toBe(3)
-    expect((await engine.head('ws'))?.record.id).toBe(s1.snapshot_id)
+    expect((await engine.head('ws'))?.record.id).toBe(s1.snapshotId)
     await log.append('ws', w('b', 2))
     const s2 = await engine.snapshot('ws')
-    expect(s2.parent).toBe(s1.snapshot_id)
-    expect((await engine.listSnapshots('ws')).map((s) => s.snapshot_id)).not.toContain(orphan.id)
+    expect(s2.parent).toBe(s1.snapshotId)
+    expect((await engine.listSnapshots('ws')).map((s) => s.snapshotId)).not.toContain(orphan.id)
   })
 
   it('after SIGKILL at random moments, every snapshot entry resolves to whole objects', async () => {
@@ -371,7 +405,7 @@ describe('crash safety', () => {
       const listed = await reader.listSnapshots('ws')
       expect(listed.length).toBeGreaterThanOrEqual(printed) // every acknowledged snapshot is there
       for (const s of listed) {
-        const tree = await reader.tree(s.snapshot_id) // hash-checked: present and whole
+        const tree = await reader.tree(s.snapshotId) // hash-checked: present and whole
         expect(tree.id).toBe(s.tree)
       }
       printed = listed.length
@@ -387,7 +421,7 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
     const input = [w('b/x', 1), w('a', 2), w('a b', 3), w('tab\there', 4)]
       .map((e) => JSON.stringify(e))
       .join('\n')
-    expect(runCli(['append', 'main', '--root', root], { input }).status).toBe(0)
+    expect(runCli(['append', 'main', '--root', root, '--no-blob-check'], { input }).status).toBe(0)
     const s = runCli(['snapshot', 'main', '-m', 'first', '--root', root])
     expect(s.status).toBe(0)
     const id = s.stdout.trim()
@@ -396,17 +430,31 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
     expect(t.stdout).toBe(
       `a\t${blobOf(2)}\na b\t${blobOf(3)}\nb/x\t${blobOf(1)}\n"tab\\there"\t${blobOf(4)}\n`,
     )
-    const j = runCli(['snapshot', 'main', '-m', 'second', '--json', '--root', root])
+    const j = runCli(['snapshot', 'main', '-m', 'second', '--json', '--allow-empty', '--root', root])
     const out = JSON.parse(j.stdout)
-    expect(Object.keys(out)).toEqual(['snapshot_id', 'tree', 'parent', 'seq', 'entries_replayed'])
-    expect(out).toMatchObject({ parent: id, seq: 5, entries_replayed: 0 })
+    expect(Object.keys(out)).toEqual([
+      'created',
+      'snapshotId',
+      'tree',
+      'parent',
+      'seq',
+      'entriesReplayed',
+      'noEffect',
+      'missingBlobs',
+    ])
+    expect(out).toMatchObject({ created: true, parent: id, seq: 5, entriesReplayed: 0 })
     const list = runCli(['snapshots', 'main', '--root', root])
-    expect(list.stdout.split('\n').map((l) => l.split('\t')[0])).toEqual([out.snapshot_id, id, ''])
+    expect(list.stdout.split('\n').map((l) => l.split('\t').slice(0, 4).join(' '))).toEqual([
+      'snapshot kind seq entry',
+      `${out.snapshotId} snapshot 5 6`,
+      `${id} snapshot 4 5`,
+      '',
+    ])
     const f = runCli(['fork', 'feat', '--from', id, '--root', root])
     expect(f.status).toBe(0)
     expect(runCli(['fork', 'feat', '--from', id, '--root', root]).status).toBe(1)
     const fs2 = JSON.parse(runCli(['snapshot', 'feat', '--json', '--root', root]).stdout)
-    expect(fs2).toMatchObject({ parent: id, tree: out.tree })
+    expect(fs2).toMatchObject({ created: false, snapshotId: id, tree: out.tree })
   })
 
   it('exits 1 on unknown workspaces and ids, 2 on usage errors', () => {

@@ -62,7 +62,7 @@ describe('noa transcript show', () => {
       '3  boundary   pre_tokens 55, trigger manual',
       '3 records, 2 messages, 1 boundary record; usage: input 50, output 5, cache read 1, cache write 2',
       'torn last line 4 (13 bytes at offset ' +
-        `${readFileSync(file).length - 13}) dropped: not JSON: Unterminated string in JSON at position 13`,
+        `${readFileSync(file).length - 13}) dropped: not JSON: unexpected end of JSON input`,
       `last uuid: ${ids[2]}`,
       '',
     ])

@@ -75,7 +75,7 @@ describe('noa context', () => {
       `[Compressed conversation section] — setup\nFour steps.\n\n<noa-archive block="b1" tier="1" range="m00002-m00005" path="${archive}"/>`,
     )
     expect((await cli(['context', 'view', base, 'sid', '--transcript', transcript])).stdout).toContain(
-      '── 2 user\n[Compressed conversation section] — setup\n',
+      '── 2 user · b1 (T1, m00002–m00005)\n[Compressed conversation section] — setup\n',
     )
 
     const audit = await cli(['context', 'audit', base, 'sid', '--transcript', transcript])

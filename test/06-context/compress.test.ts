@@ -383,7 +383,9 @@ describe('rebuild from the transcript', () => {
 
   it('skips calls that fail now and keeps going', () => {
     const base = tempDir()
-    const { conv } = live(base)
+    const { s: before, conv } = live(base)
+    // From the transcript alone: the live state holds blocks this edited transcript no longer makes.
+    rmSync(before.stateFile)
     // c1's input now names a ref that does not exist (its result still reports a block).
     const edited = conv.map((m) =>
       m.content?.[0]?.id === 'c1'

@@ -17,6 +17,7 @@ import {
   type Message,
   parseArchive,
   renderArchive,
+  renderArchiveUnchecked,
 } from '../../dist/src/index.js'
 import { assistant, hid, NOW, NOW_UNIX, toolResult, user } from '../helpers/context-fixtures.js'
 import { tempDir } from '../helpers/index.js'
@@ -379,7 +380,7 @@ describe('archive reader', () => {
     absolutePath: fc.constantFrom('', '/abs/tier1/b1.md'),
   })
 
-  it('round trip: renderArchive(parseArchive(text)) === text for any document noa renders', () => {
+  it('round trip: the text of any document reads back to a document of the same text', () => {
     fc.assert(
       fc.property(
         fc.record({
@@ -403,8 +404,8 @@ describe('archive reader', () => {
                 : e,
             ),
           }
-          const text = renderArchive(doc)
-          expect(renderArchive(parseArchive(text))).toBe(text)
+          const text = renderArchiveUnchecked(doc)
+          expect(renderArchiveUnchecked(parseArchive(text))).toBe(text)
         },
       ),
       { numRuns: 300 },

@@ -149,7 +149,7 @@ describe('loading', () => {
       ],
       [
         NORMA_FILE.replace('"tier": 2', '"tier": 2.0'),
-        /cannot unmarshal number 2\.0 into Go struct field stateFile\.blocks\.tier of type int/,
+        /cannot unmarshal number 2\.0 into Go struct field blockJSON\.blocks\.tier of type int/,
       ],
       [NORMA_FILE.replace('"active": true', '"active": 1'), /of type bool/],
       [NORMA_FILE.replace('"byRef": {', '"byRef": ["x"], "other": {'), /cannot unmarshal array/],

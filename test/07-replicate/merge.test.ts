@@ -33,7 +33,7 @@ const blob = (c: string) => c.repeat(64)
 /** `noa merge … --json` in a root, then the merged tree as `noa tree` prints it. */
 async function mergeTree(root: string, target: string, sources: string[]) {
   const out = JSON.parse(await cli(['merge', target, ...sources, '--root', root, '--json']))
-  const tree = await cli(['tree', out.snapshot_id, '--root', root])
+  const tree = await cli(['tree', out.snapshotId, '--root', root])
   return { base: out.base as string | undefined, conflicts: out.conflicts as unknown[], tree }
 }
 
@@ -44,9 +44,15 @@ describe.skipIf(!has('merge'))('noa merge on workspaces that arrived through a m
     try {
       const origin = tempDir()
       const mirror = tempDir()
-      await cli(['append', 'main', '--root', origin], writes({ 'a.txt': blob('1'), 'b.txt': blob('2') }))
-      await cli(['append', 'feat-1', '--root', origin], writes({ 'c.txt': blob('3') }))
-      await cli(['append', 'feat-2', '--root', origin], writes({ 'd.txt': blob('4'), 'e.txt': blob('5') }))
+      await cli(
+        ['append', 'main', '--root', origin, '--no-blob-check'],
+        writes({ 'a.txt': blob('1'), 'b.txt': blob('2') }),
+      )
+      await cli(['append', 'feat-1', '--root', origin, '--no-blob-check'], writes({ 'c.txt': blob('3') }))
+      await cli(
+        ['append', 'feat-2', '--root', origin, '--no-blob-check'],
+        writes({ 'd.txt': blob('4'), 'e.txt': blob('5') }),
+      )
       await replicatePush({ nats: nats.url(), root: origin, prefix })
       await replicatePull({ nats: nats.url(), root: mirror, prefix })
 
@@ -71,18 +77,24 @@ describe.skipIf(!has('merge'))('noa merge on workspaces that arrived through a m
         const file = join(origin, 'content.txt')
         writeFileSync(file, 'hello\n')
         const hash = (await cli(['blob', 'put', file, '--root', origin])).trim()
-        await cli(['append', 'main', '--root', origin], writes({ 'hello.txt': hash, 'old.txt': blob('1') }))
+        await cli(
+          ['append', 'main', '--root', origin, '--no-blob-check'],
+          writes({ 'hello.txt': hash, 'old.txt': blob('1') }),
+        )
         await cli(['snapshot', 'main', '-m', 'first', '--root', origin])
         // A second snapshot with few changes stores its tree as a delta against the first:
         // a file that is not named by the hash of its own bytes.
-        await cli(['append', 'main', '--root', origin], writes({ 'more.txt': blob('9') }))
+        await cli(['append', 'main', '--root', origin, '--no-blob-check'], writes({ 'more.txt': blob('9') }))
         const base = (await cli(['snapshot', 'main', '-m', 'base', '--root', origin]))
           .trim()
           .split(/\s+/)[0] as string
         await cli(['fork', 'feat-1', '--from', base, '--root', origin])
         await cli(['fork', 'feat-2', '--from', base, '--root', origin])
-        await cli(['append', 'feat-1', '--root', origin], writes({ 'one.txt': blob('3') }))
-        await cli(['append', 'feat-2', '--root', origin], writes({ 'two.txt': blob('4'), 'old.txt': '' }))
+        await cli(['append', 'feat-1', '--root', origin, '--no-blob-check'], writes({ 'one.txt': blob('3') }))
+        await cli(
+          ['append', 'feat-2', '--root', origin, '--no-blob-check'],
+          writes({ 'two.txt': blob('4'), 'old.txt': '' }),
+        )
         await replicatePush({ nats: nats.url(), root: origin, prefix })
         const pulled = await replicatePull({ nats: nats.url(), root: mirror, prefix })
         expect(pulled.objects).toBeGreaterThan(0)

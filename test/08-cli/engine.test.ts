@@ -13,7 +13,7 @@ const input = `${entries.map((e) => JSON.stringify(e)).join('\n')}\n`
 describe('noa append / log', () => {
   it('appends stdin entries durably and prints one {seq,ts} per entry', () => {
     const root = tempDir()
-    const r = runCli(['append', 'default', '--root', root], { input })
+    const r = runCli(['append', 'default', '--root', root, '--no-blob-check'], { input })
     expect(r.status).toBe(0)
     const acks = r.stdout
       .trim()
@@ -32,11 +32,11 @@ describe('noa append / log', () => {
   it('refuses an invalid line with its number and reason, writing nothing', () => {
     const root = tempDir()
     const bad = `${JSON.stringify(entries[0])}\n{"op":"write","path":"../x","blob":"${BLOB}"}\n`
-    const r = runCli(['append', 'default', '--root', root], { input: bad })
+    const r = runCli(['append', 'default', '--root', root, '--no-blob-check'], { input: bad })
     expect(r.status).toBe(1)
     expect(r.stderr).toBe(`noa append: stdin:2: path: has a '..' segment in "../x"; nothing was written\n`)
     expect(existsSync(join(root, 'agent-logs'))).toBe(false)
-    const notJson = runCli(['append', 'default', '--root', root], { input: '{"op":\n' })
+    const notJson = runCli(['append', 'default', '--root', root, '--no-blob-check'], { input: '{"op":\n' })
     expect(notJson.status).toBe(1)
     expect(notJson.stderr).toMatch(/^noa append: stdin:1: not JSON/)
   })
@@ -44,7 +44,7 @@ describe('noa append / log', () => {
   it('refuses bad workspace names before touching anything', () => {
     const root = tempDir()
     for (const name of ['../x', 'a/b', '.', '..', 'x'.repeat(200)]) {
-      const r = runCli(['append', name, '--root', root], { input })
+      const r = runCli(['append', name, '--root', root, '--no-blob-check'], { input })
       expect(r.status).toBe(1)
       expect(r.stderr).toMatch(/workspace name .* must|is 200 characters/)
     }
@@ -53,7 +53,7 @@ describe('noa append / log', () => {
 
   it('takes the root from NOA_ROOT', () => {
     const root = tempDir()
-    expect(runCli(['append', 'w'], { input, env: { NOA_ROOT: root } }).status).toBe(0)
+    expect(runCli(['append', 'w', '--no-blob-check'], { input, env: { NOA_ROOT: root } }).status).toBe(0)
     expect(existsSync(join(root, 'agent-logs', 'w.log'))).toBe(true)
   })
 
@@ -67,8 +67,8 @@ describe('noa append / log', () => {
 describe('noa verify / recover / workspaces', () => {
   it('lists workspaces with entry counts and last seq', () => {
     const root = tempDir()
-    runCli(['append', 'b', '--root', root], { input })
-    runCli(['append', 'a', '--root', root], { input: `${JSON.stringify(entries[1])}\n` })
+    runCli(['append', 'b', '--root', root, '--no-blob-check'], { input })
+    runCli(['append', 'a', '--root', root, '--no-blob-check'], { input: `${JSON.stringify(entries[1])}\n` })
     const r = runCli(['workspaces', '--root', root, '--json'])
     expect(r.status).toBe(0)
     const list = JSON.parse(r.stdout)
@@ -89,7 +89,7 @@ describe('noa verify / recover / workspaces', () => {
 
   it('verify fails with file:line, recover cuts a torn tail and exits 0', () => {
     const root = tempDir()
-    runCli(['append', 'w', '--root', root], { input })
+    runCli(['append', 'w', '--root', root, '--no-blob-check'], { input })
     const file = join(root, 'agent-logs', 'w.log')
     appendFileSync(file, '{"seq":4,"op":"del')
     const v = runCli(['verify', 'w', '--root', root])
@@ -109,7 +109,7 @@ describe('noa verify / recover / workspaces', () => {
 
   it('recover exits 1 when a workspace is corrupt in the middle', () => {
     const root = tempDir()
-    runCli(['append', 'w', '--root', root], { input })
+    runCli(['append', 'w', '--root', root, '--no-blob-check'], { input })
     const file = join(root, 'agent-logs', 'w.log')
     const lines = readFileSync(file, 'utf8').split('\n')
     lines[1] = '{"broken":'

@@ -169,12 +169,12 @@ describe('unknown options', () => {
     const r = await runMain(['verify', '--jsn'])
     expect(r.status).toBe(2)
     expect(r.stderr).toBe(
-      "noa verify: unknown option --jsn (did you mean --json?); valid options: --root, --json, --help; an argument starting with '-' goes after '--'\n" +
-        'usage: noa verify [workspace…] [--root DIR] [--json]\n',
+      "noa verify: unknown option --jsn (did you mean --json?); valid options: --root, --json, --objects, --help; an argument starting with '-' goes after '--'\n" +
+        'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]\n',
     )
     const short = await runMain(['snapshot', 'w', '-x'])
     expect(short.stderr.split('\n')[0]).toBe(
-      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --help; an argument starting with '-' goes after '--'",
+      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --allow-empty, --strict, --help; an argument starting with '-' goes after '--'",
     )
     const sub = await runMain(['memory', 'list', '--dir', 'd', '--limit', '3'])
     expect(sub.stderr.split('\n')[0]).toBe(

@@ -19,9 +19,10 @@ function hostileRoot(): { root: string; outside: string; bad: string[] } {
   const root = tempDir()
   const outside = tempDir()
   for (const ws of ['alpha', 'beta', 'corrupt'])
-    expect(runCli(['append', ws, '--root', root], { input: line('a') + line('b') + line('c') }).status).toBe(
-      0,
-    )
+    expect(
+      runCli(['append', ws, '--no-blob-check', '--root', root], { input: line('a') + line('b') + line('c') })
+        .status,
+    ).toBe(0)
   const logs = join(root, 'agent-logs')
   const text = readFileSync(join(logs, 'corrupt.log'), 'utf8').split('\n')
   text.splice(1, 0, '{"seq":"two"}')
@@ -105,12 +106,12 @@ describe('a workspace log planted by someone else, through the CLI', () => {
     it(`${name} is refused by append and log, and named by workspaces, verify and recover`, async () => {
       const root = tempDir()
       const outside = tempDir()
-      expect(runCli(['append', 'ok', '--root', root], { input: line('a') }).status).toBe(0)
+      expect(runCli(['append', 'ok', '--no-blob-check', '--root', root], { input: line('a') }).status).toBe(0)
       const file = join(root, 'agent-logs', 'v.log')
       await plant(file, outside)
       const before = outsideState(outside)
       for (const args of [
-        ['append', 'v'],
+        ['append', 'v', '--no-blob-check'],
         ['log', 'v'],
         ['workspaces'],
         ['verify'],
@@ -136,7 +137,7 @@ describe('roots and names', () => {
       ['workspaces'],
       ['verify'],
       ['recover'],
-      ['append', 'w'],
+      ['append', 'w', '--no-blob-check'],
       ['log', 'w'],
       ['blob', 'get', BLOB],
       ['blob', 'put', '-'],
@@ -198,7 +199,9 @@ describe('append input bytes', () => {
         bad,
         Buffer.from(`","blob":"${BLOB}"}\n`),
       ])
-      const r = runCli(['append', 'w', '--root', root], { input: Buffer.concat([good, second]) })
+      const r = runCli(['append', 'w', '--no-blob-check', '--root', root], {
+        input: Buffer.concat([good, second]),
+      })
       expect(r.status).toBe(1)
       expect(r.stderr).toBe(
         `noa append: stdin:2: invalid UTF-8 at byte offset ${good.length + 23} of stdin (byte 24 of the line); nothing was written\n`,
@@ -206,7 +209,7 @@ describe('append input bytes', () => {
     }
     expect(existsSync(join(root, 'agent-logs'))).toBe(false)
     // Valid multi-byte UTF-8 goes through unchanged.
-    const ok = runCli(['append', 'w', '--root', root], { input: line('ファイル-é-😀') })
+    const ok = runCli(['append', 'w', '--no-blob-check', '--root', root], { input: line('ファイル-é-😀') })
     expect(ok.status).toBe(0)
     expect(readFileSync(join(root, 'agent-logs', 'w.log'), 'utf8')).toContain('ファイル-é-😀')
   })

@@ -82,7 +82,7 @@ beforeAll(async () => {
       })),
     )
     await log.appendMany('small', [{ op: 'write', path: 'a', blob: BLOB }])
-    snapshotId = (await new SnapshotEngine({ log }).snapshot('big', { message: 'all' })).snapshot_id
+    snapshotId = (await new SnapshotEngine({ log }).snapshot('big', { message: 'all' })).snapshotId as string
   } finally {
     await log.close()
   }

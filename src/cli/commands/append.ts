@@ -1,12 +1,14 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { NoaError } from '../../engine/errors.js'
+import { checkRoot } from '../../engine/files.js'
+import { ObjectStore } from '../../store/objects.js'
 import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readAll, write } from '../io.js'
 import { meter, percent, rate } from '../progress.js'
 
 export const spec = command({
-  usage: 'usage: noa append <workspace> [--if-last-seq N] [--root DIR] < entries.jsonl',
+  usage: 'usage: noa append <workspace> [--no-blob-check] [--if-last-seq N] [--root DIR] < entries.jsonl',
   options: {
     ...ROOT_OPTION,
     'if-last-seq': {
@@ -16,12 +18,18 @@ export const spec = command({
         "append only if the workspace's last seq is N (0: empty); else exit 1, naming the current one",
     },
     json: { ...JSON_OPTION.json, description: 'accepted for symmetry: the acks are JSON lines already' },
+    'no-blob-check': {
+      type: 'boolean',
+      description: 'append writes whose blob is not in the object store yet (a host that uploads later)',
+    },
   },
   positionals: [1, 1],
   details:
     'stdin: one entry per line, without seq and ts: {"op":"write","path":P,"blob":HASH},\n' +
     '{"op":"delete","path":P} or {"op":"rename","from":P,"to":Q}. Every line is checked before\n' +
-    'anything is written; each appended entry prints {"seq":N,"ts":T} once it is durable.\n' +
+    "anything is written: each write's blob must be stored (noa blob put) unless --no-blob-check,\n" +
+    "and snapshot and merge entries must name this workspace's records. Each appended entry\n" +
+    'prints {"seq":N,"ts":T} once it is durable.\n' +
     '--if-last-seq N (compare-and-append): the entries go in only right after seq N; if another\n' +
     'writer got there first, nothing is written and the error names the current last seq. After\n' +
     'an ack that was lost, run it again with the same N: it either commits or says it already did.',
@@ -30,7 +38,7 @@ export const spec = command({
     `echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1 --if-last-seq 41`,
   ],
   exitCodes: {
-    1: 'an invalid line or invalid UTF-8 (stdin:<line>: <reason>; nothing written), a refused append, or --if-last-seq N when the last seq is not N (nothing written)',
+    1: 'an invalid line or invalid UTF-8, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), a refused append, or --if-last-seq N when the last seq is not N (nothing written)',
   },
 })
 
@@ -41,6 +49,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
   let ifLastSeq = intOption(values['if-last-seq'], 'if-last-seq', spec.usage, 0)
+  const root = rootOf(values)
   // A user who typed the command alone would otherwise see it wait without a word.
   if (io.stdinIsTTY) {
     await write(
@@ -64,30 +73,66 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   }
   const text = bytes.toString('utf8')
   const entries: EntryInput[] = []
+  const lines: number[] = []
   for (const { line, value } of jsonLines(text, refuse)) {
     try {
       encodeBody(value)
     } catch (err) {
-      throw refuse(line, (err as Error).message)
+      const copied =
+        typeof value === 'object' && value !== null && 'seq' in value
+          ? ' (a line of noa log keeps its seq and ts; to start a workspace from another one, use noa fork)'
+          : ''
+      throw refuse(line, `${(err as Error).message}${copied}`)
     }
     entries.push(value as EntryInput)
+    lines.push(line)
   }
-  const log = await AgentLog.open({ root: rootOf(values) })
+  checkRoot(root, false) // a root that is a file is named as such, before the store is asked
+  const store = new ObjectStore(root)
+  const where = (i: number) => `stdin:${lines[i]}`
+  const withLine = (err: unknown): never => {
+    if (err instanceof NoaError) {
+      throw new NoaError(err.code, `${err.message}; nothing was written`, err.details)
+    }
+    throw err
+  }
+  // Each write's blob must be stored, unless the host uploads blobs later.
+  const checkBlobs = !values['no-blob-check']
+  try {
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as EntryInput
+      if (checkBlobs && e.op === 'write' && !store.hasBlob(e.blob)) {
+        throw new NoaError(
+          'NOA_MISSING_BLOB',
+          `${where(i)}: blob ${e.blob} (for ${JSON.stringify(e.path)}) is not in the object store; store it first with noa blob put, or pass --no-blob-check`,
+          { blob: e.blob, path: e.path, line: lines[i] },
+        )
+      }
+    }
+    store.checkRecords(workspace, entries, where)
+  } catch (err) {
+    withLine(err)
+  }
+  const log = await AgentLog.open({ root, objects: store })
   const shown = meter(io)
   const started = performance.now()
   // Once the reader of the acks has gone (`| head -1`), the rest is still appended: stopping
   // there would leave the input half written, with nothing to say so.
   let printing = true
   try {
-    for (let i = 0; i < entries.length; i += CHUNK) {
+    for (let i = 0; i < entries.length; ) {
+      // A run of merge entries goes out with the snapshot entry after it (they are checked together).
+      let end = Math.min(i + CHUNK, entries.length)
+      while (end < entries.length && entries[end - 1]?.op === 'merge') end++
       // Each chunk expects the last seq the previous one got: the input goes in as one run.
       const acks = await log.appendMany(
         workspace,
-        entries.slice(i, i + CHUNK),
+        entries.slice(i, end),
         ifLastSeq === undefined ? undefined : { ifLastSeq },
       )
       if (ifLastSeq !== undefined) ifLastSeq = (acks[acks.length - 1]?.seq ?? ifLastSeq) as number
-      const done = i + acks.length
+      i = end
+      const done = i
       shown.update(
         () =>
           `appending to ${workspace}: ${done}/${entries.length} entries durable ${percent(done, entries.length)} (${rate(done, started)}/s)`,

@@ -1,13 +1,14 @@
+import { statSync } from 'node:fs'
 import { type FileHandle, open } from 'node:fs/promises'
 import { NoaError } from '../../engine/errors.js'
 import { checkRoot, kindOf, nameTooLong, notRegularFile } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
-import { command, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
-import { type CliIo, write } from '../io.js'
+import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
 
 export const spec = command({
-  usage: 'usage: noa blob put <file|-> [--root DIR]\n       noa blob get <hash> [--root DIR]',
-  options: { ...ROOT_OPTION },
+  usage: 'usage: noa blob put <file|-> [--root DIR] [--json]\n       noa blob get <hash> [--root DIR]',
+  options: { ...ROOT_OPTION, json: { ...JSON_OPTION.json, description: 'put: print {"blob","bytes"}' } },
   positionals: [2, 2],
   complete: [['put', 'get'], 'file'],
   details:
@@ -48,19 +49,22 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     checkRoot(root, false)
     const store = new ObjectStore(root)
     // Streamed: a large file is hashed while it is written, never held whole in memory.
-    if (arg === '-') {
-      await write(io.stdout, `${await store.putBlob(io.stdin)}\n`)
-      return 0
+    let hash: string
+    if (arg === '-') hash = await store.putBlob(io.stdin)
+    else {
+      const handle = await openInput(arg)
+      try {
+        hash = await store.putBlob(handle.createReadStream({ autoClose: false }))
+      } finally {
+        await handle.close()
+      }
     }
-    const handle = await openInput(arg)
-    try {
-      await write(io.stdout, `${await store.putBlob(handle.createReadStream({ autoClose: false }))}\n`)
-    } finally {
-      await handle.close()
-    }
+    const bytes = statSync(store.pathOf(hash)).size
+    await write(io.stdout, values.json ? json({ blob: hash, bytes }) : `${hash}\n`)
     return 0
   }
   if (action === 'get') {
+    if (values.json) throw new UsageError('blob get prints the bytes; --json is for put', spec.usage)
     checkRoot(root, true)
     // Streamed too: a chunk at a time, after the whole blob was checked against its hash.
     for await (const chunk of new ObjectStore(root).streamBlob(arg)) await write(io.stdout, chunk)

@@ -15,7 +15,13 @@ import { encodeState, loadState, sessionRoot } from '../../context/state-file.js
 import { BLOCKED_REF, type CompressionState } from '../../context/types.js'
 import { NoaError } from '../../engine/errors.js'
 import { openFileSync, READ } from '../../engine/files.js'
-import { goTrimSpace } from '../../gocompat/index.js'
+import {
+  decodeBytes,
+  type GoInt,
+  goIntCompare,
+  goTrimSpace,
+  stringifyWithInts,
+} from '../../gocompat/index.js'
 import { loadTranscript } from '../../transcript/loader.js'
 import type { ContentBlock, Message } from '../../transcript/types.js'
 import { messages as conversation } from '../../transcript/view.js'
@@ -29,15 +35,16 @@ import {
   subcommand,
   UsageError,
 } from '../args.js'
-import { type CliIo, json, write } from '../io.js'
+import { type CliIo, write } from '../io.js'
 
-const STATE = 'usage: noa context state <baseDir> <sessionId> [--json]'
+const STATE = 'usage: noa context state <baseDir> <sessionId> [--norma] [--json]'
 const COMPRESS =
   'usage: noa context compress <baseDir> <sessionId> --transcript <file> --from <ref|block> --to <ref|block> --summary <text> [--topic T] [--min-chars N] [--norma] [--utc] [--parent <id>]… [--json]\n' +
   '    or noa context compress <baseDir> <sessionId> --transcript <file> --call <toolUseId> [same options]  (a Compress call recorded in the transcript)'
-const VIEW = 'usage: noa context view <baseDir> <sessionId> --transcript <file> [--parent <id>]… [--json]'
+const VIEW =
+  'usage: noa context view <baseDir> <sessionId> --transcript <file> [--parent <id>]… [--norma] [--json]'
 const REBUILD =
-  'usage: noa context rebuild <baseDir> <sessionId> --transcript <file> [--min-chars N] [--norma] [--utc] [--json]'
+  'usage: noa context rebuild <baseDir> <sessionId> --transcript <file> [--keep-existing] [--min-chars N] [--norma] [--utc] [--json]'
 const ARCHIVE = 'usage: noa context archive <file.md> [--json]'
 const AUDIT =
   'usage: noa context audit <baseDir> <sessionId> [--transcript <file>] [--repair] [--utc] [--json]'
@@ -52,7 +59,7 @@ const ALL = `usage: noa context <state|compress|view|rebuild|archive|audit> …\
   .map((u) => u.replace('usage: ', ''))
   .join(
     '\n  ',
-  )}\n  --norma: Norma's full default rules (protected recent zone, 50-character summaries)\n  --utc: archive \`created:\` lines in UTC instead of the local zone`
+  )}\n  --norma: Norma's full default rules (protected recent zone, 50-character summaries), state.json read as Norma reads it\n  --utc: archive \`created:\` lines in UTC instead of the local zone`
 
 /** Exit code of `state` when state.json is unusable (the initial state is printed). */
 export const EXIT_BAD_STATE = 3
@@ -73,7 +80,8 @@ const MIN_CHARS = {
 } as const satisfies OptionDef
 const NORMA = {
   type: 'boolean',
-  description: "Norma's full default rules (protected recent zone, 50-character summaries)",
+  description:
+    "Norma's full default rules (protected recent zone, 50-character summaries), state.json read as Norma reads it",
 } as const satisfies OptionDef
 const UTC = {
   type: 'boolean',
@@ -90,7 +98,10 @@ const SPECS = {
   state: subcommand({
     summary: "a session's blocks and refs (--json: state.json as noa writes it)",
     usage: STATE,
-    options: JSON_OPTION,
+    options: {
+      norma: { type: 'boolean', description: 'state.json as Norma loads and saves it (no derivedFrom)' },
+      ...JSON_OPTION,
+    },
     ...SESSION_ARGS,
     examples: ['noa context state ./sessions sid-1'],
     exitCodes: {
@@ -152,11 +163,19 @@ const SPECS = {
     options: {
       transcript: { ...TRANSCRIPT, required: true },
       'min-chars': MIN_CHARS,
+      'keep-existing': {
+        type: 'boolean',
+        description:
+          "keep the blocks the transcript's recorded calls do not produce (else the rebuild is refused)",
+      },
       norma: NORMA,
       utc: UTC,
       ...JSON_OPTION,
     },
     ...SESSION_ARGS,
+    exitCodes: {
+      1: 'refused: the state holds blocks the transcript does not produce (named; nothing changed)',
+    },
     examples: ['noa context rebuild ./sessions sid-1 --transcript sid-1.jsonl'],
   }),
   archive: subcommand({
@@ -222,10 +241,16 @@ async function transcriptMessages(file: string | undefined, usage: string, io: C
   if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
   if (t.tornTail)
     io.stderr.write(`noa context: ${file}: torn last line ${t.tornTail.line} ignored: ${t.tornTail.reason}\n`)
-  return conversation(t.records).messages
+  // Norma's view: blocks of every type, as the runtime's Project sees them.
+  return conversation(t.records, { strict: true }).messages
 }
 
-function plural(n: number, noun: string): string {
+/** Output with ints past 2^53 exact. */
+function json(value: unknown): string {
+  return `${stringifyWithInts(value)}\n`
+}
+
+function plural(n: GoInt, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`
 }
 
@@ -238,7 +263,7 @@ function describeState(s: CompressionState, file: string, exists: boolean): stri
     else highest = Math.max(highest, refToIndex(ref) ?? 0)
   }
   let out = `session ${s.sessionId} (${file}${exists ? '' : ', not written yet'})\n`
-  out += `${plural(s.blocks.length, 'block')} (${active} active), next b${Math.max(s.nextBlockId, 1)}; `
+  out += `${plural(s.blocks.length, 'block')} (${active} active), next b${goIntCompare(s.nextBlockId, 1) < 0 ? 1 : s.nextBlockId}; `
   out += `${plural(s.messageRefs.byRef.size, 'ref')}${highest > 0 ? ` up to m${String(highest).padStart(5, '0')}` : ''}, ${blocked} blocked; `
   out += `${plural(s.stats.compressionCount, 'compression')}, ${s.stats.tokensCompressed} tokens compressed`
   if (s.derivedFrom !== '') out += `; inherited from ${s.derivedFrom}`
@@ -264,7 +289,7 @@ function describeState(s: CompressionState, file: string, exists: boolean): stri
 async function stateCmd(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, SPECS.state)
   const [baseDir, sessionId] = positionals as [string, string]
-  const load = loadState(baseDir, sessionId)
+  const load = loadState(baseDir, sessionId, { strict: values.norma ?? false })
   if (load.error) io.stderr.write(`noa context: ${load.error.message}; showing the initial state\n`)
   await write(
     io.stdout,
@@ -291,6 +316,7 @@ async function compressCmd(args: string[], io: CliIo): Promise<number> {
     config,
     zone: values.utc ? ('utc' as const) : ('local' as const),
     onWarn: warnTo(io),
+    strict: values.norma ?? false,
   }
   const outcome = withSessionLock(sessionRoot(baseDir, sessionId), () => {
     const session = ContextSession.open({ ...opened, parentSessionIds: values.parent ?? [] })
@@ -354,15 +380,22 @@ async function viewCmd(args: string[], io: CliIo): Promise<number> {
     config: configOf(values, VIEW),
     parentSessionIds: values.parent ?? [],
     onWarn: warnTo(io),
+    strict: values.norma ?? false,
   })
-  const view = session.view(msgs)
+  const { messages: view, refs } = session.viewWithRefs(msgs)
   if (values.json) {
     await write(io.stdout, json(view))
     return 0
   }
+  // Each message with the refs of its blocks: what --from/--to take (a summary: its block).
   let out = ''
   view.forEach((m, i) => {
-    out += `── ${i + 1} ${m.role}\n`
+    const own = (m.content ?? []).map((b) => refs.get(b)).filter((r): r is string => r !== undefined)
+    const shown = own.map((r) => {
+      const b = session.state.blocks.find((x) => x.blockId === r)
+      return b ? `${r} (T${b.tier}, ${b.startRef}–${b.endRef})` : r === BLOCKED_REF ? 'protected' : r
+    })
+    out += `── ${i + 1} ${m.role}${shown.length > 0 ? ` · ${[...new Set(shown)].join(', ')}` : ''}\n`
     for (const b of m.content ?? []) out += `${blockLine(b)}\n`
   })
   await write(io.stdout, out)
@@ -374,10 +407,16 @@ async function rebuildCmd(args: string[], io: CliIo): Promise<number> {
   const [baseDir, sessionId] = positionals as [string, string]
   const config = configOf(values, REBUILD)
   const msgs = await transcriptMessages(values.transcript, REBUILD, io)
-  const opened = { baseDir, sessionId, config, zone: values.utc ? ('utc' as const) : ('local' as const) }
+  const opened = {
+    baseDir,
+    sessionId,
+    config,
+    zone: values.utc ? ('utc' as const) : ('local' as const),
+    strict: values.norma ?? false,
+  }
   const { session, res } = withSessionLock(sessionRoot(baseDir, sessionId), () => {
     const session = ContextSession.open({ ...opened, onWarn: warnTo(io) })
-    return { session, res: session.rebuild(msgs) }
+    return { session, res: session.rebuild(msgs, { keepExisting: values['keep-existing'] ?? false }) }
   })
   if (values.json) {
     await write(
@@ -386,10 +425,11 @@ async function rebuildCmd(args: string[], io: CliIo): Promise<number> {
     )
     return 0
   }
-  await write(
-    io.stdout,
-    `replayed ${res.replayed}, skipped ${res.skipped}: ${plural(session.state.blocks.length, 'block')}, ${res.reused.length} archive(s) reused, saved to ${session.stateFile}\n`,
-  )
+  let out = `replayed ${res.replayed}, skipped ${res.skipped}: ${plural(session.state.blocks.length, 'block')}, ${res.reused.length} archive(s) reused, saved to ${session.stateFile}\n`
+  if (res.kept.length > 0)
+    out += `kept ${res.kept.join(', ')} from the previous state (the transcript does not produce ${res.kept.length === 1 ? 'it' : 'them'})\n`
+  if (res.previous) out += `previous state kept as ${res.previous}\n`
+  await write(io.stdout, out)
   return 0
 }
 
@@ -424,7 +464,7 @@ async function archiveCmd(args: string[], io: CliIo): Promise<number> {
     // Not through a symlink and never blocking on a FIFO, as every archive read.
     const fd = openFileSync(file, READ, { what: 'archive' })
     try {
-      text = readFileSync(fd, 'utf8')
+      text = decodeBytes(readFileSync(fd))
     } finally {
       closeSync(fd)
     }
@@ -460,10 +500,12 @@ async function auditCmd(args: string[], io: CliIo): Promise<number> {
   let out = ''
   for (const p of report.repaired) out += `${p.file}: repaired: ${p.reason}\n`
   for (const p of report.problems) out += `${p.file}: ${p.reason}\n`
+  for (const p of report.orphans) out += `${p.file}: ${p.reason}\n`
   if (report.ok) {
+    const orphans = report.orphans.length > 0 ? `; ${plural(report.orphans.length, 'orphan archive')}` : ''
     out += report.exists
-      ? `ok: ${plural(report.blocks, 'block')}, ${plural(report.archives, 'archive')} checked${msgs ? ' against the transcript' : ''}\n`
-      : `ok: no state.json in ${report.root}\n`
+      ? `ok: ${plural(report.blocks, 'block')}, ${plural(report.archives, 'archive')} checked${msgs ? ' against the transcript' : ''}${orphans}\n`
+      : `ok: no state.json in ${report.root}${orphans}\n`
   }
   await write(io.stdout, out)
   return report.ok ? 0 : 1

@@ -38,8 +38,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     await write(
       io.stdout,
       values.json
-        ? json({ workspace: r.workspace, base: r.base, from_workspace: r.from_workspace, seq: r.entry.seq })
-        : `${r.workspace}\tforked from ${r.base} (${r.from_workspace})\n`,
+        ? json({ workspace: r.workspace, base: r.base, fromWorkspace: r.fromWorkspace, seq: r.entry.seq })
+        : `${r.workspace}\tforked from ${r.base} (${r.fromWorkspace})\n`,
     )
   } finally {
     await log.close()

@@ -4,6 +4,7 @@
  */
 import { join } from 'node:path'
 import { NoaError } from '../../engine/errors.js'
+import { describeInvalidUtf8, findInvalidUtf8 } from '../../gocompat/index.js'
 import type { MemoryNote } from '../../memory/note.js'
 import { mtimeNs } from '../../memory/scan.js'
 import { DEFAULT_INJECT_LIMIT, MemoryStore } from '../../memory/store.js'
@@ -175,14 +176,16 @@ export function run(args: string[], io: CliIo): Promise<number> {
 async function save(args: string[], io: CliIo): Promise<number> {
   const { values, store } = parse(SPECS.save, args)
   if (values.name === undefined) throw new UsageError('--name is required', USAGE.save)
-  let content: string
-  try {
-    content = new TextDecoder('utf-8', { fatal: true }).decode(await readAll(io.stdin))
-  } catch {
-    throw new NoaError('NOA_BAD_ARGUMENT', 'memory body on stdin is not valid UTF-8; nothing was written', {
-      field: 'content',
-    })
+  const body = await readAll(io.stdin)
+  const bad = findInvalidUtf8(body)
+  if (bad) {
+    throw new NoaError(
+      'NOA_BAD_ARGUMENT',
+      `memory body on stdin is not valid UTF-8: line ${bad.line}, ${describeInvalidUtf8(bad, 'stdin')}; nothing was written`,
+      { field: 'content', line: bad.line, offset: bad.offset },
+    )
   }
+  const content = body.toString('utf8')
   const note = store.save({
     name: values.name,
     description: values.description ?? '',

@@ -6,10 +6,11 @@ import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
+import { describeNoEffect } from './describe.js'
 
 export const spec = command({
   usage:
-    'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--root DIR] [--json]',
+    'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--strict] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -26,9 +27,15 @@ export const spec = command({
       description: "the merge snapshot's message",
       defaultText: '"merge <sources> into <target>"',
     },
+    strict: {
+      type: 'boolean',
+      description: 'refuse entries that cannot apply instead of recording them as without effect',
+    },
   },
   positionals: [2, Number.POSITIVE_INFINITY],
-  details: "Prints the merged snapshot's id, then any conflicts (kept side and every side's entry).",
+  details:
+    "Prints the merged snapshot's id, then any conflicts (kept side and every side's entry).\n" +
+    'When the sources bring nothing new, says "already up to date", prints the head and writes nothing.',
   examples: ['noa merge main agent-1 agent-2 --on-conflict fail'],
   exitCodes: { 1: 'an unknown workspace, or conflicts with --on-conflict fail (listed on stdout)' },
 })
@@ -54,7 +61,11 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const shown = progress(io, 'merging')
   try {
     const engine = new SnapshotEngine({ log })
-    const options = { onConflict: policy, onProgress: shown.onProgress } as const
+    const options = {
+      onConflict: policy,
+      onProgress: shown.onProgress,
+      strict: values.strict ?? false,
+    } as const
     const r = await engine
       .merge(
         target,
@@ -68,18 +79,32 @@ export async function run(args: string[], io: CliIo): Promise<number> {
           await write(
             io.stdout,
             values.json
-              ? json({ snapshot_id: null, base: err.details.base ?? null, conflicts })
+              ? json({ created: false, snapshotId: null, base: err.details.base ?? null, conflicts })
               : conflicts.map(describe).join(''),
           )
         }
         throw err
       })
     shown.done()
+    if (!values.json) {
+      let notes = r.noEffect.map((n) => `noa merge: ${target} ${describeNoEffect(n)}\n`).join('')
+      if (!r.created)
+        notes += `noa merge: already up to date: ${sources.join(', ')} bring nothing new into ${target}\n`
+      if (notes) await write(io.stderr, notes)
+    }
     await write(
       io.stdout,
       values.json
-        ? json({ snapshot_id: r.snapshot_id, base: r.base, conflicts: r.conflicts })
-        : `${r.snapshot_id}\n${r.conflicts.map(describe).join('')}`,
+        ? json({
+            created: r.created,
+            snapshotId: r.snapshotId,
+            base: r.base,
+            conflicts: r.conflicts,
+            sources: r.sources,
+            entriesReplayed: r.entriesReplayed,
+            noEffect: r.noEffect,
+          })
+        : `${r.snapshotId ?? ''}${r.snapshotId ? '\n' : ''}${r.conflicts.map(describe).join('')}`,
     )
   } finally {
     shown.done()

@@ -1,23 +1,56 @@
 import { AgentLog } from '../../engine/agent-log.js'
-import { SnapshotEngine } from '../../store/snapshot.js'
+import { SnapshotEngine, type SnapshotResult } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
-import { progress } from '../progress.js'
+import { progress, quoteField } from '../progress.js'
+import { describeNoEffect } from './describe.js'
 
 export const spec = command({
-  usage: 'usage: noa snapshot <workspace> [-m MESSAGE] [--root DIR] [--json]',
+  usage:
+    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
     message: { type: 'string', short: 'm', description: "the snapshot's message", defaultText: 'empty' },
+    'allow-empty': {
+      type: 'boolean',
+      description: 'write a snapshot even when nothing happened since the last one',
+    },
+    strict: {
+      type: 'boolean',
+      description:
+        'refuse entries that cannot apply (delete or rename of a missing path) instead of recording them',
+    },
   },
   positionals: [1, 1],
-  details: "Prints the snapshot's id; --json: {snapshot_id, tree, parent, seq, entries_replayed}.",
-  examples: ['noa snapshot agent-1 -m "tests pass"'],
-  exitCodes: { 1: 'the workspace has no log, or a blob or snapshot it needs is missing' },
+  details:
+    "Prints the snapshot's id; --json: {created, snapshotId, tree, parent, seq, entriesReplayed,\n" +
+    'noEffect, missingBlobs}. Entries that changed nothing and blobs not in the store are listed on\n' +
+    'stderr. With nothing new since the last snapshot, prints its id and writes nothing.\n' +
+    'noa snapshot prune drops older snapshots, recorded in the log (gc then frees their trees):\n' +
+    '--keep-last N keeps the newest N, --keep-within DURATION (1h, 7d) those made within it;\n' +
+    'the head, forks, merges and earlier prunes are always kept.',
+  examples: ['noa snapshot agent-1 -m "tests pass"', 'noa snapshot prune agent-1 --keep-last 10'],
+  exitCodes: {
+    1: 'the workspace has no log, a snapshot it needs is missing, or (--strict) an entry cannot apply',
+  },
 })
 
+export function snapshotJson(r: SnapshotResult): Record<string, unknown> {
+  return {
+    created: r.created,
+    snapshotId: r.snapshotId,
+    tree: r.tree,
+    parent: r.parent,
+    seq: r.seq,
+    entriesReplayed: r.entriesReplayed,
+    noEffect: r.noEffect,
+    missingBlobs: r.missingBlobs,
+  }
+}
+
 export async function run(args: string[], io: CliIo): Promise<number> {
+  if (args[0] === 'prune') return (await import('./prune.js')).run(args.slice(1), io)
   const { values, positionals } = parseCommand(args, spec)
   const workspace = positionals[0] as string
   const root = rootOf(values)
@@ -31,20 +64,21 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     const r = await engine.snapshot(workspace, {
       message: values.message ?? '',
       onProgress: shown.onProgress,
+      allowEmpty: values['allow-empty'] ?? false,
+      strict: values.strict ?? false,
     })
     shown.done()
-    await write(
-      io.stdout,
-      values.json
-        ? json({
-            snapshot_id: r.snapshot_id,
-            tree: r.tree,
-            parent: r.parent,
-            seq: r.seq,
-            entries_replayed: r.entries_replayed,
-          })
-        : `${r.snapshot_id}\n`,
-    )
+    if (!values.json) {
+      let notes = r.noEffect.map((n) => `noa snapshot: ${workspace} ${describeNoEffect(n)}\n`).join('')
+      for (const m of r.missingBlobs) {
+        notes += `noa snapshot: warning: ${quoteField(m.path)} is blob ${m.blob}, not in the object store (written at seq ${m.seq ?? '?'} of ${m.workspace})\n`
+      }
+      if (!r.created) {
+        notes += `noa snapshot: nothing new in ${workspace} since ${r.snapshotId ?? 'its start'} (seq ${r.seq}); no snapshot written (--allow-empty writes one anyway)\n`
+      }
+      if (notes) await write(io.stderr, notes)
+    }
+    await write(io.stdout, values.json ? json(snapshotJson(r)) : r.snapshotId ? `${r.snapshotId}\n` : '')
   } finally {
     shown.done()
     await log.close()

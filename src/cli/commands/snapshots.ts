@@ -13,7 +13,10 @@ export const spec = command({
   exitCodes: { 1: 'the workspace has no log, or a snapshot it names is missing' },
 })
 
-/** The workspace's snapshot entries, newest first: id, kind, seq of the entry, time, message. */
+/**
+ * The workspace's snapshot entries, newest first, under a header: id, kind, the last seq the
+ * snapshot covers (`seq` in --json), the seq of its entry (`entry.seq`), time, message.
+ */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
@@ -26,8 +29,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   }
   const lines = list.map(
     (s) =>
-      `${s.snapshot_id}\t${s.kind}\tseq ${s.entry.seq}\t${new Date(s.ts / 1000).toISOString()}\t${quoteField(s.message)}\n`,
+      `${s.snapshotId}\t${s.kind}${s.pruned ? ' (pruned)' : ''}\t${s.seq}\t${s.entry.seq}\t${new Date(s.ts / 1000).toISOString()}\t${quoteField(s.message)}\n`,
   )
-  await write(io.stdout, lines.join(''))
+  await write(io.stdout, `snapshot\tkind\tseq\tentry\ttime\tmessage\n${lines.join('')}`)
   return 0
 }

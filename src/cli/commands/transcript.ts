@@ -3,7 +3,17 @@
  * A malformed transcript is refused with `<file>:<line>: <reason>` (exit 1).
  */
 import { NoaError } from '../../engine/errors.js'
-import { rawContentInputs } from '../../transcript/decode.js'
+import {
+  defineValue,
+  describeInvalidUtf8,
+  findInvalidUtf8,
+  GoSyntaxError,
+  type JsonNode,
+  parseGoInt,
+  parseGoJson,
+  plainValue,
+  stringifyWithInts,
+} from '../../gocompat/index.js'
 import { loadTranscript, type TornTail } from '../../transcript/loader.js'
 import { checkTranscriptId, transcriptPath } from '../../transcript/paths.js'
 import { resume, sessionUsage } from '../../transcript/session.js'
@@ -12,17 +22,31 @@ import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
 import { type GroupSpec, JSON_OPTION, parseCommand, runSubcommand, subcommand } from '../args.js'
-import { type CliIo, json, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, readAll, write } from '../io.js'
 
-const SHOW = 'usage: noa transcript show <file> [--json]'
-const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--json]'
+const SHOW = 'usage: noa transcript show <file> [--norma] [--json]'
+const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--norma] [--json]'
 const APPEND =
   'usage: noa transcript append <dir> <sessionId> [--agent <agentId>] [--durable] < messages.jsonl\n' +
   '  each stdin line: {"role":"user"|"assistant","content":[blocks] or "text","usage":{…}?}'
-const USAGE_CMD = 'usage: noa transcript usage <dir> <sessionId> [--json]'
+const USAGE_CMD = 'usage: noa transcript usage <dir> <sessionId> [--norma] [--json]'
 const ALL = `usage: noa transcript <show|resume|append|usage> …\n  ${[SHOW, RESUME, APPEND, USAGE_CMD]
   .map((u) => u.replace('usage: ', ''))
   .join('\n  ')}`
+
+const READ_OPTIONS = {
+  ...JSON_OPTION,
+  norma: {
+    type: 'boolean',
+    description:
+      "Norma's Load exactly: any bad line fails (a torn last one too), blocks of every type are messages",
+  },
+} as const
+
+/** Output with ints past 2^53 exact. */
+function json(value: unknown): string {
+  return `${stringifyWithInts(value)}\n`
+}
 
 const SESSION = { positionals: [2, 2], complete: ['dir'] } as const
 
@@ -30,7 +54,7 @@ const SPECS = {
   show: subcommand({
     summary: "a transcript's records one per line, with counts, usage and the last uuid",
     usage: SHOW,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     positionals: [1, 1],
     complete: ['file'],
     details: '--json: {records, messages, boundaries, usage, torn_tail, last_uuid}.',
@@ -40,7 +64,7 @@ const SPECS = {
   resume: subcommand({
     summary: 'what resuming a session keeps: messages, dropped tool calls, the uuid to chain after',
     usage: RESUME,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     ...SESSION,
     details: '--json: {messages, dropped, parent_uuid, usage}.',
     examples: ['noa transcript resume sessions sid-1 --json'],
@@ -66,7 +90,7 @@ const SPECS = {
   usage: subcommand({
     summary: 'token usage of the main transcript and of each sidechain, and their total',
     usage: USAGE_CMD,
-    options: JSON_OPTION,
+    options: READ_OPTIONS,
     ...SESSION,
     examples: ['noa transcript usage sessions sid-1'],
     exitCodes: { 1: 'the session has no transcript' },
@@ -157,9 +181,10 @@ function describeRecord(r: TranscriptRecord): { kind: string; what: string } {
 async function show(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, SPECS.show)
   const file = positionals[0] as string
-  const t = await loadTranscript(file)
+  const strict = values.norma ?? false
+  const t = await loadTranscript(file, { strict })
   if (!t.exists) throw new NoaError('NOA_NOT_FOUND', `${file}: no such transcript`, { file })
-  const conv = messages(t.records)
+  const conv = messages(t.records, { strict })
   const boundaries = t.records.filter((r) => r.type === 'boundary').length
   const last = lastUuid(t.records)
   if (values.json) {
@@ -194,7 +219,7 @@ async function show(args: string[], io: CliIo): Promise<number> {
 async function resumeCmd(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, SPECS.resume)
   const [dir, sessionId] = positionals as [string, string]
-  const r = await resume(dir, sessionId)
+  const r = await resume(dir, sessionId, { strict: values.norma ?? false })
   if (!r.exists) {
     throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript (${r.file})`, {
       file: r.file,
@@ -221,16 +246,28 @@ async function resumeCmd(args: string[], io: CliIo): Promise<number> {
   return 0
 }
 
-/** Replaces each `input` value of the blocks by its exact text on the line (JSON text is what the writer takes). */
-function withRawInputs(blocks: unknown, raws: ReturnType<typeof rawContentInputs>): void {
-  if (!Array.isArray(blocks)) return
-  for (let i = 0; i < blocks.length; i++) {
-    const b = blocks[i] as Record<string, unknown> | null
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) continue
-    const raw = raws?.[i]
-    if (b.input !== undefined) b.input = raw?.input ?? JSON.stringify(b.input)
-    withRawInputs(b.content, raw?.content)
+/** The exact text of each block's `input` (the last one when a key repeats), at any depth. */
+function blocksFromTree(node: JsonNode, text: string): unknown {
+  if (node.k !== 'arr') return plainValue(node)
+  return node.items.map((item) => {
+    if (item.k !== 'obj') return plainValue(item)
+    const b = plainValue(item) as Record<string, unknown>
+    for (const [key, v] of item.members) {
+      if (key === 'input') b.input = text.slice(v.s, v.e)
+      else if (key === 'content') b.content = blocksFromTree(v, text)
+    }
+    return b
+  })
+}
+
+/** Usage counters exactly (an int past 2^53 stays exact, as Go's int64). */
+function usageFromTree(node: JsonNode): unknown {
+  if (node.k !== 'obj') return plainValue(node)
+  const u: Record<string, unknown> = {}
+  for (const [key, v] of node.members) {
+    defineValue(u, key, v.k === 'num' ? (parseGoInt(v.text) ?? Number(v.text)) : plainValue(v))
   }
+  return u
 }
 
 const INPUT_KEYS = new Set(['role', 'content', 'usage'])
@@ -244,20 +281,41 @@ function stdinError(line: number, reason: string): NoaError {
   return new NoaError('NOA_BAD_RECORD', `stdin:${line}: ${reason}; nothing was written`, { line })
 }
 
-function parseInput(text: string): Input[] {
+function parseInput(buf: Buffer): Input[] {
+  // Refused, not rewritten: each bad byte would become U+FFFD, other bytes than the ones given.
+  const bad = findInvalidUtf8(buf)
+  if (bad) throw stdinError(bad.line, describeInvalidUtf8(bad))
   const out: Input[] = []
-  for (const { line: n, text: line, value: obj } of jsonLines(text, stdinError)) {
-    if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) {
-      throw stdinError(n, 'each line must be an object {"role","content","usage"?}')
+  const lines = buf.toString('utf8').split('\n')
+  for (let i = 0; i < lines.length; i++) {
+    const n = i + 1
+    const line = (lines[i] as string).replace(/\r$/, '')
+    if (line.trim() === '') continue
+    let node: JsonNode
+    const notes = { loneSurrogate: -1, invalidByte: -1 }
+    try {
+      node = parseGoJson(line, notes)
+    } catch (err) {
+      if (err instanceof GoSyntaxError) throw stdinError(n, `not JSON: ${err.message}`)
+      throw err
     }
-    const o = obj as Record<string, unknown>
-    for (const key of Object.keys(o)) {
+    if (notes.loneSurrogate >= 0) {
+      const at = notes.loneSurrogate
+      throw stdinError(
+        n,
+        `${line.slice(at, at + 6)} at byte ${Buffer.byteLength(line.slice(0, at)) + 1} of the line is half a surrogate pair, not text`,
+      )
+    }
+    if (node.k !== 'obj') throw stdinError(n, 'each line must be an object {"role","content","usage"?}')
+    const o: Record<string, unknown> = {}
+    for (const [key, v] of node.members) {
       if (!INPUT_KEYS.has(key))
         throw stdinError(n, `unknown key ${JSON.stringify(key)} (known: role, content, usage)`)
+      o[key] =
+        key === 'content' ? blocksFromTree(v, line) : key === 'usage' ? usageFromTree(v) : plainValue(v)
     }
     // A bare string is shorthand for one text block.
     const content = typeof o.content === 'string' ? [{ type: 'text', text: o.content }] : o.content
-    if (Array.isArray(content)) withRawInputs(content, rawContentInputs(line, ['content']))
     const message = { role: o.role, content }
     try {
       checkMessage(message)
@@ -286,7 +344,7 @@ async function append(args: string[], io: CliIo): Promise<number> {
   const agentId = values.agent
   if (agentId !== undefined) checkTranscriptId(agentId, 'agent id')
   // Everything is checked before anything is written.
-  const inputs = parseInput((await readAll(io.stdin)).toString('utf8'))
+  const inputs = parseInput(await readAll(io.stdin))
   const file = transcriptPath(dir, sessionId, agentId)
   // Continue the file's chain; a corrupt file is refused here rather than appended to.
   const existing = await loadTranscript(file)
@@ -323,7 +381,7 @@ async function append(args: string[], io: CliIo): Promise<number> {
 async function usageCmd(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, SPECS.usage)
   const [dir, sessionId] = positionals as [string, string]
-  const u = await sessionUsage(dir, sessionId)
+  const u = await sessionUsage(dir, sessionId, { strict: values.norma ?? false })
   if (!u.main.exists && u.sidechains.length === 0) {
     throw new NoaError('NOA_NOT_FOUND', `session ${sessionId} has no transcript in ${dir}`, {
       file: u.main.file,

@@ -1,19 +1,31 @@
 import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
+import { SnapshotEngine } from '../../store/snapshot.js'
+import { type StoreProblem, verifyStore } from '../../store/verify.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 import { meter, percent } from '../progress.js'
 
 export const spec = command({
-  usage: 'usage: noa verify [workspace…] [--root DIR] [--json]',
-  options: { ...ROOT_OPTION, ...JSON_OPTION },
+  usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    objects: {
+      type: 'boolean',
+      description:
+        'also check that every object the logs reach is stored (missing blobs named with their seq)',
+    },
+  },
   positionals: [0, Number.POSITIVE_INFINITY],
   details:
-    'Reads every line of each log (all workspaces when none is named) without changing it. One\n' +
-    'that fails does not stop the others; every failure, and every entry of agent-logs/ that is\n' +
-    'not a regular log, is named again at the end.',
-  examples: ['noa verify agent-1 agent-2'],
+    'Reads every line of each log (all workspaces when none is named) without changing it, then\n' +
+    'checks that every snapshot and merge entry names a record of that workspace (one that does\n' +
+    'not, which a later snapshot has recorded as without effect, is a note, not a failure). One\n' +
+    'log that fails does not stop the others; every failure, and every entry of agent-logs/ that\n' +
+    'is not a regular log, is named again at the end.',
+  examples: ['noa verify agent-1 agent-2', 'noa verify --objects'],
   exitCodes: {
     0: 'every log is consistent',
     1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
@@ -30,15 +42,27 @@ export function describe(r: VerifyReport): string {
   return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
 }
 
+function storeLine(p: StoreProblem): string {
+  const seq = p.seq !== undefined && !p.reason.includes(`seq ${p.seq}`) ? `seq ${p.seq}: ` : ''
+  const next =
+    p.kind === 'unknown-snapshot' || p.kind === 'foreign-snapshot'
+      ? '; the next noa snapshot records it as no effect'
+      : ''
+  return `${seq}${p.reason}${next}`
+}
+
 /**
  * Verifies each workspace in full, going on past one that fails (corrupt, unreadable, not a
  * regular file); every failure is named again at the end and the exit code is 1. Without
- * names: every entry of `agent-logs/`, what is not a regular log included.
+ * names: every entry of `agent-logs/`, what is not a regular log included. On top of the
+ * engine's line scan, the store's checks of what each log names (records, and with --objects
+ * every object it reaches).
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const root = rootOf(values)
   const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
+  const engine = new SnapshotEngine({ root })
   const problems: LogProblem[] = []
   for (const p of scan.problems) {
     problems.push(p)
@@ -50,11 +74,13 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const n = scan.workspaces.length
   for (const [i, ws] of scan.workspaces.entries()) {
     let report: VerifyReport
+    let found: StoreProblem[] = []
     try {
       report = await verifyWorkspace(root, ws, {
         onProgress: (bytes, size) =>
           shown.update(() => `verifying ${ws} (${i + 1}/${n}): ${percent(bytes, size)} of ${mb(size)}`),
       })
+      if (report.ok) found = await verifyStore(engine, ws, { objects: values.objects ?? false })
     } catch (err) {
       shown.done()
       const p = problemOf(err, safeLogPath(root, ws))
@@ -68,10 +94,32 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       continue
     }
     shown.done()
+    const failures = found.filter((p) => p.recordedBy === undefined)
+    const notes = found
+      .filter((p) => p.recordedBy !== undefined)
+      .map((p) => `  note: seq ${p.seq}: ${p.reason}; recorded as no effect by ${p.recordedBy}\n`)
+      .join('')
     if (!report.ok) problems.push({ file: report.file, code: 'NOA_CORRUPT_LOG', message: describe(report) })
-    if (values.json) await write(io.stdout, json({ workspace: ws, ...report }))
-    else
-      await write(report.ok ? io.stdout : io.stderr, `${ws}: ${report.ok ? 'ok, ' : ''}${describe(report)}\n`)
+    for (const p of failures)
+      problems.push({ file: report.file, code: 'NOA_BAD_RECORD', message: `${report.file}: ${storeLine(p)}` })
+    const good = report.ok && failures.length === 0
+    if (values.json) {
+      await write(io.stdout, json({ workspace: ws, ...report, ok: good, store: found }))
+    } else if (!report.ok) {
+      await write(io.stderr, `${ws}: ${describe(report)}\n`)
+    } else if (good) {
+      await write(
+        io.stdout,
+        `${ws}: ok, ${describe(report)}${values.objects ? ', every object it reaches stored' : ''}\n${notes}`,
+      )
+    } else {
+      await write(
+        io.stderr,
+        `${ws}: ${describe(report)}; ${failures.length} problem${failures.length === 1 ? '' : 's'} with what it names:\n${failures
+          .map((p) => `  ${storeLine(p)}\n`)
+          .join('')}${notes}`,
+      )
+    }
   }
   return reportProblems(io, 'verify', problems, 'failed verification')
 }

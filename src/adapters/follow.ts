@@ -1,0 +1,71 @@
+/**
+ * An adapter keeps what it read of a workspace's log in memory, and must notice when the log
+ * changed under it: another process appended while this one did not hold the workspace (the
+ * engine unlocks a workspace it closes), or `noa` commands ran on it. Logs only grow, except
+ * when recovery cuts a torn tail; so the file's size says whether anything changed, and the
+ * entries after the last seq read are the change.
+ */
+import type { Entry } from '../engine/entry.js'
+import { statFile } from '../engine/files.js'
+import { logPath } from '../engine/logs.js'
+import { readEntryBatches } from '../engine/reader.js'
+
+export type LogChange = { kind: 'none' } | { kind: 'grew'; entries: Entry[] } | { kind: 'reset' }
+
+export class LogFollower {
+  readonly file: string
+  /** Bytes of the log accounted for (what was read, or what this process wrote). */
+  private knownSize = 0
+  /** Last seq read or written. */
+  lastSeq = 0
+
+  constructor(
+    readonly root: string,
+    readonly workspace: string,
+  ) {
+    this.file = logPath(root, workspace)
+  }
+
+  /** Bytes in the log file now (0 when there is none); a symlink or non-file there is refused. */
+  size(): number {
+    return statFile(this.file, 'workspace log')?.size ?? 0
+  }
+
+  exists(): boolean {
+    return statFile(this.file, 'workspace log') !== undefined
+  }
+
+  /**
+   * What changed since the last call or `accept`: nothing, new entries (read up to the size
+   * seen now), or a reset (the file shrank: read it again from the start).
+   */
+  async changes(): Promise<LogChange> {
+    const size = this.size()
+    if (size === this.knownSize) return { kind: 'none' }
+    if (size < this.knownSize) {
+      this.knownSize = 0
+      this.lastSeq = 0
+      return { kind: 'reset' }
+    }
+    const entries: Entry[] = []
+    for await (const batch of readEntryBatches(this.file, { fromSeq: this.lastSeq + 1, end: size })) {
+      for (const e of batch) entries.push(e)
+    }
+    this.knownSize = size
+    if (entries.length > 0) this.lastSeq = (entries[entries.length - 1] as Entry).seq
+    return entries.length > 0 ? { kind: 'grew', entries } : { kind: 'none' }
+  }
+
+  /** After a full read up to `size` bytes, or this process's own append. */
+  accept(lastSeq: number, size = this.size()): void {
+    this.lastSeq = lastSeq
+    this.knownSize = size
+  }
+}
+
+/** Entries of a log up to `end` bytes (complete lines only). */
+export async function readLog(file: string, end: number): Promise<Entry[]> {
+  const out: Entry[] = []
+  for await (const batch of readEntryBatches(file, { end })) for (const e of batch) out.push(e)
+  return out
+}

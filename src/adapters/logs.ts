@@ -1,0 +1,77 @@
+/**
+ * The AgentLog an adapter writes through. A process should run one pool of owner workers per
+ * root: a second AgentLog on the same root would fight the first for each workspace's flock
+ * (NOA_WORKSPACE_LOCKED). So adapters opened on the same root share one, counted, and the last
+ * to close ends it. A caller may also hand in its own open AgentLog, which is never closed here.
+ */
+import { AgentLog } from '../engine/agent-log.js'
+import { resolveRoot } from '../engine/logs.js'
+
+interface Shared {
+  log: Promise<AgentLog>
+  users: number
+}
+
+const shared = new Map<string, Shared>()
+/** Pools being closed: a new lease on the same root waits, or its workspaces would still be locked. */
+const closing = new Map<string, Promise<unknown>>()
+
+export interface LogLease {
+  log: AgentLog
+  release(): Promise<void>
+}
+
+export interface LeaseOptions {
+  root?: string
+  /** Owner worker threads when this lease starts the pool (default: AgentLog's). */
+  workers?: number
+}
+
+/** The process's AgentLog for `root`, opened on first use. */
+export async function leaseLog(options: LeaseOptions): Promise<LogLease> {
+  const root = resolveRoot(options.root)
+  await closing.get(root)?.catch(() => {})
+  let s = shared.get(root)
+  if (!s) {
+    const opening = AgentLog.open(
+      options.workers === undefined ? { root } : { root, workers: options.workers },
+    )
+    s = { log: opening, users: 0 }
+    shared.set(root, s)
+    opening.catch(() => {
+      if (shared.get(root) === s) shared.delete(root)
+    })
+  }
+  s.users++
+  let log: AgentLog
+  try {
+    log = await s.log
+  } catch (err) {
+    s.users--
+    throw err
+  }
+  const entry = s
+  let released = false
+  return {
+    log,
+    async release() {
+      if (released) return
+      released = true
+      entry.users--
+      if (entry.users > 0) return
+      if (shared.get(root) === entry) shared.delete(root)
+      const done = log.close()
+      closing.set(root, done)
+      try {
+        await done
+      } finally {
+        if (closing.get(root) === done) closing.delete(root)
+      }
+    },
+  }
+}
+
+/** A lease on a log the caller opened and will close. */
+export function borrowedLog(log: AgentLog): LogLease {
+  return { log, release: async () => {} }
+}

@@ -1,0 +1,35 @@
+/**
+ * What the engine may ask of the object store above it before an entry is appended. The engine
+ * sits below the store and never imports it: the store (or anything else that knows the
+ * objects) hands an implementation to `AgentLog.open({ objects })`.
+ *
+ * Snapshot and merge entries are the store's records. Without `objects` the engine refuses them
+ * from every caller but the store's own path (`STORE_APPEND`, below), because it cannot tell a
+ * real record from a forged one; with `objects` it lets through those the store vouches for.
+ */
+import type { EntryInput } from './entry.js'
+
+export interface ObjectChecks {
+  /** Whether a blob with this hash (64 lowercase hex) is stored. */
+  hasBlob(hash: string): boolean
+  /**
+   * Throws a NoaError when the snapshot or merge entries of `entries`, about to be appended to
+   * `workspace` in this order, do not name records the store wrote for that workspace.
+   * `where(i)` names entry i in messages (e.g. `entry 3`, `stdin:7`).
+   */
+  checkRecords(workspace: string, entries: readonly EntryInput[], where: (i: number) => string): void
+}
+
+/**
+ * The store's own path into the engine: appends snapshot and merge entries without asking
+ * `objects` (the store has just written the records they name, or names a fork base that is
+ * not this workspace's). Not exported from the package: a normal caller cannot reach it by
+ * accident, only by importing this module on purpose.
+ */
+export const STORE_APPEND: unique symbol = Symbol('noa.storeAppend')
+
+export function isRecordEntry(entry: unknown): boolean {
+  if (typeof entry !== 'object' || entry === null) return false
+  const op = (entry as { op?: unknown }).op
+  return op === 'snapshot' || op === 'merge'
+}

@@ -1,0 +1,1 @@
+export { NoaSession, type NoaSessionOptions } from './session.js'

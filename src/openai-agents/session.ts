@@ -1,0 +1,268 @@
+/**
+ * NoaSession: an OpenAI Agents SDK `Session` whose history is a noa workspace,
+ * `oa.<session id>` (adapters/names.ts; `oah.<hash>` for a long id, with the id in `session`).
+ *
+ * Each item is a file, `items/<12-digit position>`, whose blob is the item's JSON: `addItems`
+ * appends `write` entries (one commit for the call), `popItem` a `delete` of the last one,
+ * `clearSession` a `delete` of each. So `noa log` shows the history as it happened, and
+ * `noa snapshot` + `noa tree`/`noa blob get` show it as it stands; `noa fork` copies a session.
+ * Every change resolves once its blobs are fsynced and its entries are covered by an
+ * fdatasync.
+ */
+import type { AgentInputItem, Session } from '@openai/agents'
+import { LogFollower } from '../adapters/follow.js'
+import { borrowedLog, type LogLease, leaseLog } from '../adapters/logs.js'
+import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } from '../adapters/names.js'
+import type { AgentLog } from '../engine/agent-log.js'
+import type { Entry, EntryInput } from '../engine/entry.js'
+import { NoaError } from '../engine/errors.js'
+import { recoverJournalsForRead } from '../engine/journal-recovery.js'
+import { resolveRoot } from '../engine/logs.js'
+import { checkOptionKeys } from '../engine/options.js'
+import { type KeyedMutex, mutexFor } from '../store/mutex.js'
+import { ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
+import { SnapshotEngine } from '../store/snapshot.js'
+
+export const SESSIONS: NameScheme = { prefix: 'oa', what: 'session id' }
+
+export interface NoaSessionOptions {
+  /** noa root (default `$NOA_ROOT`, else `./.noa`); ignored when `log` is given. */
+  root?: string
+  /** Default: a random UUID, like the SDK's MemorySession. */
+  sessionId?: string
+  /** An open AgentLog to write through (left open by `close`). Default: one per root per process. */
+  log?: AgentLog
+  /** Owner worker threads, when the session starts the root's pool. */
+  workers?: number
+}
+
+const OPTION_KEYS = new Set(['root', 'sessionId', 'log', 'workers'])
+const ITEM_RE = /^items\/(\d{12})$/
+const SESSION_FILE = 'session'
+
+function itemPath(n: number): string {
+  return `items/${String(n).padStart(12, '0')}`
+}
+
+export class NoaSession implements Session {
+  readonly sessionId: string
+  readonly workspace: string
+  readonly root: string
+  private readonly options: NoaSessionOptions
+  private readonly store: ObjectStore
+  private readonly follower: LogFollower
+  /** Position → blob of the items now, in order. */
+  private items = new Map<number, string>()
+  private files = new Map<string, string>()
+  private readonly values = new Map<string, AgentInputItem>()
+  private loaded = false
+  private lease: Promise<LogLease> | null = null
+  private writing = false
+  private closed = false
+
+  constructor(options: NoaSessionOptions = {}) {
+    checkOptionKeys(options, OPTION_KEYS, 'NoaSession')
+    this.options = options
+    this.sessionId = checkId(options.sessionId ?? crypto.randomUUID(), 'sessionId')
+    this.workspace = workspaceFor(SESSIONS, this.sessionId)
+    this.root = options.log ? options.log.root : resolveRoot(options.root)
+    this.store = new ObjectStore(this.root)
+    this.follower = new LogFollower(this.root, this.workspace)
+  }
+
+  async getSessionId(): Promise<string> {
+    return this.sessionId
+  }
+
+  /** The most recent `limit` items (all without one), oldest first. */
+  async getItems(limit?: number): Promise<AgentInputItem[]> {
+    if (limit !== undefined && (typeof limit !== 'number' || Number.isNaN(limit))) {
+      throw new NoaError('NOA_BAD_ARGUMENT', `getItems limit must be a number, got ${describe(limit)}`, {
+        field: 'limit',
+      })
+    }
+    await this.refresh()
+    const blobs = [...this.items.values()]
+    const wanted =
+      limit === undefined ? blobs : limit <= 0 ? [] : blobs.slice(Math.max(0, blobs.length - limit))
+    const out: AgentInputItem[] = []
+    for (const blob of wanted) out.push(structuredClone(await this.item(blob)))
+    return out
+  }
+
+  async addItems(items: AgentInputItem[]): Promise<void> {
+    if (!Array.isArray(items)) {
+      throw new NoaError('NOA_BAD_ARGUMENT', `addItems takes an array of items, got ${describe(items)}`)
+    }
+    if (items.length === 0) return
+    const encoded = items.map((item, i) => {
+      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
+        throw new NoaError('NOA_BAD_ARGUMENT', `addItems: item ${i} must be an object, got ${describe(item)}`)
+      }
+      let text: string
+      try {
+        text = JSON.stringify(item)
+      } catch (err) {
+        throw new NoaError('NOA_BAD_ARGUMENT', `addItems: item ${i} is not JSON: ${(err as Error).message}`)
+      }
+      return Buffer.from(text, 'utf8')
+    })
+    await this.write(async () => {
+      let next = this.lastPosition() + 1
+      const objects: StoredObject[] = []
+      const entries: EntryInput[] = []
+      if (decodeWorkspace(SESSIONS, this.workspace)?.kind === 'hashed' && !this.files.has(SESSION_FILE)) {
+        const id = Buffer.from(this.sessionId, 'utf8')
+        objects.push({ id: sha256(id), data: id, exact: true })
+        entries.push({ op: 'write', path: SESSION_FILE, blob: sha256(id) })
+      }
+      for (const data of encoded) {
+        const blob = sha256(data)
+        objects.push({ id: blob, data, exact: true })
+        entries.push({ op: 'write', path: itemPath(next++), blob })
+      }
+      return { objects, entries }
+    })
+  }
+
+  /** Removes the most recent item and returns it (undefined when there is none). */
+  async popItem(): Promise<AgentInputItem | undefined> {
+    let popped: AgentInputItem | undefined
+    await this.write(async () => {
+      const last = this.lastPosition()
+      const blob = this.items.get(last)
+      if (blob === undefined) return { objects: [], entries: [] }
+      popped = structuredClone(await this.item(blob))
+      return { objects: [], entries: [{ op: 'delete', path: itemPath(last) }] }
+    })
+    return popped
+  }
+
+  async clearSession(): Promise<void> {
+    await this.write(async () => ({
+      objects: [],
+      entries: [...this.items.keys()].map((n): EntryInput => ({ op: 'delete', path: itemPath(n) })),
+    }))
+  }
+
+  /** Waits for changes in flight, then releases the root's AgentLog (closing it if this opened it). */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    if (!this.lease) return
+    const lease = await this.lease
+    await mutexFor(lease.log).run([this.workspace], async () => {})
+    await lease.release()
+  }
+
+  private async item(blob: string): Promise<AgentInputItem> {
+    let v = this.values.get(blob)
+    if (v === undefined) {
+      const bytes = await this.store.getBlob(blob)
+      try {
+        v = JSON.parse(bytes.toString('utf8')) as AgentInputItem
+      } catch {
+        throw new NoaError('NOA_CORRUPT_OBJECT', `session ${this.sessionId}: item blob ${blob} is not JSON`, {
+          object: blob,
+        })
+      }
+      this.values.set(blob, v)
+    }
+    return v
+  }
+
+  private async log(): Promise<{ log: AgentLog; mutex: KeyedMutex }> {
+    if (this.closed) throw new NoaError('NOA_CLOSED', `NoaSession ${this.sessionId} is closed`)
+    this.lease ??= this.options.log
+      ? Promise.resolve(borrowedLog(this.options.log))
+      : leaseLog({ root: this.root, workers: this.options.workers })
+    const lease = await this.lease.catch((err) => {
+      this.lease = null
+      throw err
+    })
+    return { log: lease.log, mutex: mutexFor(lease.log) }
+  }
+
+  /** One change: built from the items as they stand (under the workspace's mutex), then made durable. */
+  private async write(
+    build: () => Promise<{ objects: StoredObject[]; entries: EntryInput[] }>,
+  ): Promise<void> {
+    const { log, mutex } = await this.log()
+    await mutex.run([this.workspace], async () => {
+      await log.openWorkspace(this.workspace) // the lock first: nobody else appends from here on
+      this.writing = true
+      try {
+        await this.refresh(true)
+        const { objects, entries } = await build()
+        if (entries.length === 0) return
+        await this.store.write(objects)
+        const acks = await log.appendMany(this.workspace, entries)
+        for (const [i, a] of acks.entries()) this.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
+        this.follower.accept(acks[acks.length - 1]?.seq ?? this.follower.lastSeq)
+      } finally {
+        this.writing = false
+      }
+    })
+  }
+
+  /** Brings the items up to date with the log (a write in flight does it itself). */
+  private async refresh(force = false): Promise<void> {
+    if (this.writing && !force) return
+    if (!this.loaded) return this.load()
+    const change = await this.follower.changes()
+    if (change.kind === 'reset') return this.load()
+    if (change.kind !== 'grew') return
+    for (const e of change.entries) {
+      // A snapshot or merge entry can bring files that no entry names (a fork, a merge): replay.
+      if (e.op === 'snapshot' || e.op === 'merge') return this.load()
+      this.apply(e)
+    }
+  }
+
+  private async load(): Promise<void> {
+    // After a power loss the last items may be only in a dead process's commit journal.
+    recoverJournalsForRead(this.root)
+    const size = this.follower.size()
+    this.files = new Map()
+    this.items = new Map()
+    let lastSeq = 0
+    if (size > 0) {
+      const s = await new SnapshotEngine({ root: this.root, store: this.store }).replay(this.workspace)
+      for (const [path, blob] of s.tree.entries()) this.setFile(path, blob)
+      lastSeq = s.seq
+    }
+    this.follower.accept(lastSeq, size)
+    this.loaded = true
+  }
+
+  private apply(e: Entry): void {
+    if (e.op === 'write') this.setFile(e.path, e.blob)
+    else if (e.op === 'delete') this.setFile(e.path, null)
+    else if (e.op === 'rename') {
+      const blob = this.files.get(e.from)
+      this.setFile(e.from, null)
+      if (blob !== undefined) this.setFile(e.to, blob)
+    }
+  }
+
+  private setFile(path: string, blob: string | null): void {
+    if (blob === null) this.files.delete(path)
+    else this.files.set(path, blob)
+    const m = ITEM_RE.exec(path)
+    if (!m) return
+    const n = Number(m[1])
+    if (blob === null) this.items.delete(n)
+    else this.items.set(n, blob)
+    // Items are kept in position order (a Map iterates in insertion order): an item added
+    // below the last one (by a rename, say) puts them in order again.
+    if (blob !== null && n < this.lastPosition()) {
+      this.items = new Map([...this.items].sort((a, b) => a[0] - b[0]))
+    }
+  }
+
+  private lastPosition(): number {
+    let last = 0
+    for (const n of this.items.keys()) if (n > last) last = n
+    return last
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * Garbage collection of the object store: mark what the logs reach (reach.ts), sweep the rest.
+ *
+ * Safe beside live writers in other processes, as git's gc is: an object younger than the grace
+ * period (default one hour) is never removed, so objects a snapshot, a blob upload or a mirror
+ * has just written survive until the entry naming them is in a log; a writer that finds an
+ * object already stored freshens its mtime (objects.ts), which restarts its grace. Logs that grew
+ * while gc ran are read again before each directory of the store is swept, so an entry appended
+ * meanwhile keeps what it names. Removing an object is one unlink and only unreachable objects
+ * are removed, so gc killed at any point leaves a store in which every reachable object is
+ * whole. Temp files left by interrupted writers (`.obj-*.tmp`, `.blob-*.tmp`) go too, once they
+ * are older than the grace period. A dry run (the default) removes nothing and reports the same.
+ */
+import { lstatSync, readdirSync, statSync, unlinkSync } from 'node:fs'
+import { join } from 'node:path'
+import { NoaError } from '../engine/errors.js'
+import { logPath, workspaceNames } from '../engine/logs.js'
+import { checkOptionKeys } from '../engine/options.js'
+import { readEntryBatches } from '../engine/reader.js'
+import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
+import { lastSeqOf } from './records.js'
+import type { SnapshotEngine } from './snapshot.js'
+
+export const DEFAULT_GRACE_MS = 60 * 60 * 1000
+
+export interface GcOptions {
+  /** Report what would be removed and remove nothing (default true). */
+  dryRun?: boolean
+  /** Never remove an object or temp file modified less than this long ago (default one hour). */
+  graceMs?: number
+  /** Each object or temp file removed (or, in a dry run, that would be). */
+  onRemove?: (item: GcItem) => void
+  onProgress?: (p: GcProgress) => void
+}
+
+const GC_KEYS = new Set(['dryRun', 'graceMs', 'onRemove', 'onProgress'])
+
+export interface GcItem {
+  kind: 'object' | 'temp'
+  /** Object id (64 hex) or temp file name. */
+  name: string
+  path: string
+  bytes: number
+}
+
+export interface GcProgress {
+  phase: 'mark' | 'sweep'
+  workspaces: number
+  /** Objects found reachable so far. */
+  marked: number
+  /** Store directories swept so far, of 256. */
+  dirs: number
+  removed: number
+}
+
+export interface GcResult {
+  dryRun: boolean
+  graceMs: number
+  /** Object files looked at. */
+  objects: number
+  /** Of those, reachable from some log. */
+  reachable: number
+  /** Unreachable but younger than the grace period: kept. */
+  young: number
+  /** Unreachable objects removed (dry run: that would be). */
+  removed: number
+  removedBytes: number
+  /** Temp files removed (dry run: that would be). */
+  temps: number
+  tempBytes: number
+  /** Reachable objects that are missing (noa verify --objects names them). */
+  missing: number
+}
+
+const SHARD_RE = /^[0-9a-f]{2}$/
+const REST_RE = /^[0-9a-f]{62}$/
+const TEMP_RE = /^\.(?:obj|blob|tmp)-[0-9a-f]+\.tmp$|^\..*\.tmp$/
+
+export async function collectGarbage(engine: SnapshotEngine, options: GcOptions = {}): Promise<GcResult> {
+  checkOptionKeys(options, GC_KEYS, 'gc')
+  const dryRun = options.dryRun ?? true
+  const graceMs = options.graceMs ?? DEFAULT_GRACE_MS
+  if (typeof dryRun !== 'boolean') throw optionError('dryRun', 'must be a boolean', dryRun)
+  if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0) {
+    throw optionError('graceMs', 'must be a number of milliseconds >= 0', graceMs)
+  }
+  const root = engine.root
+  const marks = new MarkSet()
+  let missing = 0
+  const progress: GcProgress = { phase: 'mark', workspaces: 0, marked: 0, dirs: 0, removed: 0 }
+  let lastReport = 0
+  const report = (force = false) => {
+    if (!options.onProgress) return
+    const now = performance.now()
+    if (!force && now - lastReport < 100) return
+    lastReport = now
+    progress.marked = marks.size
+    options.onProgress({ ...progress })
+  }
+  const sink: ReachSink = {
+    object: (_kind, id) => {
+      const fresh = marks.add(id)
+      if (fresh && (marks.size & 0xfff) === 0) report()
+      return fresh
+    },
+    missing: () => {
+      missing++
+    },
+  }
+
+  // Mark. What each log held when read; read again before each sweep step (see refresh).
+  const seen = new Map<string, { size: number; lastSeq: number }>()
+  const logSize = (ws: string) => statSync(logPath(root, ws), { throwIfNoEntry: false })?.size ?? -1
+  for (const ws of workspaceNames(root)) {
+    seen.set(ws, { size: logSize(ws), lastSeq: lastSeqOf(root, ws) })
+    await walkWorkspace(engine, ws, sink)
+    progress.workspaces++
+    report()
+  }
+  const refresh = async () => {
+    for (const ws of workspaceNames(root)) {
+      const was = seen.get(ws)
+      const size = logSize(ws)
+      if (was && was.size === size) continue
+      const lastSeq = lastSeqOf(root, ws)
+      if (!was) {
+        await walkWorkspace(engine, ws, sink)
+      } else {
+        for await (const batch of readEntryBatches(logPath(root, ws), {
+          fromSeq: was.lastSeq + 1,
+          validate: false,
+        })) {
+          for (const e of batch) {
+            if (e.op === 'write') sink.object('blob', e.blob, { workspace: ws, seq: e.seq })
+            else if (e.op === 'snapshot') {
+              const record = await engine.getSnapshot(e.snapshot_id).catch(() => null)
+              if (record) await snapshotObjects(engine, record, sink, { workspace: ws, seq: e.seq }, true)
+            }
+          }
+        }
+      }
+      seen.set(ws, { size, lastSeq })
+    }
+  }
+
+  // Sweep, one store directory at a time.
+  progress.phase = 'sweep'
+  const result: GcResult = {
+    dryRun,
+    graceMs,
+    objects: 0,
+    reachable: 0,
+    young: 0,
+    removed: 0,
+    removedBytes: 0,
+    temps: 0,
+    tempBytes: 0,
+    missing,
+  }
+  const now = Date.now()
+  const dir = engine.store.dir
+  let top: string[]
+  try {
+    top = readdirSync(dir).sort()
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') top = []
+    else throw err
+  }
+  const sweepTemp = (folder: string, name: string) => {
+    const path = join(folder, name)
+    const st = lstatSync(path, { throwIfNoEntry: false })
+    if (!st?.isFile() || now - st.mtimeMs < graceMs) return
+    remove({ kind: 'temp', name, path, bytes: st.size })
+  }
+  const remove = (item: GcItem) => {
+    if (!dryRun) {
+      try {
+        unlinkSync(item.path)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return // another gc took it
+        throw err
+      }
+    }
+    if (item.kind === 'temp') {
+      result.temps++
+      result.tempBytes += item.bytes
+    } else {
+      result.removed++
+      result.removedBytes += item.bytes
+    }
+    progress.removed++
+    options.onRemove?.(item)
+  }
+  for (const name of top) {
+    if (TEMP_RE.test(name)) sweepTemp(dir, name)
+  }
+  for (const shard of top) {
+    if (!SHARD_RE.test(shard)) continue
+    const folder = join(dir, shard)
+    let names: string[]
+    try {
+      names = readdirSync(folder)
+    } catch (err) {
+      if (
+        (err as NodeJS.ErrnoException).code === 'ENOTDIR' ||
+        (err as NodeJS.ErrnoException).code === 'ENOENT'
+      )
+        continue
+      throw err
+    }
+    await refresh()
+    for (const name of names) {
+      if (!REST_RE.test(name)) {
+        if (TEMP_RE.test(name)) sweepTemp(folder, name)
+        continue
+      }
+      result.objects++
+      const id = shard + name
+      if (marks.has(id)) {
+        result.reachable++
+        continue
+      }
+      const path = join(folder, name)
+      const st = lstatSync(path, { throwIfNoEntry: false })
+      if (!st?.isFile()) continue
+      if (now - st.mtimeMs < graceMs) {
+        result.young++
+        continue
+      }
+      remove({ kind: 'object', name: id, path, bytes: st.size })
+    }
+    progress.dirs++
+    report()
+  }
+  result.missing = missing
+  report(true)
+  return result
+}
+
+function optionError(name: string, rule: string, value: unknown): NoaError {
+  return new NoaError('NOA_BAD_OPTION', `gc option ${name} ${rule}, got ${JSON.stringify(value)}`, {
+    field: name,
+  })
+}
+
+/** `90s`, `30m`, `1h`, `2d`, `500ms`, or a bare number of seconds, as milliseconds. */
+export function parseDuration(text: string, what = 'duration'): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)?$/.exec(text.trim())
+  if (!m) {
+    throw new NoaError(
+      'NOA_BAD_ARGUMENT',
+      `${what} must be a number with a unit (ms, s, m, h, d, w), e.g. 1h or 30m, got ${JSON.stringify(text)}`,
+    )
+  }
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }[
+    m[2] ?? 's'
+  ] as number
+  return Number(m[1]) * unit
+}

@@ -1,0 +1,311 @@
+/** Garbage collection and snapshot retention. */
+import { spawn } from 'node:child_process'
+import { readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { PassThrough, Writable } from 'node:stream'
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
+import { CLI, runCli, runCliAsync, tempDir } from '../helpers/index.js'
+import { refusal, setup } from '../helpers/snapshot.js'
+
+/** Every object file (64-hex ids) and temp file under root/objects. */
+function objectIds(root: string): string[] {
+  try {
+    return readdirSync(join(root, 'objects'), { recursive: true, encoding: 'utf8' })
+      .filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{62}$/.test(f))
+      .map((f) => f.replace('/', ''))
+      .sort()
+  } catch {
+    return []
+  }
+}
+
+/** Makes every file under root/objects look `hours` old (gc's grace period is about mtimes). */
+function age(root: string, hours = 2): void {
+  const t = new Date(Date.now() - hours * 3_600_000)
+  for (const f of readdirSync(join(root, 'objects'), { recursive: true, encoding: 'utf8' })) {
+    const p = join(root, 'objects', f)
+    if (statSync(p).isFile()) utimesSync(p, t, t)
+  }
+}
+
+/** Each listed snapshot's files as path → content (read through the store, hash-checked). */
+async function contents(engine: SnapshotEngine, id: string): Promise<Record<string, string>> {
+  const out: Record<string, string> = {}
+  for (const [path, blob] of (await engine.tree(id)).entries())
+    out[path] = (await engine.store.getBlob(blob)).toString()
+  return out
+}
+
+async function write(ctx: Awaited<ReturnType<typeof setup>>, ws: string, files: Record<string, string>) {
+  const entries: EntryInput[] = []
+  for (const [path, text] of Object.entries(files)) {
+    entries.push({ op: 'write', path, blob: await ctx.engine.store.putBlob(text) })
+  }
+  await ctx.log.appendMany(ws, entries)
+}
+
+describe('gc', () => {
+  it('dry run by default; removes only what no log reaches and nothing younger than the grace period', async () => {
+    const ctx = await setup()
+    const { root, engine } = ctx
+    await write(ctx, 'main', { a: 'a1', b: 'b1' })
+    const s1 = await engine.snapshot('main')
+    await write(ctx, 'main', { a: 'a2' }) // a1 is now only in s1
+    const s2 = await engine.snapshot('main')
+    await engine.fork('feat', s1.snapshotId as string)
+    await write(ctx, 'feat', { c: 'c-unsnapshotted' }) // reached by a write after the head
+    const garbage = await engine.store.putBlob('nobody wants me')
+    const young = await engine.store.putBlob('just uploaded')
+    age(root)
+    utimesSync(engine.store.pathOf(young), new Date(), new Date())
+    writeFileSync(join(root, 'objects', '.blob-0123456789ab.tmp'), 'half a blob') // an interrupted put
+    utimesSync(join(root, 'objects', '.blob-0123456789ab.tmp'), new Date(0), new Date(0))
+    const before = objectIds(root)
+    const dry = runCli(['gc', '--root', root])
+    expect(dry.status).toBe(0)
+    expect(dry.stdout).toBe(
+      `would remove ${garbage} (15 bytes)\nwould remove temp file .blob-0123456789ab.tmp (11 bytes)\ndry run: would free 26 B: 1 unreachable object and 1 temp file; kept ${before.length - 2} reachable and 1 younger than the grace period, of ${before.length} objects (noa gc --yes removes them)\n`.replace(
+        /would remove (\w{64}) \(15 bytes\)\nwould remove temp file (.*)\n/,
+        'would remove temp file $2\nwould remove $1 (15 bytes)\n',
+      ),
+    )
+    expect(dry.stderr).toBe('') // no progress when piped
+    expect(objectIds(root)).toEqual(before)
+    // On a terminal, a progress line is drawn on stderr and erased at the end.
+    const { main } = await import('../../dist/src/cli/main.js')
+    let drawn = ''
+    const stdin = new PassThrough()
+    stdin.end()
+    const sink = (add: (s: string) => void) =>
+      new Writable({
+        write(chunk, _encoding, done) {
+          add(String(chunk))
+          done()
+        },
+      })
+    const status = await main(['gc', '--root', root], {
+      stdin,
+      stdout: sink(() => {}),
+      stderr: sink((t) => {
+        drawn += t
+      }),
+      env: process.env,
+      isTTY: true,
+    })
+    expect(status).toBe(0)
+    const erase = '\r\x1b[K'
+    expect(
+      drawn.split(erase).some((line) => /^gc: sweeping: \d+\/256 folders, 2 to remove$/.test(line)),
+    ).toBe(true)
+    expect(drawn.endsWith('\r\x1b[K')).toBe(true)
+    const r = await engine.gc({ dryRun: false })
+    expect(r).toMatchObject({ removed: 1, removedBytes: 15, temps: 1, young: 1, missing: 0, dryRun: false })
+    expect(objectIds(root)).toEqual(before.filter((id) => id !== garbage))
+    expect(await contents(engine, s1.snapshotId as string)).toEqual({ a: 'a1', b: 'b1' })
+    expect(await contents(engine, s2.snapshotId as string)).toEqual({ a: 'a2', b: 'b1' })
+    expect(runCli(['verify', '--objects', '--root', root]).status).toBe(0)
+    // With no grace, the young one goes too; a second gc finds nothing.
+    const json = JSON.parse(runCli(['gc', '--yes', '--grace', '0', '--json', '--root', root]).stdout)
+    expect(json).toMatchObject({ removed: 1, items: [{ kind: 'object', name: young }] })
+    expect(JSON.parse(runCli(['gc', '--yes', '--grace', '0', '--json', '--root', root]).stdout).removed).toBe(
+      0,
+    )
+    expect(runCli(['gc', '--grace', 'soon', '--root', root]).status).toBe(2)
+    expect((await refusal(engine.gc({ graceMs: -1 }))).code).toBe('NOA_BAD_OPTION')
+  })
+
+  it('prune records the drop in the log; gc then frees what only the dropped snapshots held', async () => {
+    const ctx = await setup()
+    const { root, log, engine } = ctx
+    const ids: string[] = []
+    for (let i = 0; i < 5; i++) {
+      await write(ctx, 'ws', { f: `v${i}`, keep: 'same' })
+      ids.push((await engine.snapshot('ws', { message: `s${i}` })).snapshotId as string)
+    }
+    const before = await Promise.all(ids.map((id) => contents(engine, id)))
+    await log.close()
+    const p = runCli(['snapshot', 'prune', 'ws', '--keep-last', '2', '--root', root])
+    expect(p.status).toBe(0)
+    const [pruneId, ...dropped] = p.stdout.trim().split('\n')
+    expect(dropped).toEqual(
+      ids
+        .slice(0, 3)
+        .reverse()
+        .map((id) => `dropped ${id}`),
+    )
+    const lines = readFileSync(join(root, 'agent-logs', 'ws.log'), 'utf8')
+      .trimEnd()
+      .split('\n')
+    expect(JSON.parse(lines.at(-1) as string)).toMatchObject({
+      op: 'snapshot',
+      snapshot_id: pruneId,
+      message: 'prune: dropped 3 snapshots',
+    })
+    const list = runCli(['snapshots', 'ws', '--root', root]).stdout
+    expect(list.match(/\(pruned\)/g)?.length).toBe(3)
+    expect(runCli(['history', 'ws', '--root', root]).stdout).toMatch(/prune ws@\d+ .* \[dropped 3\]\n$/)
+    expect(runCli(['snapshot', 'prune', 'ws', '--keep-last', '2', '--root', root]).stderr).toMatch(
+      /nothing to drop/,
+    )
+    age(root)
+    const gc = runCli(['gc', '--yes', '--json', '--root', root])
+    const freed = JSON.parse(gc.stdout)
+    expect(freed.removed).toBeGreaterThanOrEqual(3) // v0, v1, v2 (and trees no one else needs)
+    const reader = new SnapshotEngine({ root })
+    for (let i = 3; i < 5; i++) expect(await contents(reader, ids[i] as string)).toEqual(before[i])
+    // A dropped snapshot's tree is rebuilt from the log; its blobs are gone, and checkout says which.
+    expect(Object.fromEntries((await reader.tree(ids[0] as string)).entries()).keep).toBeDefined()
+    const co = runCli(['checkout', ids[0] as string, join(tempDir(), 'o'), '--root', root])
+    expect(co.status).toBe(1)
+    expect(co.stderr).toMatch(/1 blob is not in the object store: "f" \(blob \w+, written at seq 1 of ws\)/)
+    expect(runCli(['verify', '--objects', '--root', root]).status).toBe(0)
+    expect(runCli(['snapshot', 'prune', 'ws', '--root', root]).status).toBe(2)
+  })
+
+  it('beside a live process that snapshots and prunes, gc in a loop removes nothing it needs', async () => {
+    const root = tempDir()
+    // Old garbage for gc to find, and a workspace of the writer's to go on from.
+    for (let i = 0; i < 50; i++) runCli(['blob', 'put', '-', '--root', root], { input: `garbage ${i}` })
+    age(root)
+    const script = new URL('../fixtures/gc-writer.mjs', import.meta.url).pathname
+    const writer = new Promise<string[]>((resolve, reject) => {
+      const child = spawn(process.execPath, [script, root, 'ws', '40', 'prune'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+      let out = ''
+      let err = ''
+      child.stdout.on('data', (b) => {
+        out += b
+      })
+      child.stderr.on('data', (b) => {
+        err += b
+      })
+      child.on('exit', (code) => (code === 0 ? resolve(out.trim().split('\n')) : reject(new Error(err))))
+    })
+    let done = false
+    let runs = 0
+    let removed = 0
+    const gcLoop = (async () => {
+      while (!done) {
+        // A grace period far below the default, still above the time a snapshot takes here.
+        const r = await runCliAsync(['gc', '--yes', '--grace', '3s', '--json', '--root', root])
+        expect(r.status, r.stderr).toBe(0)
+        removed += JSON.parse(r.stdout).removed
+        runs++
+      }
+    })()
+    const ids = await writer.finally(() => {
+      done = true
+    })
+    await gcLoop
+    expect(runs).toBeGreaterThan(1)
+    expect(removed).toBeGreaterThanOrEqual(50)
+    expect(ids.length).toBe(40)
+    const v = runCli(['verify', '--objects', '--root', root])
+    expect(v.status, v.stderr).toBe(0)
+    const reader = new SnapshotEngine({ root })
+    for (const s of await reader.listSnapshots('ws')) {
+      if (s.pruned) continue
+      const dir = join(tempDir(), 'o')
+      await reader.checkout(s.snapshotId, dir)
+    }
+  }, 120_000)
+
+  it('SIGKILL during gc --yes leaves a store that verifies and whose snapshots all check out', async () => {
+    const ctx = await setup()
+    const { root, engine } = ctx
+    for (let i = 0; i < 6; i++) {
+      await write(ctx, 'ws', Object.fromEntries(Array.from({ length: 30 }, (_, k) => [`f${k}`, `${i}-${k}`])))
+      await engine.snapshot('ws')
+    }
+    await engine.prune('ws', { keepLast: 2 })
+    for (let i = 0; i < 1500; i++) await engine.store.putBlob(`garbage ${i}`)
+    await ctx.log.close()
+    age(root)
+    const keep = (await engine.listSnapshots('ws')).filter((s) => !s.pruned)
+    const want = await Promise.all(keep.map((s) => contents(engine, s.snapshotId)))
+    const total = objectIds(root).length
+    for (let round = 0; round < 3; round++) {
+      await new Promise<void>((resolve, reject) => {
+        const child = spawn(process.execPath, [CLI, 'gc', '--yes', '--root', root], { stdio: 'ignore' })
+        setTimeout(() => child.kill('SIGKILL'), 150 + Math.floor(Math.random() * 200))
+        child.on('error', reject)
+        child.on('exit', () => resolve())
+      })
+      const v = runCli(['verify', '--objects', '--root', root])
+      expect(v.status, v.stderr).toBe(0)
+      const reader = new SnapshotEngine({ root })
+      for (let i = 0; i < keep.length; i++) {
+        expect(await contents(reader, (keep[i] as { snapshotId: string }).snapshotId)).toEqual(want[i])
+      }
+    }
+    expect(runCli(['gc', '--yes', '--root', root]).status).toBe(0)
+    expect(objectIds(root).length).toBeLessThan(total - 1500)
+  }, 60_000)
+
+  it('property: after any workload and gc, every snapshot still referenced has the same files', async () => {
+    const ctx = await setup()
+    const { log, engine } = ctx
+    let run = 0
+    const step = fc.oneof(
+      fc.record({ t: fc.constant('write' as const), ws: fc.nat(2), path: fc.nat(5), n: fc.nat(1000) }),
+      fc.record({ t: fc.constant('delete' as const), ws: fc.nat(2), path: fc.nat(5) }),
+      fc.record({ t: fc.constant('snapshot' as const), ws: fc.nat(2) }),
+      fc.record({ t: fc.constant('fork' as const), ws: fc.nat(2) }),
+      fc.record({ t: fc.constant('merge' as const), ws: fc.nat(2), from: fc.nat(2) }),
+      fc.record({ t: fc.constant('prune' as const), ws: fc.nat(2), keep: fc.nat(2) }),
+      fc.record({ t: fc.constant('gc' as const) }),
+    )
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 5, maxLength: 30 }), async (steps) => {
+        const p = `r${run++}`
+        const names = [`${p}a`, `${p}b`, `${p}c`]
+        await log.openWorkspace(names[0] as string)
+        const live = new Set([names[0] as string])
+        const check = async () => {
+          const expected = new Map<string, Record<string, string>>()
+          for (const ws of live) {
+            for (const s of await engine.listSnapshots(ws)) {
+              if (!s.pruned && !expected.has(s.snapshotId))
+                expected.set(s.snapshotId, await contents(engine, s.snapshotId))
+            }
+          }
+          await engine.gc({ dryRun: false, graceMs: 0 })
+          for (const [id, files] of expected) expect(await contents(engine, id)).toEqual(files)
+        }
+        for (const s of steps) {
+          const ws = names[('ws' in s ? s.ws : 0) % names.length] as string
+          if (s.t === 'gc') {
+            await check()
+            continue
+          }
+          if (!live.has(ws)) {
+            if (s.t !== 'fork') continue
+            const from = [...live][0] as string
+            const head = (await engine.snapshot(from, { allowEmpty: true })).snapshotId as string
+            await engine.fork(ws, head)
+            live.add(ws)
+            continue
+          }
+          if (s.t === 'write') {
+            await log.append(ws, {
+              op: 'write',
+              path: `p${s.path}`,
+              blob: await engine.store.putBlob(`${p} ${s.n}`),
+            })
+          } else if (s.t === 'delete') await log.append(ws, { op: 'delete', path: `p${s.path}` })
+          else if (s.t === 'snapshot') await engine.snapshot(ws)
+          else if (s.t === 'prune') await engine.prune(ws, { keepLast: s.keep })
+          else if (s.t === 'merge') {
+            const from = names[s.from] as string
+            if (from !== ws && live.has(from)) await engine.merge(ws, [from])
+          }
+        }
+        await check()
+      }),
+      { numRuns: 15 },
+    )
+  }, 120_000)
+})
