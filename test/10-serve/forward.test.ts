@@ -56,6 +56,14 @@ async function scenario(log: AgentLog, root: string, outside: string): Promise<u
   await rec('bad entry', () => log.append('a', { op: 'write', path: '../x', blob: BLOB }))
   await rec('bad op', () => log.append('a', { op: 'drop' } as unknown as EntryInput))
   await rec('bad workspace', () => log.append('../x', del('x')))
+  await rec('a record entry from a caller', () =>
+    log.append('a', { op: 'snapshot', snapshot_id: `noa_${'0'.repeat(64)}`, message: 'forged' }),
+  )
+  await rec('checkBlobs without objects', () => log.append('a', write(7), { checkBlobs: true }))
+  await rec('an unknown append option', () =>
+    log.append('a', write(7), { ifLastseq: 1 } as unknown as { ifLastSeq: number }),
+  )
+  await rec('ifLastSeq, stale', () => log.append('a', del('stale'), { ifLastSeq: 0 }))
   await rec('appendMany not an array', () => log.appendMany('a', 'x' as unknown as EntryInput[]))
   await rec('appendMany bad second', () =>
     log.appendMany('a', [del('ok'), { op: 'nope' } as unknown as EntryInput]),
@@ -126,7 +134,14 @@ describe('transparent forwarding to noa serve', () => {
   it('runs every noa command on a served root through the daemon, which holds the locks', async () => {
     const root = tempDir()
     await startDaemon(root)
-    const input = `${JSON.stringify(write(1))}\n${JSON.stringify(write(2))}\n`
+    // Blobs first, as noa append wants them stored (through the object store, which needs no daemon).
+    const blobs = ['one', 'two', 'nine'].map((text) => {
+      const file = join(tempDir(), text)
+      writeFileSync(file, text)
+      return runCli(['blob', 'put', file, '--root', root]).stdout.trim()
+    })
+    const put = (i: number, blob: string) => JSON.stringify({ op: 'write', path: `src/f${i}.ts`, blob })
+    const input = `${put(1, blobs[0] as string)}\n${put(2, blobs[1] as string)}\n`
     // Many appenders at once on one workspace: without the daemon they would contend for its lock.
     const runs = await Promise.all(
       Array.from({ length: 6 }, () => runCliAsync(['append', 'main', '--root', root], input)),
@@ -146,7 +161,7 @@ describe('transparent forwarding to noa serve', () => {
     const id = snap.stdout.trim()
     expect(runCli(['fork', 'feature', '--from', id, '--root', root]).status).toBe(0)
     expect(
-      runCli(['append', 'feature', '--root', root], { input: `${JSON.stringify(write(9))}\n` }).status,
+      runCli(['append', 'feature', '--root', root], { input: `${put(9, blobs[2] as string)}\n` }).status,
     ).toBe(0)
     const merged = runCli(['merge', 'main', 'feature', '--root', root])
     expect(merged).toMatchObject({ status: 0, stderr: '' })
