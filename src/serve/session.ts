@@ -5,15 +5,16 @@
  * Memory stays bounded whatever a client does: a line is at most `maxLineBytes` (64 KiB before
  * `hello`); a connection stops being read while it has `maxInFlight` requests in flight, while its
  * answers are not being taken off the socket, or while all connections together have more than
- * `maxPendingBytes` of requests in flight; a stream produces a chunk only when its client granted
- * one (`window`, then `more`) and the socket is not backed up, so a slow watcher makes the
- * engine's watch fall behind (NOA_FELL_BEHIND) instead of growing the daemon.
+ * `maxPendingBytes` of requests in flight; a stream pulls its next chunk from the engine only when
+ * its client granted one (`window`, then `more`) and the socket is not backed up, so what a slow
+ * watcher has not read yet waits in the log file (the engine's watch follows the file from its
+ * read position), never in the daemon's memory.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
 import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
-import { type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
+import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { NoaError, serializeError } from '../engine/errors.js'
 import type { WatchOptions } from '../engine/watch.js'
 import { LineReader } from './lines.js'
@@ -278,45 +279,29 @@ export class Session {
     switch (req.op) {
       case 'append': {
         checkFields(req, ['ws', 'entry', 'ifLastSeq', 'checkBlobs', 'cancellable'])
-        const entry = req.entry
-        const size = utf8Bytes(encodeBody(entry))
+        const ws = checkWorkspace(req.ws) // in the engine's order: the workspace, then the entry
+        const size = utf8Bytes(encodeBody(req.entry))
         if (size > limits.maxEntryBytes)
           throw tooLarge('the entry', size, limits.maxEntryBytes, '--max-entry-bytes')
-        const ws = req.ws as string
-        return log.append(ws, entry as EntryInput, appendOptions(req, signal)).then((ack) => {
+        return log.append(ws, req.entry as EntryInput, appendOptions(req, signal)).then((ack) => {
           this.host.noteSeq(ws, ack.seq)
           return ack
         })
       }
       case 'appendMany': {
         checkFields(req, ['ws', 'entries', 'ifLastSeq', 'checkBlobs', 'cancellable'])
-        const entries = req.entries
-        if (!Array.isArray(entries)) throw badArgument('appendMany.entries must be an array of entries')
-        entries.forEach((e, i) => {
-          const size = utf8Bytes(encodeBody(e, `entry ${i + 1}`))
-          if (size > limits.maxEntryBytes)
-            throw tooLarge(`entry ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
-        })
-        const ws = req.ws as string
-        return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => {
-          const last = acks[acks.length - 1]
-          if (last) this.host.noteSeq(ws, last.seq)
-          return acks
-        })
+        const ws = checkWorkspace(req.ws)
+        const entries = this.sizedEntries(req, 'appendMany')
+        return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks))
       }
       case 'storeAppend': {
         // The store's own path (its records, unchecked: it has just written them): for this
         // user's processes only, which could write the records' files themselves anyway.
         checkFields(req, ['ws', 'entries'])
         this.localOnly(req.op)
-        const entries = req.entries
-        if (!Array.isArray(entries)) throw badArgument('storeAppend.entries must be an array of entries')
-        const ws = req.ws as string
-        return log[STORE_APPEND](ws, entries).then((acks) => {
-          const last = acks[acks.length - 1]
-          if (last) this.host.noteSeq(ws, last.seq)
-          return acks
-        })
+        const ws = checkWorkspace(req.ws)
+        const entries = this.sizedEntries(req, 'storeAppend')
+        return log[STORE_APPEND](ws, entries).then((acks) => this.noted(ws, acks))
       }
       case 'appendAtomic': {
         checkFields(req, ['batch'])
@@ -332,10 +317,7 @@ export class Session {
           }
         }
         return log.appendAtomic(batch as Record<string, never[]>).then((out) => {
-          for (const [ws, acks] of Object.entries(out)) {
-            const last = acks[acks.length - 1]
-            if (last) this.host.noteSeq(ws, last.seq)
-          }
+          for (const [ws, acks] of Object.entries(out)) this.noted(ws, acks)
           return out
         })
       }
@@ -351,11 +333,7 @@ export class Session {
             throw tooLarge(`line ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
         })
         const ws = req.ws as string
-        return log.appendReplicated(ws, lines).then((acks) => {
-          const last = acks[acks.length - 1]
-          if (last) this.host.noteSeq(ws, last.seq)
-          return acks
-        })
+        return log.appendReplicated(ws, lines).then((acks) => this.noted(ws, acks))
       }
       case 'appendToFile': {
         checkFields(req, ['file', 'data', 'lock', 'repairTail'])
@@ -400,6 +378,25 @@ export class Session {
       default:
         throw protocolError(`op ${req.op} cannot be sent here`)
     }
+  }
+
+  /** The request's `entries`, each checked and within the entry limit. */
+  private sizedEntries(req: Request, op: string): EntryInput[] {
+    const entries = req.entries
+    if (!Array.isArray(entries)) throw badArgument(`${op}.entries must be an array of entries`)
+    const max = this.host.limits.maxEntryBytes
+    entries.forEach((e, i) => {
+      const size = utf8Bytes(encodeBody(e, `entry ${i + 1}`))
+      if (size > max) throw tooLarge(`entry ${i + 1}`, size, max, '--max-entry-bytes')
+    })
+    return entries as EntryInput[]
+  }
+
+  /** Acks of appends through the daemon: their last seq is remembered (lastSeq). */
+  private noted(workspace: string, acks: Ack[]): Ack[] {
+    const last = acks[acks.length - 1]
+    if (last) this.host.noteSeq(workspace, last.seq)
+    return acks
   }
 
   /**
