@@ -23,6 +23,8 @@ export interface CaseResult {
   bytes?: number
   /** Wall time of a one-shot case (replay, open), milliseconds. */
   ms?: number
+  /** Peak resident set of the trial's process (all its threads), MB. */
+  maxRssMB?: number
 }
 
 export const BLOB = 'ab'.repeat(32)
@@ -64,17 +66,28 @@ export async function throughput(
   one: (k: number, i: number) => Promise<unknown>,
 ) {
   let n = 0
+  // Every append's latency, for the p99 under load (checkpoints included).
+  let lat = new Float64Array(1 << 16)
   const start = performance.now()
   const end = start + seconds * 1000
   await Promise.all(
     Array.from({ length: submitters }, async (_, k) => {
-      for (let i = 0; performance.now() < end; i++) {
+      for (let i = 0; ; i++) {
+        const t = performance.now()
+        if (t >= end) break
         await one(k, i)
-        n++
+        if (n === lat.length) {
+          const bigger = new Float64Array(lat.length * 2)
+          bigger.set(lat)
+          lat = bigger
+        }
+        lat[n++] = performance.now() - t
       }
     }),
   )
-  return { rate: n / ((performance.now() - start) / 1000), entries: n }
+  const sorted = lat.subarray(0, n).sort()
+  const at = (q: number) => (n === 0 ? Number.NaN : (sorted[Math.min(n - 1, Math.floor(q * n))] as number))
+  return { rate: n / ((performance.now() - start) / 1000), entries: n, p50: at(0.5), p99: at(0.99) }
 }
 
 async function withLog<T>(dir: string, options: object, fn: (log: AgentLog) => Promise<T>): Promise<T> {

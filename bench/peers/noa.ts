@@ -8,8 +8,19 @@ function noaWriter(options: AgentLogOptions): Peer['writer'] {
   return async (dir, workspaces) => {
     const log = await AgentLog.open({ root: dir, ...options })
     const names = Array.from({ length: workspaces }, (_, k) => wsName(k))
-    // Before the clock: open, lock and create every log (and fsync its folder), as a host does at start.
+    // Before the clock, as a host is within its first second: every log opened, locked and
+    // created (its folder fsynced), and each worker's commit journal allocated (at its second
+    // commit, in the background; SQLite likewise creates its WAL before the first commit).
     await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+    await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+    for (let i = 0; i < 1000; i++) {
+      const status = await log.status()
+      if (
+        status.every((s) => s.journal === null || s.journal.state === 'ready' || s.journal.state === 'failed')
+      )
+        break
+      await new Promise((r) => setTimeout(r, 10))
+    }
     return {
       append: (k, i) => log.append(names[k] as string, entryFor(i)),
       close: async () => {
@@ -23,9 +34,18 @@ export const noa: Peer = {
   id: 'noa',
   label: 'noa',
   kind: 'noa',
-  how: 'owner worker threads; group commit: one write + one fdatasync per batch per workspace, many fdatasyncs in flight; acked after the fdatasync',
+  how: "owner worker threads; commit journal (the default): each round of a worker's queued appends, all its workspaces, is one pwrite + one fdatasync of its preallocated journal, then appended to each log; acked after that fdatasync",
   load() {},
   writer: noaWriter({}),
+}
+
+export const noaFdatasync: Peer = {
+  id: 'noa-fdatasync',
+  label: "noa, durability: 'fdatasync'",
+  kind: 'noa',
+  how: "noa's option: no journal; group commit per workspace file, one write + one fdatasync per batch per file, many fdatasyncs in flight (the seed's literal behaviour)",
+  load() {},
+  writer: noaWriter({ durability: 'fdatasync' }),
 }
 
 export const noaSyncfs: Peer = {
@@ -43,7 +63,8 @@ export const noaStore: Store = {
   kind: 'noa',
   replayHow:
     "`readBatches` (what `log.readBatches(ws)` runs): every entry parsed and validated, by a line scanner for noa's own line shapes (JSON.parse + the field checks for any other line); from 32 MB, and only while a core is idle, a scanning thread beside the caller's",
-  openHow: '`AgentLog.open` (starts the owner workers) + `recover(ws)`: lock, read the tail only, last seq',
+  openHow:
+    '`AgentLog.open` (starts no worker) + `recover(ws)`: root lock, dead journals replayed (none here), log lock, read the tail only, last seq',
   load() {},
   async prepare(dir, entries) {
     const log = await AgentLog.open({ root: dir })

@@ -113,7 +113,7 @@ export function chartFor(result: FigureResult, info: RunInfo): string {
       median: s.median,
       min: s.min,
       max: s.max,
-      note: s.id === 'noa' || !Number.isFinite(s.ahead) ? undefined : `(noa ${ahead(s.ahead)})`,
+      note: s.kind === 'noa' || !Number.isFinite(s.ahead) ? undefined : `(noa ${ahead(s.ahead)})`,
     }))
   const runs =
     info.rounds === 1 ? '1 run (no whiskers)' : `median of ${info.rounds} interleaved runs, whiskers min–max`
@@ -139,7 +139,14 @@ function statTable(result: FigureResult, d: DurabilityFile | null): string {
   const rows = result.stats.map((s) => {
     const name = s.kind === 'noa' ? `**${s.label}**` : s.kind === 'not-durable' ? `${s.label} ⚠` : s.label
     const range = s.values.length > 1 ? `${formatValue(s.min)}–${formatValue(s.max)}` : '–'
-    const cells = [name, s.how, `**${formatValue(s.median)}**`, range, s.id === 'noa' ? '—' : ahead(s.ahead)]
+    const cells = [
+      name,
+      s.how,
+      `**${formatValue(s.median)}**`,
+      range,
+      // noa's own modes are rows of their own: a ratio to noa is only for peers and floors
+      s.kind === 'noa' ? '—' : ahead(s.ahead),
+    ]
     if (write) cells.push(syncCell(d, s.id))
     return `| ${cells.join(' | ')} |`
   })

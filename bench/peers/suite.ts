@@ -7,13 +7,14 @@ import type { Peer, Store, Writer } from './common.js'
 import { disk, diskBatched, diskParallel, jsonlStore, nodeFs } from './files.js'
 import { hypercore, hypercoreStore } from './hypercore.js'
 import { lmdb, lmdbStore } from './lmdb.js'
-import { noa, noaStore, noaSyncfs } from './noa.js'
+import { noa, noaFdatasync, noaStore, noaSyncfs } from './noa.js'
 import { PROC_PEERS, PROCESSES, runProcs } from './procs.js'
 import { sonicBoom } from './sonic-boom.js'
 import { sqlite, sqliteBatched, sqliteStore } from './sqlite.js'
 
 export const PEERS: readonly Peer[] = [
   noa,
+  noaFdatasync,
   noaSyncfs,
   sqlite,
   sqliteBatched,
@@ -62,25 +63,25 @@ export const WORKLOADS: readonly Workload[] = [
     id: 'serial',
     title: 'serial append latency',
     what: 'one submitter appends and awaits each ack before the next (tinybench: p50/p99 per append)',
-    contenders: ['noa', ...DURABLE, ...FLOORS, 'hypercore'],
+    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'hypercore'],
   },
   {
     id: '1ws',
     title: '1 workspace × 100 submitters',
     what: '100 concurrent loops append to the same workspace, each awaiting its own ack; entries/s',
-    contenders: ['noa', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
+    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
   },
   {
     id: '100ws',
     title: '100 workspaces × 1 submitter',
     what: '100 workspaces, one loop each appending and awaiting its own ack; aggregate entries/s',
-    contenders: ['noa', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
     what: "1,000 workspaces, one loop each, so 1,000 files open at once (within noa's default fd bound, `maxOpenFiles` 4,096); aggregate entries/s",
-    contenders: ['noa', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: '8proc',
@@ -168,6 +169,24 @@ export const FIGURES: readonly Figure[] = [
     higherIsBetter: true,
   },
   {
+    id: '100ws-p99',
+    workload: '100ws',
+    metric: 'p99',
+    title: '100 workspaces × 1 submitter, p99 latency (checkpoints included)',
+    unit: 'ms',
+    scale: 1,
+    higherIsBetter: false,
+  },
+  {
+    id: '1000ws-rss',
+    workload: '1000ws',
+    metric: 'maxRssMB',
+    title: '1,000 workspaces × 1 submitter, peak RSS of the process',
+    unit: 'MB',
+    scale: 1,
+    higherIsBetter: false,
+  },
+  {
     id: '8proc',
     workload: '8proc',
     metric: 'rate',
@@ -223,7 +242,7 @@ async function withWriter<T>(peer: Peer, dir: string, workspaces: number, fn: (w
 }
 
 /** A timed write workload for one peer. */
-export function runWrite(
+export async function runWrite(
   workload: WorkloadId,
   peer: Peer,
   dir: string,
@@ -245,11 +264,12 @@ export function runWrite(
     return runProcs(peer.id, dir, seconds, workload === '8proc-shared')
   }
   const { workspaces, submitters } = SHAPES[workload]
-  return withWriter(peer, dir, workspaces, (w) =>
+  const result = await withWriter(peer, dir, workspaces, (w) =>
     throughput(submitters, seconds, (k, i) =>
       workspaces === 1 ? w.append(0, k * 1_000_000 + i) : w.append(k, i),
     ),
   )
+  return { ...result, maxRssMB: process.resourceUsage().maxRSS / 1024 }
 }
 
 /** Exactly `entries` appends from `submitters` loops into one workspace (for strace counts). */

@@ -4,8 +4,10 @@
  * (NOA_WORKSPACE_LOCKED). So adapters opened on the same root share one, counted, and the last
  * to close ends it. A caller may also hand in its own open AgentLog, which is never closed here.
  */
+
 import { AgentLog } from '../engine/agent-log.js'
 import { resolveRoot } from '../engine/logs.js'
+import { ObjectStore } from '../store/objects.js'
 
 interface Shared {
   log: Promise<AgentLog>
@@ -33,8 +35,11 @@ export async function leaseLog(options: LeaseOptions): Promise<LogLease> {
   await closing.get(root)?.catch(() => {})
   let s = shared.get(root)
   if (!s) {
+    // The adapters write their snapshot records themselves and append the entries naming them:
+    // the log checks each against the object store, as it does for any hand-written record.
+    const objects = new ObjectStore(root)
     const opening = AgentLog.open(
-      options.workers === undefined ? { root } : { root, workers: options.workers },
+      options.workers === undefined ? { root, objects } : { root, objects, workers: options.workers },
     )
     s = { log: opening, users: 0 }
     shared.set(root, s)

@@ -10,7 +10,7 @@ import { closeSync, realpathSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
-import { Piscina } from 'piscina'
+import type { Piscina } from 'piscina'
 import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, NoaError } from './errors.js'
@@ -293,7 +293,7 @@ export class AgentLog {
   private readonly ioModule: string | undefined
   private readonly ioOptions: unknown
   private readonly journalBase: string
-  private piscina: Piscina | null = null
+  private piscina: Promise<Piscina> | null = null
   private readonly owners: Owner[]
   private readonly pending = new Map<number, Pending>()
   private nextId = 1
@@ -359,14 +359,18 @@ export class AgentLog {
     return new AgentLog(o, options)
   }
 
-  private pool(): Piscina {
-    this.piscina ??= new Piscina({
-      filename: OWNER_MODULE,
-      minThreads: 0,
-      maxThreads: this.options.workers,
-      concurrentTasksPerWorker: 1,
-      idleTimeout: Number.POSITIVE_INFINITY,
-    })
+  /** The worker pool, made when the first owner worker starts (piscina is loaded then too). */
+  private async pool(): Promise<Piscina> {
+    this.piscina ??= import('piscina').then(
+      ({ Piscina }) =>
+        new Piscina({
+          filename: OWNER_MODULE,
+          minThreads: 0,
+          maxThreads: this.options.workers,
+          concurrentTasksPerWorker: 1,
+          idleTimeout: Number.POSITIVE_INFINITY,
+        }),
+    )
     return this.piscina
   }
 
@@ -401,7 +405,7 @@ export class AgentLog {
       ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
           m.default(init),
         ) as Promise<OwnerStatus>)
-      : (this.pool().run(init, { transferList: [port2] }) as Promise<OwnerStatus>)
+      : (this.pool().then((pool) => pool.run(init, { transferList: [port2] })) as Promise<OwnerStatus>)
     owner.task = task
     task.catch((err: unknown) => this.ownerFailed(owner, port1, err))
     return owner
@@ -808,7 +812,7 @@ export class AgentLog {
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
       )
       await Promise.allSettled(live.map((o) => o.task))
-      await this.piscina?.destroy()
+      await (await this.piscina)?.destroy()
       for (const o of this.owners) o.port?.close()
       // Nothing can answer any more: whatever is still waiting (it should be nothing) fails.
       for (const [id, p] of this.pending) {

@@ -18,7 +18,7 @@
  * zero-filled block all end the valid prefix. The frames of one commit round are applied only
  * when the round's last frame (flag END) is valid: a round is atomic.
  */
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from './crc.js'
 
 export const SECTOR = 512
 export const DATA_START = 4096

@@ -2,7 +2,7 @@
  * Where logs live and the read-only operations on them. None of these needs the owner workers,
  * so the CLI's read commands (log, verify, workspaces) never start a pool.
  */
-import { closeSync, lstatSync, readdirSync } from 'node:fs'
+import { closeSync, fstatSync, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { NoaError } from './errors.js'
@@ -23,11 +23,13 @@ import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekS
 import {
   countEntries,
   countersOf,
+  type DamagedBlock,
   inspectTail,
   type VerifyOptions,
   type VerifyReport,
   verifyLog,
 } from './recovery.js'
+import { damagedBlocks, readSidecar, sidecarPath } from './sidecar.js'
 
 export const DEFAULT_ROOT = './.noa'
 
@@ -233,7 +235,48 @@ export async function verifyWorkspace(
 ): Promise<VerifyReport> {
   const file = existingLog(root, workspace)
   recoverJournalsForRead(root)
-  return verifyLog(file, options)
+  const report = await verifyLog(file, options)
+  return checkSidecar(root, workspace, file, report)
+}
+
+/**
+ * The checksum sidecar's view of a log: each recorded block's bytes against its CRC32C. A
+ * damaged block (a flipped byte that is still valid JSON, say) makes the report not ok, naming
+ * its byte range and seq range; a log without a usable sidecar is verified by its lines alone.
+ */
+export function checkSidecar(
+  root: string,
+  workspace: string,
+  file: string,
+  report: VerifyReport,
+): VerifyReport {
+  const fd = openFileSync(file, READ, { what: 'workspace log' })
+  try {
+    const st = fstatSync(fd, { bigint: true })
+    const sidecar = readSidecar(sidecarPath(root, workspace), st.ino, Number(st.size))
+    if (sidecar === null) return report
+    const damaged = damagedBlocks(fd, sidecar.blocks).map((b) => ({
+      offset: b.offset,
+      length: b.length,
+      firstSeq: b.firstSeq,
+      lastSeq: b.firstSeq + b.entries - 1,
+    }))
+    report.checksummedBytes = sidecar.blocks.reduce((n, b) => n + b.length, 0)
+    if (damaged.length === 0) return report
+    report.damaged = damaged
+    const first = damaged[0] as DamagedBlock
+    const more = damaged.length > 1 ? ` (and ${damaged.length - 1} more damaged blocks)` : ''
+    const reason = `damaged block: bytes ${first.offset}-${first.offset + first.length - 1}, seqs ${first.firstSeq}-${first.lastSeq} do not match their checksum${more}`
+    if (report.ok) {
+      report.ok = false
+      report.problem = { line: 0, reason }
+    } else if (report.problem) {
+      report.problem.reason += `; ${reason}`
+    }
+    return report
+  } finally {
+    closeSync(fd)
+  }
 }
 
 /** What recovering a workspace found and did. */

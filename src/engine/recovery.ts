@@ -95,6 +95,17 @@ export interface VerifyReport {
   /** Bytes of a partial last line (a torn write `recover` would cut). */
   tornTailBytes: number
   problem?: VerifyProblem
+  /** Bytes checked against the checksum sidecar (0: none, or no sidecar). */
+  checksummedBytes?: number
+  /** Blocks whose bytes do not match their checksum: byte range and seq range of each. */
+  damaged?: DamagedBlock[]
+}
+
+export interface DamagedBlock {
+  offset: number
+  length: number
+  firstSeq: number
+  lastSeq: number
 }
 
 export interface VerifyOptions {

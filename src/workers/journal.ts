@@ -5,7 +5,6 @@
  * tail in the header, and the space before it is reused.
  */
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { NoaError } from '../engine/errors.js'
 import { mkdirBelow } from '../engine/files.js'
@@ -57,8 +56,6 @@ export class Journal {
   readonly frames: LiveFrame[] = []
   private io: LogIo | null = null
   private aborted = false
-  /** The root did not exist: it was made for the journal. */
-  private madeRoot = false
 
   constructor(
     private readonly root: string,
@@ -87,13 +84,6 @@ export class Journal {
     const temp = join(this.dir, `${this.name}${JOURNAL_TEMP_SUFFIX}`)
     let fd = -1
     try {
-      if (!existsSync(this.root)) {
-        // Only files outside the root are written (a transcript writer's own AgentLog): the
-        // root exists for the journal alone, and goes with it at a clean close.
-        mkdirSync(this.root, { recursive: true })
-        io.fsyncDir(dirname(this.root))
-        this.madeRoot = true
-      }
       fd = withRootLock(this.root, () => {
         for (const created of mkdirBelow(this.root, this.dir)) io.fsyncDir(dirname(created))
         const f = io.createFile(temp)
@@ -226,7 +216,6 @@ export class Journal {
       // The folder goes too unless another process's journal is in it.
       if (io.rmdir(this.dir)) io.fsyncDir(this.root)
     })
-    if (this.madeRoot && io.rmdir(this.root)) io.fsyncDir(dirname(this.root))
   }
 
   /** Closes without removing: the records are still needed, and the next opener replays them. */

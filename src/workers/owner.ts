@@ -13,10 +13,11 @@
  * A lone commit on an otherwise idle worker runs on this thread: two thread hops fewer on the
  * serial path.
  */
-import { existsSync, fstatSync, mkdirSync } from 'node:fs'
+import { fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { receiveMessageOnPort } from 'node:worker_threads'
 import { nextTs, nowMicros } from '../engine/clock.js'
+import { crc32c } from '../engine/crc.js'
 import { formatLine } from '../engine/entry.js'
 import { NoaError, serializeError, withPath } from '../engine/errors.js'
 import { mkdirBelow, openError } from '../engine/files.js'
@@ -56,6 +57,14 @@ import type {
   ToOwner,
 } from '../engine/protocol.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
+import {
+  BLOCK_BYTES,
+  encodeSumHeader,
+  encodeSumRecord,
+  readSidecar,
+  SIDECAR_DIR,
+  sidecarPath,
+} from '../engine/sidecar.js'
 import { type LogIo, loadIo } from './io.js'
 import { type FrameFile, Journal } from './journal.js'
 
@@ -136,6 +145,15 @@ class OwnedFile {
   ino = 0n
   /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
   foreign: Array<{ offset: number; data: Buffer }> = []
+  /** A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). */
+  sum: {
+    fd: number
+    start: number
+    crc: number
+    firstSeq: number
+    entries: number
+    written: boolean
+  } | null = null
   /** The newest journal frame with its bytes, and the newest one whose bytes are durable in the file. */
   lastLsn = 0
   syncedLsn = 0
@@ -193,6 +211,7 @@ class Owner {
   private acks: number[] = []
   private acksScheduled = false
   private logDirReady = false
+  private sumDirReady = false
   private closing = false
   private stats = {
     commits: 0,
@@ -434,17 +453,26 @@ class Owner {
     const j = this.journal
     if (j !== null && j.state === 'ready') {
       for (const batch of batches) {
-        // A batch too large for a frame is committed to its file directly (write + fdatasync).
-        if (batch.data.length + FRAME_HEADER + 512 > j.maxFrame) this.commitOne(batch, false)
-        else this.pending.push(batch)
+        // Straight to its file (write + fdatasync): a batch too large for a frame, and every
+        // file appended through appendToFile. Those live outside the root, and their readers (a
+        // transcript loader, say) cannot know which root's journal would have to be replayed
+        // before they read; so they never depend on one.
+        if (batch.file.kind === 'raw' || batch.data.length + FRAME_HEADER + 512 > j.maxFrame) {
+          this.commitOne(batch, false)
+        } else {
+          this.pending.push(batch)
+        }
       }
       this.startRound()
       return
     }
     if (batches.length === 0) return
     // The journal pays for itself from the second commit on: a process that commits once (a
-    // one-shot `noa append`) never allocates one.
-    if (j !== null && j.state === 'none' && this.stats.commits > 0 && !this.closing) this.createJournal(j)
+    // one-shot `noa append`) never allocates one, nor does one that only appends to files.
+    const workspaces = batches.some((b) => b.file.kind === 'ws')
+    if (j !== null && j.state === 'none' && workspaces && this.stats.commits > 0 && !this.closing) {
+      this.createJournal(j)
+    }
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
     if (this.init.durability === 'syncfs') this.commitSyncfsRound(batches, inline)
     else for (const batch of batches) this.commitOne(batch, inline)
@@ -977,6 +1005,13 @@ class Owner {
       file.size += batch.data.length
       file.lastSeq = batch.lastSeq
       file.lastTs = batch.lastTs
+      if (file.sum !== null)
+        this.summed(
+          file,
+          batch.data,
+          batch.reqs.reduce((n, r) => n + r.count, 0),
+          false,
+        )
       this.stats.entries += batch.reqs.reduce((n, r) => n + r.count, 0)
       for (const a of batch.acks) this.acks.push(a)
       if (!this.acksScheduled) {
@@ -1198,17 +1233,16 @@ class Owner {
     }
     // Opening a file and replaying the journals of dead processes happen under the root lock:
     // a dead process's journal may hold the only copy of entries of this very file.
-    const open = () => (file.kind === 'ws' ? this.openWorkspace(file) : this.openRaw(file))
-    if (file.kind === 'ws' && !this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
-    if (file.kind === 'ws' || existsSync(this.init.root)) {
+    if (file.kind === 'raw') {
+      this.openRaw(file) // never journaled: no journal to replay before it is used
+    } else {
+      if (!this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
       withRootLock(this.init.root, () => {
         recoverJournalsLocked(this.init.root)
-        open()
+        this.openWorkspace(file)
       })
-    } else {
-      open() // a file outside a root that does not exist: there is no journal to replay
     }
-    if (this.journal !== null) {
+    if (this.journal !== null && file.kind === 'ws') {
       const target = file.kind === 'ws' ? file.key : file.path
       file.ino = fstatSync(file.fd, { bigint: true }).ino
       file.record = recordHeader(target, file.ino)
@@ -1273,6 +1307,7 @@ class Owner {
       file.size = size
       file.lastSeq = lastSeq
       file.lastTs = lastTs
+      this.openSidecar(file)
       file.report = { workspace: file.key, file: file.path, created, truncatedBytes, size, lastSeq, lastTs }
     } catch (err) {
       this.io.close(file.fd)
@@ -1294,6 +1329,74 @@ class Owner {
       file.fd = -1
       throw err
     }
+  }
+
+  /**
+   * Opens (or starts) the workspace's checksum sidecar. Records past its first invalid one, or
+   * reaching past the log's size, are cut; a sidecar of another log (inode) starts over. The
+   * next block starts at the log's end: what the sidecar did not cover stays unverified. A
+   * sidecar that cannot be used never fails the workspace: it only goes without checksums.
+   */
+  private openSidecar(file: OwnedFile): void {
+    const path = sidecarPath(this.init.root, file.key)
+    let fd = -1
+    try {
+      if (!this.sumDirReady) {
+        mkdirDurable(this.io, this.init.root, join(this.init.root, SIDECAR_DIR))
+        this.sumDirReady = true
+      }
+      const ino = fstatSync(file.fd, { bigint: true }).ino
+      const found = readSidecar(path, ino, file.size)
+      try {
+        fd = this.io.openAppend(path, false, false)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        fd = this.io.openAppend(path, true, false)
+      }
+      if (found === null) {
+        this.io.ftruncate(fd, 0)
+        this.io.write(fd, encodeSumHeader(ino))
+      } else if (fstatSync(fd).size > found.validBytes) {
+        this.io.ftruncate(fd, found.validBytes)
+      }
+      file.sum = { fd, start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
+    } catch {
+      if (fd >= 0) this.io.close(fd)
+      file.sum = null
+    }
+  }
+
+  /** Adds committed bytes to the block being summed; a full block gets its record. */
+  private summed(file: OwnedFile, data: Buffer, entries: number, end: boolean): void {
+    const sum = file.sum
+    if (sum === null) return
+    if (data.length > 0) {
+      sum.crc = crc32c(data, sum.crc)
+      sum.entries += entries
+    }
+    const length = file.size - sum.start
+    if (length === 0 || (length < BLOCK_BYTES && !end)) return
+    try {
+      this.io.write(
+        sum.fd,
+        encodeSumRecord({
+          offset: sum.start,
+          firstSeq: sum.firstSeq,
+          length,
+          entries: sum.entries,
+          crc: sum.crc,
+        }),
+      )
+      sum.written = true
+    } catch {
+      this.io.close(sum.fd)
+      file.sum = null
+      return
+    }
+    sum.start = file.size
+    sum.crc = 0
+    sum.firstSeq = file.lastSeq + 1
+    sum.entries = 0
   }
 
   /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
@@ -1324,6 +1427,17 @@ class Owner {
     if (file.fd >= 0) {
       const err = this.makeDurable(file)
       if (err !== null) return err
+      const sum = file.sum
+      if (sum !== null) {
+        this.summed(file, EMPTY, 0, true) // the last, partial block
+        try {
+          if (sum.written) this.io.fdatasync(sum.fd)
+        } catch {
+          // the checksums are advisory: the log is durable
+        }
+        this.io.close(sum.fd)
+        file.sum = null
+      }
       try {
         this.io.close(file.fd)
       } catch {

@@ -57,7 +57,7 @@ describe('commit journal', () => {
     } finally {
       await log.close()
     }
-    expect(readdirSync(root)).toEqual(['agent-logs'])
+    expect(readdirSync(root).sort()).toEqual(['agent-logs', 'checksums'])
     for (const ws of names) expect(await seqs(join(root, 'agent-logs', `${ws}.log`))).toEqual([1, 2, 3])
   })
 
@@ -135,7 +135,7 @@ describe('commit journal faults', () => {
       await log.close()
     }
     expect(await seqs(join(root, 'agent-logs', 'a.log'))).toEqual([1, 2, 3])
-    expect(readdirSync(root).sort()).toEqual(['agent-logs'])
+    expect(readdirSync(root).sort()).toEqual(['agent-logs', 'checksums'])
   })
 
   it('a log write that fails after the journal sync: acknowledged (durable), written again on recover', async () => {
@@ -243,7 +243,7 @@ describe('appendAtomic', () => {
       const got = await seqs(join(root, 'agent-logs', ws))
       expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1))
     }
-    expect(readdirSync(root)).toEqual(['agent-logs'])
+    expect(readdirSync(root).sort()).toEqual(['agent-logs', 'checksums'])
   })
 
   it('refuses the whole batch when one entry is invalid or one workspace cannot be held', async () => {

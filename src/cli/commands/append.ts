@@ -113,7 +113,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   } catch (err) {
     withLine(err)
   }
-  const log = await AgentLog.open({ root, objects: store })
+  const log = await AgentLog.open({ root, objects: store, workers: 0 })
   const shown = meter(io)
   const started = performance.now()
   // Once the reader of the acks has gone (`| head -1`), the rest is still appended: stopping

@@ -28,7 +28,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const workspace = checkWorkspace(positionals[0])
   const root = rootOf(values)
   await new SnapshotEngine({ root }).tree(values.from) // an unknown id fails before any worker starts
-  const log = await AgentLog.open({ root, workers: 1 })
+  const log = await AgentLog.open({ root, workers: 0 })
   try {
     const r = await new SnapshotEngine({ log }).fork(
       workspace,

@@ -57,7 +57,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const [target, ...sources] = positionals as [string, ...string[]]
   const root = rootOf(values)
   for (const ws of positionals) existingLog(root, ws) // unknown workspaces fail before any worker starts
-  const log = await AgentLog.open({ root, workers: 1 })
+  const log = await AgentLog.open({ root, workers: 0 })
   const shown = progress(io, 'merging')
   try {
     const engine = new SnapshotEngine({ log })

@@ -35,7 +35,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
     }
   }
-  const log = await AgentLog.open({ root })
+  const log = await AgentLog.open({ root, workers: 0 })
   const shown = meter(io)
   const n = scan.workspaces.length
   try {

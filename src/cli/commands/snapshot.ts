@@ -57,7 +57,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   // Read-only checks first, so a bad workspace fails before any worker starts.
   const reader = new SnapshotEngine({ root })
   await reader.head(workspace)
-  const log = await AgentLog.open({ root, workers: 1 })
+  const log = await AgentLog.open({ root, workers: 0 })
   const shown = progress(io, 'replaying')
   try {
     const engine = new SnapshotEngine({ log })
