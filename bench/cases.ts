@@ -3,7 +3,7 @@
  * JSON line. run.ts starts a fresh process for every trial and interleaves noa with its
  * baselines, so no case inherits another's heap, page cache state or threads.
  */
-import { mkdirSync, statSync } from 'node:fs'
+import { closeSync, constants, fdatasyncSync, mkdirSync, openSync, statSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Bench } from 'tinybench'
@@ -99,9 +99,62 @@ async function withLog<T>(dir: string, options: object, fn: (log: AgentLog) => P
   }
 }
 
-/** Opens `n` workspaces (lock, create, fsync the folder) before the clock starts. */
+/**
+ * Before the clock: `n` workspaces opened (lock, create, fsync the folder), and each worker's
+ * commit journal allocated (in the background, at a worker's second commit).
+ */
 async function warm(log: AgentLog, names: string[]): Promise<void> {
   await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+  await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+  for (let i = 0; i < 1000; i++) {
+    const status = await log.status()
+    if (
+      status.every(
+        (s) => s.journal === null || (s.journal.state !== 'creating' && s.journal.state !== 'none'),
+      )
+    )
+      return
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
+const JOURNAL_BYTES = 16 << 20
+const FRAME = 512
+
+/**
+ * The journal's own sync, alone: a 512-byte frame written at the next offset of a file that
+ * was written once at full size and fdatasynced (what a commit round does), cyclically, by one
+ * of the three durable ways Linux offers.
+ */
+async function journalSync(
+  dir: string,
+  seconds: number,
+  how: 'fdatasync' | 'O_DSYNC' | 'O_DIRECT',
+): Promise<CaseResult> {
+  const path = join(dir, 'journal.probe')
+  const zero = openSync(path, 'w')
+  const chunk = Buffer.alloc(1 << 20)
+  for (let pos = 0; pos < JOURNAL_BYTES; pos += chunk.length) writeSync(zero, chunk, 0, chunk.length, pos)
+  fdatasyncSync(zero)
+  closeSync(zero)
+  const flags =
+    constants.O_RDWR |
+    (how === 'fdatasync' ? 0 : constants.O_DSYNC) |
+    (how === 'O_DIRECT' ? constants.O_DIRECT : 0)
+  const fd = openSync(path, flags)
+  const io = loadNative()
+  const buf = how === 'O_DIRECT' ? io.alignedBuffer(FRAME, 4096) : Buffer.alloc(FRAME)
+  buf.write(line(1))
+  let off = 0
+  try {
+    return await latency(() => {
+      writeSync(fd, buf, 0, FRAME, off)
+      if (how === 'fdatasync') fdatasyncSync(fd)
+      off = (off + FRAME) % JOURNAL_BYTES
+    }, seconds)
+  } finally {
+    closeSync(fd)
+  }
 }
 
 export const CASES: Record<string, (dir: string, seconds: number) => Promise<CaseResult>> = {
@@ -120,10 +173,67 @@ export const CASES: Record<string, (dir: string, seconds: number) => Promise<Cas
 
   async 'noa-serial'(dir, seconds) {
     return withLog(dir, {}, async (log) => {
-      await log.append('serial', entryFor(0))
+      await warm(log, ['serial'])
       let i = 0
       return latency(() => log.append('serial', entryFor(i++)), seconds)
     })
+  },
+
+  /** The owner in the caller's thread (workers: 0): no hand-off to another thread. */
+  async 'noa-serial-inthread'(dir, seconds) {
+    return withLog(dir, { workers: 0 }, async (log) => {
+      await warm(log, ['serial'])
+      let i = 0
+      return latency(() => log.append('serial', entryFor(i++)), seconds)
+    })
+  },
+
+  async 'journal-sync-fdatasync'(dir, seconds) {
+    return journalSync(dir, seconds, 'fdatasync')
+  },
+
+  async 'journal-sync-odsync'(dir, seconds) {
+    return journalSync(dir, seconds, 'O_DSYNC')
+  },
+
+  async 'journal-sync-odirect'(dir, seconds) {
+    return journalSync(dir, seconds, 'O_DIRECT')
+  },
+
+  /**
+   * A host that issues 1M appends without awaiting any: the backpressure bound
+   * (maxPendingBytes) keeps what is queued in noa bounded; the peak RSS is the process's.
+   */
+  async 'noa-unawaited-1m'(dir) {
+    return withLog(dir, {}, async (log) => {
+      const start = performance.now()
+      const all: Promise<unknown>[] = new Array(1_000_000)
+      for (let i = 0; i < all.length; i++) all[i] = log.append(`w${i % 16}`, entryFor(i))
+      await Promise.all(all)
+      const ms = performance.now() - start
+      return {
+        ms,
+        entries: all.length,
+        rate: all.length / (ms / 1000),
+        maxRssMB: process.resourceUsage().maxRSS / 1024,
+      }
+    })
+  },
+
+  /** What the caller alone holds for that: 1M entries and 1M promises, settled later. */
+  async 'caller-1m'() {
+    const resolvers: Array<() => void> = new Array(1_000_000)
+    const all: Promise<void>[] = new Array(1_000_000)
+    const entries: EntryInput[] = new Array(1_000_000)
+    for (let i = 0; i < all.length; i++) {
+      entries[i] = entryFor(i)
+      all[i] = new Promise<void>((r) => {
+        resolvers[i] = r
+      })
+    }
+    for (const r of resolvers) r()
+    await Promise.all(all)
+    return { entries: entries.length, maxRssMB: process.resourceUsage().maxRSS / 1024 }
   },
 
   /** One writer, one fdatasync per entry: what a log without group commit gets. */
@@ -200,6 +310,10 @@ export const CASES: Record<string, (dir: string, seconds: number) => Promise<Cas
 
   async 'noa-100ws-syncfs'(dir, seconds) {
     return manyWorkspaces(dir, seconds, 100, { durability: 'syncfs' })
+  },
+
+  async 'noa-100ws-fdatasync'(dir, seconds) {
+    return manyWorkspaces(dir, seconds, 100, { durability: 'fdatasync' })
   },
 
   async 'noa-1000ws'(dir, seconds) {

@@ -93,6 +93,38 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
       higherIsBetter: false,
     },
     {
+      workload: "serial append latency p50, owner in the caller's thread (workers: 0)",
+      unit: 'ms',
+      noa: m('noa-serial-inthread', 'p50'),
+      baseline: m('floor-serial', 'p50'),
+      baselineName: 'write+fdatasync loop (the floor)',
+      higherIsBetter: false,
+    },
+    {
+      workload: "the journal's sync: 512 B pwrite at the next offset of a written-once file + fdatasync, p50",
+      unit: 'ms',
+      noa: m('journal-sync-fdatasync', 'p50'),
+      baseline: m('floor-serial', 'p50'),
+      baselineName: 'appending write+fdatasync (the floor)',
+      higherIsBetter: false,
+    },
+    {
+      workload: "the journal's sync: the same pwrite on an O_DSYNC descriptor, p50",
+      unit: 'ms',
+      noa: m('journal-sync-odsync', 'p50'),
+      baseline: m('journal-sync-fdatasync', 'p50'),
+      baselineName: 'pwrite + fdatasync',
+      higherIsBetter: false,
+    },
+    {
+      workload: "the journal's sync: O_DIRECT|O_DSYNC, 4096-aligned buffer, p50",
+      unit: 'ms',
+      noa: m('journal-sync-odirect', 'p50'),
+      baseline: m('journal-sync-fdatasync', 'p50'),
+      baselineName: 'pwrite + fdatasync',
+      higherIsBetter: false,
+    },
+    {
       workload: '1 workspace × 100 submitters',
       unit: 'entries/s',
       noa: m('noa-1ws-100', 'rate'),
@@ -109,11 +141,19 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
       higherIsBetter: true,
     },
     {
-      workload: '100 workspaces × 1 submitter (fdatasync per file)',
+      workload: '100 workspaces × 1 submitter (commit journal, the default)',
       unit: 'entries/s',
       noa: m('noa-100ws', 'rate'),
       baseline: m('naive-100ws', 'rate'),
       baselineName: 'naive: one fdatasync at a time',
+      higherIsBetter: true,
+    },
+    {
+      workload: '100 workspaces × 1 submitter (commit journal, the default)',
+      unit: 'entries/s',
+      noa: m('noa-100ws', 'rate'),
+      baseline: m('noa-100ws-fdatasync', 'rate'),
+      baselineName: "noa, durability: 'fdatasync' (one fdatasync per file per batch)",
       higherIsBetter: true,
     },
     {
@@ -133,6 +173,14 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
       higherIsBetter: true,
     },
     {
+      workload: '1M appends issued without awaiting, peak RSS (maxPendingBytes bounds the queue)',
+      unit: 'MB',
+      noa: m('noa-unawaited-1m', 'maxRssMB'),
+      baseline: m('caller-1m', 'maxRssMB'),
+      baselineName: "the caller's own 1M entries and promises, no log",
+      higherIsBetter: false,
+    },
+    {
       workload: 'bytes per entry',
       unit: 'B',
       noa: m('noa-1ws-100', 'bytes'),
@@ -146,14 +194,58 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
 export const ENGINE_CASES = [
   'floor-serial',
   'noa-serial',
+  'noa-serial-inthread',
+  'journal-sync-fdatasync',
+  'journal-sync-odsync',
+  'journal-sync-odirect',
   'floor-1ws',
   'floor-batched-1ws',
   'noa-1ws-100',
   'noa-1ws-100-blobcheck',
   'naive-100ws',
   'noa-100ws',
+  'noa-100ws-fdatasync',
   'noa-100ws-syncfs',
+  'noa-unawaited-1m',
+  'caller-1m',
 ]
+
+/**
+ * `noa append` of one entry as a fresh process, beside Node's own start (`node -e ''`), wall
+ * time, interleaved; the median of each and of the pairwise ratios.
+ */
+export function cliStartRows(rounds: number): BenchRow[] {
+  const cli = fileURLToPath(new URL('../src/cli/bin.js', import.meta.url))
+  const entry = `{"op":"write","path":"a","blob":"${'ab'.repeat(32)}"}\n`
+  const dir = mkdtempSync(join(tmpdir(), 'noa-bench-cli-'))
+  const noa: number[] = []
+  const node: number[] = []
+  try {
+    const time = (args: string[], input?: string) => {
+      const start = performance.now()
+      const r = spawnSync(process.execPath, args, { input, encoding: 'utf8' })
+      if (r.status !== 0) throw new Error(`${args.join(' ')} failed: ${r.stderr}`)
+      return performance.now() - start
+    }
+    time([cli, 'append', 'w', '--root', dir, '--no-blob-check'], entry) // warm the page cache
+    for (let i = 0; i < Math.max(5, rounds * 4); i++) {
+      noa.push(time([cli, 'append', 'w', '--root', dir, '--no-blob-check'], entry))
+      node.push(time(['-e', '']))
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return [
+    {
+      workload: '`noa append` of one entry as a fresh process, wall time',
+      unit: 'ms',
+      noa: median(noa),
+      baseline: median(node),
+      baselineName: "`node -e ''` (Node's own start)",
+      higherIsBetter: false,
+    },
+  ]
+}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -173,6 +265,7 @@ async function main(): Promise<void> {
     `noa bench: ${rounds} round(s), ${seconds} s per trial, each trial in a fresh process\n`,
   )
   const rows = engineRows(interleave(ENGINE_CASES, rounds, seconds))
+  rows.push(...cliStartRows(rounds))
   const replayModule = './replay.js' // written by the snapshot section; optional here
   const replay = await import(replayModule).catch(() => null)
   if (replay && typeof replay.replayBench === 'function') {

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -691,6 +692,33 @@ Napi::Value CommitRound(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// alignedBuffer(size, alignment) -> Buffer of zeros whose memory starts at a multiple of
+// alignment (a power of two >= sizeof(void*)): what O_DIRECT writes need, which JavaScript
+// cannot ask of an ArrayBuffer. Freed when the Buffer is collected.
+Napi::Value AlignedBuffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !info[1].IsNumber()) {
+    Napi::TypeError::New(env, "alignedBuffer(size, alignment)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  double size = info[0].As<Napi::Number>().DoubleValue();
+  double alignment = info[1].As<Napi::Number>().DoubleValue();
+  size_t a = static_cast<size_t>(alignment);
+  if (size < 1 || size > (1u << 30) || a < sizeof(void*) || (a & (a - 1)) != 0 || a > (1u << 20)) {
+    Napi::RangeError::New(env, "size must be 1..2^30 and alignment a power of two from 8 to 2^20")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, a, static_cast<size_t>(size)) != 0) {
+    Napi::Error::New(env, "alignedBuffer: out of memory").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  std::memset(p, 0, static_cast<size_t>(size));
+  return Napi::Buffer<char>::New(env, static_cast<char*>(p), static_cast<size_t>(size),
+                                 [](Napi::Env, char* data) { free(data); });
+}
+
 Napi::Value SetMaxThreads(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || info[0].As<Napi::Number>().Int32Value() < 1) {
@@ -721,6 +749,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("commit", Napi::Function::New(env, Commit, "commit"));
   exports.Set("commitRound", Napi::Function::New(env, CommitRound, "commitRound"));
   exports.Set("setMaxThreads", Napi::Function::New(env, SetMaxThreads, "setMaxThreads"));
+  exports.Set("alignedBuffer", Napi::Function::New(env, AlignedBuffer, "alignedBuffer"));
   exports.Set("poolStats", Napi::Function::New(env, PoolStats, "poolStats"));
   return exports;
 }

@@ -77,7 +77,8 @@ export interface AgentLogOptions {
   journalSize?: number
   /**
    * Bytes of entries handed to append and not yet acknowledged, past which a new append waits
-   * for earlier ones to commit before it is queued (backpressure). Default 64 MiB.
+   * for earlier ones to commit before it is queued (backpressure). Default 8 MiB (some 50,000
+   * entries in flight: ample for group commit across thousands of workspaces).
    */
   maxPendingBytes?: number
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
@@ -113,6 +114,9 @@ interface Pending {
   /** Removes the abort listener once it settled. */
   unlisten?: () => void
   workspace?: string
+  /** While it waits for room (backpressure): what it sends then. */
+  bodies?: string | string[]
+  expect?: number
 }
 
 /** Options of one append (append, appendMany). */
@@ -255,7 +259,7 @@ function checkOptions(options: AgentLogOptions) {
     objects,
     checkBlobs: options.checkBlobs ?? false,
     journalSize,
-    maxPendingBytes: positiveInt(options, 'maxPendingBytes', 64 << 20, Number.MAX_SAFE_INTEGER),
+    maxPendingBytes: positiveInt(options, 'maxPendingBytes', 8 << 20, Number.MAX_SAFE_INTEGER),
   }
 }
 
@@ -302,7 +306,9 @@ export class AgentLog {
   private readonly ackedSeq = new Map<string, number>()
   private readonly commits = new Map<string, { promise: Promise<void>; resolve: () => void }>()
   private readonly maxPendingBytes: number
-  private readonly waiting: Array<{ send: () => void; p: Pending }> = []
+  /** Appends waiting for room (backpressure), oldest first from `waitingHead`. */
+  private waiting: Array<Pending | null> = []
+  private waitingHead = 0
   private nextBatch = 1
   /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
@@ -853,15 +859,16 @@ export class AgentLog {
     else for (const b of bodies) bytes += b.length
     return new Promise((resolve, reject) => {
       const p: Pending = { resolve, reject, count, owner, bytes, workspace }
-      const send = () => this.enqueueAppend(p, workspace, bodies, expect)
-      if (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes) {
-        const waiter = { send, p }
-        this.waiting.push(waiter)
-        if (signal) this.listen(p, signal, () => this.dropWaiter(waiter))
+      const queued = this.waitingHead < this.waiting.length // FIFO: nobody overtakes a waiting append
+      if (queued || (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes)) {
+        p.bodies = bodies
+        p.expect = expect
+        this.waiting.push(p)
+        if (signal) this.listen(p, signal, () => this.dropWaiter(p))
         return
       }
       if (signal) this.listen(p, signal, null)
-      send()
+      this.enqueueAppend(p, workspace, bodies, expect)
     })
   }
 
@@ -922,10 +929,10 @@ export class AgentLog {
     p.unlisten = () => signal.removeEventListener('abort', onAbort)
   }
 
-  private dropWaiter(waiter: { send: () => void; p: Pending }): boolean {
-    const i = this.waiting.indexOf(waiter)
+  private dropWaiter(waiter: Pending): boolean {
+    const i = this.waiting.indexOf(waiter, this.waitingHead)
     if (i < 0) return false
-    this.waiting.splice(i, 1)
+    this.waiting[i] = null
     return true
   }
 
@@ -950,11 +957,22 @@ export class AgentLog {
       this.pendingBytes -= p.bytes
       p.bytes = undefined
     }
-    while (this.waiting.length > 0) {
-      const next = this.waiting[0] as { send: () => void; p: Pending }
-      if (this.pendingBytes > 0 && this.pendingBytes + (next.p.bytes ?? 0) > this.maxPendingBytes) break
-      this.waiting.shift()
-      next.send()
+    while (this.waitingHead < this.waiting.length) {
+      const next = this.waiting[this.waitingHead]
+      if (next === null || next === undefined) {
+        this.waitingHead++
+        continue
+      }
+      if (this.pendingBytes > 0 && this.pendingBytes + (next.bytes ?? 0) > this.maxPendingBytes) break
+      this.waiting[this.waitingHead++] = null
+      const { bodies, expect } = next
+      next.bodies = undefined
+      this.enqueueAppend(next, next.workspace as string, bodies as string | string[], expect ?? -1)
+    }
+    // A queue with a moving head: compacted once the head has passed half of it.
+    if (this.waitingHead > 1024 && this.waitingHead * 2 > this.waiting.length) {
+      this.waiting = this.waiting.slice(this.waitingHead)
+      this.waitingHead = 0
     }
   }
 

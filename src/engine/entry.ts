@@ -240,6 +240,9 @@ export function encodeBody(input: unknown, where?: string): string {
     if (value !== undefined)
       body += `,"${field}":${NEEDS_ESCAPE.test(value) ? JSON.stringify(value) : `"${value}"`}`
   }
+  // Flat, not a rope of the pieces concatenated: 124 bytes of heap for a typical write entry
+  // instead of 326, for every append queued or in flight.
+  body.charCodeAt(0)
   return body
 }
 

@@ -68,6 +68,8 @@ export interface NativeIo {
     logData: readonly Uint8Array[],
   ): void
   setMaxThreads(n: number): void
+  /** A Buffer of zeros whose memory is aligned (for O_DIRECT writes); freed with the Buffer. */
+  alignedBuffer(size: number, alignment: number): Buffer
   poolStats(): PoolStats
 }
 
