@@ -7,7 +7,7 @@ import { median } from '../run.js'
 import { type Bar, barChart, formatValue } from './chart.js'
 import type { Kind } from './common.js'
 import type { DurabilityFile } from './strace.js'
-import type { Figure, Workload } from './suite.js'
+import { type Figure, PROC_WORKLOADS, type Workload } from './suite.js'
 
 export interface Contender {
   id: string
@@ -134,7 +134,8 @@ function syncCell(d: DurabilityFile | null, id: string): string {
 
 function statTable(result: FigureResult, d: DurabilityFile | null): string {
   const { figure } = result
-  const write = !['replay', 'open'].includes(figure.workload)
+  // The strace counts are of the in-process writers: the many-process contenders are others.
+  const write = !['replay', 'open'].includes(figure.workload) && !PROC_WORKLOADS.has(figure.workload)
   const head = `| contender | what it does | median ${figure.unit} | min–max | noa vs this |${write ? ' fsync-family calls / entry (serial / 100 submitters) |' : ''}\n|---|---|---:|---:|---:|${write ? '---:|' : ''}\n`
   const rows = result.stats.map((s) => {
     const name = s.kind === 'noa' ? `**${s.label}**` : s.kind === 'not-durable' ? `${s.label} ⚠` : s.label
