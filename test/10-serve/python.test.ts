@@ -12,7 +12,12 @@ import { startDaemon } from '../helpers/serve.js'
 const DEMO = join(ROOT_DIR, 'examples', 'python', 'demo.py')
 
 function demo(args: string[]) {
-  const r = spawnSync('python3', [DEMO, ...args], { encoding: 'utf8', timeout: 60_000 })
+  // No __pycache__ left in the repository by a test run.
+  const r = spawnSync('python3', [DEMO, ...args], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' },
+  })
   const steps = r.stdout
     .trim()
     .split('\n')
