@@ -68,32 +68,39 @@ describe('noa serve lifecycle', () => {
     await log.close()
   })
 
-  it('keeps serving when an owner worker dies: its appends in flight fail by name, the next ones go on', async () => {
-    const root = tempDir()
-    const marker = join(root, 'died')
-    const d = await Daemon.start({
-      root,
-      log: { workers: 2, ioModule: CRASH_IO, ioOptions: { marker, atCommit: 4 } },
-    })
-    const log = await connectDaemon({ root })
-    const failed: string[] = []
-    const acked = new Map<string, number>()
-    for (let i = 0; i < 24; i++) {
-      const ws = `w${i % 6}` // spread over both owners
-      await log.append(ws, del(`f${i}`)).then(
-        (a) => acked.set(ws, a.seq),
-        (err) => {
-          expect(err).toMatchObject({ code: 'NOA_WORKER_FAILED' })
-          failed.push(ws)
+  // The default (one owner worker) too: an owner on the daemon's thread would end this process.
+  for (const workers of [undefined, 2]) {
+    it(`keeps serving when an owner worker dies (workers: ${workers ?? 'default'}): its appends in flight fail by name, the next ones go on`, async () => {
+      const root = tempDir()
+      const marker = join(root, 'died')
+      const d = await Daemon.start({
+        root,
+        log: {
+          ...(workers === undefined ? {} : { workers }),
+          ioModule: CRASH_IO,
+          ioOptions: { marker, atCommit: 4 },
         },
-      )
-    }
-    expect(failed).toHaveLength(1)
-    expect(acked.size).toBe(6) // every workspace, the dead owner's included, is served again
-    for (const [ws, seq] of acked) expect(logLines(root, ws).at(-1)?.seq).toBe(seq)
-    await log.close()
-    await d.drain()
-  })
+      })
+      const log = await connectDaemon({ root })
+      const failed: string[] = []
+      const acked = new Map<string, number>()
+      for (let i = 0; i < 24; i++) {
+        const ws = `w${i % 6}` // spread over both owners when there are two
+        await log.append(ws, del(`f${i}`)).then(
+          (a) => acked.set(ws, a.seq),
+          (err) => {
+            expect(err).toMatchObject({ code: 'NOA_WORKER_FAILED' })
+            failed.push(ws)
+          },
+        )
+      }
+      expect(failed).toHaveLength(1)
+      expect(acked.size).toBe(6) // every workspace, the dead owner's included, is served again
+      for (const [ws, seq] of acked) expect(logLines(root, ws).at(-1)?.seq).toBe(seq)
+      await log.close()
+      await d.drain()
+    })
+  }
 
   it('cancels an append not yet taken into a commit (NOA_ABORTED, nothing written); a taken one commits', async () => {
     const root = tempDir()

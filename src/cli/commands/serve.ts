@@ -38,8 +38,9 @@ export const spec = command({
     workers: {
       type: 'string',
       value: 'N',
-      description: "owner worker threads (0: the owner runs on the daemon's thread, commits on the addon's)",
-      defaultText: '0',
+      description:
+        "owner worker threads, respawned if one dies (0: the owner runs on the daemon's thread, commits on the addon's; a fault in it ends the daemon)",
+      defaultText: '1',
     },
     'max-entry-bytes': limitOption('max-entry-bytes'),
     'max-line-bytes': limitOption('max-line-bytes'),
