@@ -42,7 +42,7 @@ import type {
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
 import type { VerifyOptions, VerifyReport } from './recovery.js'
-import { followLog, type WatchOptions } from './watch.js'
+import { checkWatchOptions, followLog, type WatchOptions } from './watch.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
@@ -695,6 +695,7 @@ export class AgentLog {
    * position. Entries appended by other processes are seen too (the file is followed).
    */
   watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    checkWatchOptions(options)
     const file = existingLog(this.root, workspace)
     return followLog(file, workspace, options, {
       nextCommit: () => this.nextCommit(workspace),

@@ -27,7 +27,7 @@ import type { WorkspaceInfo } from '../engine/logs.js'
 import type { OpenReport, OwnerStatus, RawAppendOptions } from '../engine/protocol.js'
 import type { EntryReadOptions } from '../engine/reader.js'
 import type { VerifyOptions, VerifyReport } from '../engine/recovery.js'
-import type { WatchOptions } from '../engine/watch.js'
+import { checkWatchOptions, type WatchOptions } from '../engine/watch.js'
 import { LineReader } from './lines.js'
 import { removeStaleSocket, socketAddress, socketPath, tryServeLock } from './paths.js'
 import { DEFAULT_WINDOW, type Limits, PROTOCOL_VERSION, tooLarge, utf8Bytes } from './protocol.js'
@@ -542,6 +542,7 @@ export class RemoteAgentLog extends AgentLog {
    * is missed or repeated.
    */
   override async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    checkWatchOptions(options)
     checkWorkspace(workspace)
     const msg: Record<string, unknown> = { op: 'watch', ws: workspace }
     if (options.fromSeq !== undefined) msg.fromSeq = options.fromSeq
@@ -575,7 +576,6 @@ export class RemoteAgentLog extends AgentLog {
     }
   }
 
-  /** The chunks of one stream request, granting the daemon more as they are consumed. */
   /**
    * The chunks of one stream request, granting the daemon more as they are consumed. An abort
    * of `signal` ends it as if the daemon had ended it.
