@@ -171,6 +171,14 @@ describe('transparent forwarding to noa serve', () => {
     expect(ws.map((w: { workspace: string }) => w.workspace)).toEqual(['feature', 'main'])
     const log = runCli(['log', 'main', '--root', root])
     expect(log.stdoutBytes.equals(readFileSync(join(root, 'agent-logs', 'main.log')))).toBe(true)
+    // The store's commands beside a live daemon: they read the logs and objects, no lock needed.
+    expect(runCli(['history', 'main', '--root', root]).stdout).toMatch(/snapshot main@12 .* first/)
+    expect(runCli(['diff', id, 'feature', '--root', root]).stdout).toBe('A\tsrc/f9.ts\n')
+    const out = join(tempDir(), 'out')
+    expect(runCli(['checkout', id, out, '--root', root]).status).toBe(0)
+    expect(readFileSync(join(out, 'src', 'f2.ts'), 'utf8')).toBe('two')
+    expect(runCli(['gc', '--yes', '--grace', '0s', '--root', root])).toMatchObject({ status: 0, stderr: '' })
+    expect(runCli(['verify', '--root', root]).status).toBe(0)
   })
 
   it('removes the socket of a killed daemon and opens the root in process, never hanging', async () => {
