@@ -313,7 +313,8 @@ export class AgentLog {
   /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
   private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
   private closing: Promise<OwnerStatus[]> | null = null
-  private readonly objects: ObjectChecks | undefined
+  /** The `objects` option: what vouches for snapshot and merge entries appended here (none: refused). */
+  readonly objects: ObjectChecks | undefined
   private readonly checkBlobs: boolean
 
   /** Protected for the daemon's client (src/serve), which extends this class and starts no owner. */

@@ -89,6 +89,8 @@ export class ThreadIndex {
         m.set(p.task, e.blob)
         return
       }
+      case 'value':
+        return
       case 'thread':
         this.threadBlob = e.blob
         return

@@ -6,6 +6,7 @@
  *
  *     checkpoints/[<ns>/]<checkpoint id>    a checkpoint record (JSON, below)
  *     writes/[<ns>/]<checkpoint id>/<task>  a task's pending writes against that checkpoint
+ *     values/<sha-256>                      a value too large for its record (the blob itself)
  *     thread                                the thread id, for a thread whose name is a hash
  *     deleted                               written by deleteThread: history before it is gone
  *
@@ -15,12 +16,18 @@
  * so `noa snapshots` lists the graph's steps and `noa fork` starts a new thread at one. The
  * history itself is the log: every record and writes file ever written is named by a `write`
  * entry, and that is what the saver reads (a fork also reads its base's log up to the fork).
+ *
+ * What the saver reads later must also be in some snapshot's tree, because `noa gc` keeps only
+ * what trees and the writes after a workspace's head name: so a large value nested in a record
+ * is a file of its own (`values/`) beside each record naming it, and a put keeps the writes
+ * files made since the last snapshot (they are then in its tree) and deletes them at the next.
  */
 import { fromSegment, toSegment } from '../adapters/names.js'
 import { isStoredValue, type StoredValue } from '../adapters/values.js'
 import { NoaError } from '../engine/errors.js'
 
 export const THREAD_FILE = 'thread'
+export const VALUES_DIR = 'values'
 export const DELETED_FILE = 'deleted'
 export const CHECKPOINT_FORMAT = 'noa-langgraph-checkpoint 1'
 export const WRITES_FORMAT = 'noa-langgraph-writes 1'
@@ -35,16 +42,25 @@ export function writesPath(ns: string, id: string, task: string): string {
   return `${base}/${toSegment(task)}`
 }
 
+export function valuePath(blob: string): string {
+  return `${VALUES_DIR}/${blob}`
+}
+
 export type ThreadPath =
   | { kind: 'checkpoint'; ns: string; id: string }
   | { kind: 'writes'; ns: string; id: string; task: string }
+  | { kind: 'value'; blob: string }
   | { kind: 'thread' }
   | { kind: 'deleted' }
+
+const VALUE_PATH = /^values\/([0-9a-f]{64})$/
 
 /** What a path of a thread's tree holds, or null for a file the saver does not own. */
 export function parsePath(path: string): ThreadPath | null {
   if (path === THREAD_FILE) return { kind: 'thread' }
   if (path === DELETED_FILE) return { kind: 'deleted' }
+  const value = VALUE_PATH.exec(path)
+  if (value) return { kind: 'value', blob: value[1] as string }
   const parts = path.split('/')
   const segs = parts.slice(1).map(fromSegment)
   if (segs.some((s) => s === null)) return null
@@ -93,6 +109,17 @@ export interface WritesRecord {
   task_id: string
   task_path: string
   writes: StoredWrite[]
+}
+
+/** The blobs of the large values a record names (each is a `values/` file beside it). */
+export function valueBlobs(record: CheckpointRecord | WritesRecord): string[] {
+  const values: StoredValue[] =
+    'writes' in record
+      ? record.writes.map((w) => w.value)
+      : [record.checkpoint, record.metadata, ...Object.values(record.channels).map((c) => c.value)]
+  const out: string[] = []
+  for (const v of values) if ('blob' in v) out.push(v.blob)
+  return out
 }
 
 export function encodeRecord(record: CheckpointRecord | WritesRecord | Record<string, unknown>): Buffer {

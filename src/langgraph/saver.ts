@@ -52,12 +52,13 @@ import { type KeyedMutex, mutexFor } from '../store/mutex.js'
 import {
   encodeSnapshotRecord,
   ObjectStore,
+  type RecordedNoEffect,
   type SnapshotRecord,
   type StoredObject,
   sha256,
   snapshotEntry,
 } from '../store/objects.js'
-import { SnapshotEngine } from '../store/snapshot.js'
+import { recorded, SnapshotEngine } from '../store/snapshot.js'
 import { Tree, TreeBuilder } from '../store/tree.js'
 import { type CheckpointRef, ThreadIndex } from './index-log.js'
 import {
@@ -73,6 +74,8 @@ import {
   type StoredChannel,
   type StoredWrite,
   THREAD_FILE,
+  valueBlobs,
+  valuePath,
   WRITES_FORMAT,
   type WritesRecord,
   writesPath,
@@ -131,6 +134,10 @@ interface TreeState {
   /** The head's position in the log (the next record's `since`). */
   headPos: number
   lastSeq: number
+  /** Writes files written since the head: in no snapshot's tree yet. */
+  fresh: Set<string>
+  /** Entries since the head that changed nothing (another writer's): the next record lists them. */
+  noEffect: RecordedNoEffect[]
 }
 
 /** Records and writes made by the commit being built, seen by its later operations. */
@@ -153,6 +160,29 @@ class LruMap<V> {
   set(k: string, v: V): void {
     this.map.set(k, v)
     if (this.map.size > this.max) this.map.delete(this.map.keys().next().value as string)
+  }
+}
+
+/**
+ * Each put appends a snapshot entry naming a record the saver wrote, and a log lets such an
+ * entry through only when its `objects` vouch for the record: refused here, before any commit.
+ */
+function checkLog(log: AgentLog): void {
+  const objects = log?.objects
+  const fix = `open it with AgentLog.open({ root, objects: new ObjectStore(root) })`
+  if (objects === undefined) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      `NoaSaver option log has no object store, so it refuses the snapshot entries the saver appends: ${fix}`,
+      { field: 'log' },
+    )
+  }
+  if (objects instanceof ObjectStore && objects.root !== log.root) {
+    throw new NoaError(
+      'NOA_BAD_OPTION',
+      `NoaSaver option log checks records against the object store of ${objects.root}, not of its root ${log.root}: ${fix}`,
+      { field: 'log' },
+    )
   }
 }
 
@@ -348,7 +378,15 @@ class Thread {
     await this.refresh(true) // opening may have cut a torn tail
     const lastSeq = this.follower.lastSeq
     if (lastSeq === 0) {
-      this.tree = { files: new Map(), builder: new TreeBuilder(), head: undefined, headPos: 0, lastSeq: 0 }
+      this.tree = {
+        files: new Map(),
+        builder: new TreeBuilder(),
+        head: undefined,
+        headPos: 0,
+        lastSeq: 0,
+        fresh: new Set(),
+        noEffect: [],
+      }
       return this.tree
     }
     const s = await saver.engine.replay(this.workspace)
@@ -359,12 +397,19 @@ class Thread {
         { workspace: this.workspace },
       )
     }
+    const headTree = s.parent === null ? null : await saver.engine.tree(s.parent)
+    const fresh = new Set<string>()
+    for (const [path, blob] of s.tree.entries()) {
+      if (parsePath(path)?.kind === 'writes' && headTree?.get(path) !== blob) fresh.add(path)
+    }
     this.tree = {
       files: s.tree.toMap(),
       builder: new TreeBuilder(s.tree),
       head: s.parent ?? undefined,
       headPos: s.since,
       lastSeq,
+      fresh,
+      noEffect: recorded(s.noEffect),
     }
     return this.tree
   }
@@ -438,14 +483,22 @@ class Thread {
     // The tree keeps this checkpoint (and the root namespace's, when this one is a subgraph's):
     // a snapshot is the thread at one step, not its whole history, which is in the log.
     const keep = checkpointPath(op.ns, op.id)
+    const needed = new Set(valueBlobs(record))
     for (const path of [...state.files.keys()]) {
       const p = parsePath(path)
       // A `thread` file names the id of a hashed workspace; one forked from elsewhere is stale.
       if (p?.kind === 'thread' && !this.hashed) this.change(state, e, path, null)
-      if (!p || p.kind === 'thread' || path === keep) continue
-      if (op.ns !== '' && (p.kind === 'checkpoint' || p.kind === 'writes') && p.ns === '') continue
+      if (!p || p.kind === 'thread' || p.kind === 'value' || path === keep) continue
+      const rootNs = op.ns !== '' && (p.kind === 'checkpoint' || p.kind === 'writes') && p.ns === ''
+      // Writes made since the last snapshot are named only by the log until a snapshot's tree
+      // holds them, and gc keeps no more than trees and the writes after the head name.
+      if (rootNs || (p.kind === 'writes' && state.fresh.has(path))) {
+        for (const v of await this.valuesOf(p.kind, state.files.get(path) as string, pending)) needed.add(v)
+        continue
+      }
       this.change(state, e, path, null)
     }
+    this.syncValues(state, e, needed)
     if (this.threadId !== undefined && !state.files.has(THREAD_FILE) && this.hashed) {
       const id = Buffer.from(this.threadId, 'utf8')
       const idBlob = sha256(id)
@@ -455,6 +508,25 @@ class Thread {
     this.change(state, e, keep, blob)
     pending.records.set(nsKey(op.ns, op.id), { blob, record })
     saver.records.set(blob, record)
+  }
+
+  /** The large values a kept record names (records of this commit are not stored yet). */
+  private async valuesOf(kind: 'checkpoint' | 'writes', blob: string, pending: Pending): Promise<string[]> {
+    const map: Map<string, { blob: string; record: CheckpointRecord | WritesRecord }> =
+      kind === 'checkpoint' ? pending.records : pending.writes
+    for (const p of map.values()) if (p.blob === blob) return valueBlobs(p.record)
+    return valueBlobs(
+      kind === 'checkpoint' ? await this.saver.recordAt(blob) : await this.saver.writesAt(blob),
+    )
+  }
+
+  /** The tree's `values/` files become exactly the values its records name. */
+  private syncValues(state: TreeState, e: EntryInput[], needed: ReadonlySet<string>): void {
+    for (const path of [...state.files.keys()]) {
+      const p = parsePath(path)
+      if (p?.kind === 'value' && !needed.has(p.blob)) this.change(state, e, path, null)
+    }
+    for (const v of needed) if (!state.files.has(valuePath(v))) this.change(state, e, valuePath(v), v)
   }
 
   get hashed(): boolean {
@@ -493,7 +565,12 @@ class Thread {
     const bytes = encodeRecord(record)
     const blob = sha256(bytes)
     o.push({ id: blob, data: bytes, exact: true })
-    this.change(state, e, writesPath(op.ns, op.id, op.task), blob)
+    const path = writesPath(op.ns, op.id, op.task)
+    this.change(state, e, path, blob)
+    state.fresh.add(path)
+    for (const v of valueBlobs(record)) {
+      if (!state.files.has(valuePath(v))) this.change(state, e, valuePath(v), v)
+    }
     pending.writes.set(key, { blob, record })
     saver.writeRecords.set(blob, record)
   }
@@ -537,6 +614,7 @@ class Thread {
       ...(state.head === undefined ? {} : { parent: state.head }),
       since: state.headPos,
       seq,
+      ...(state.noEffect.length === 0 ? {} : { noEffect: state.noEffect }),
       message,
       ts: nowMicros(),
     }
@@ -548,6 +626,8 @@ class Thread {
     e.push(snapshotEntry(record, message))
     state.head = record.id
     state.headPos = seq
+    state.fresh = new Set()
+    state.noEffect = []
     state.builder = new TreeBuilder(Tree.decode(tree.id, bytes))
   }
 }
@@ -578,6 +658,7 @@ export class NoaSaver extends BaseCheckpointSaver {
   /** Opens a saver on a noa root; `close()` releases it. */
   static async open(options: NoaSaverOptions = {}): Promise<NoaSaver> {
     checkOptionKeys(options, OPTION_KEYS, 'NoaSaver')
+    if (options.log !== undefined) checkLog(options.log)
     const lease = options.log
       ? borrowedLog(options.log)
       : await leaseLog({ root: options.root, workers: options.workers })
@@ -895,7 +976,8 @@ export class NoaSaver extends BaseCheckpointSaver {
     return blob ? this.writesAt(blob) : undefined
   }
 
-  private async recordAt(blob: string): Promise<CheckpointRecord> {
+  /** @internal */
+  async recordAt(blob: string): Promise<CheckpointRecord> {
     const hit = this.records.get(blob)
     if (hit) return hit
     const record = parseCheckpointRecord(await this.blobs.get(blob), blob)
@@ -903,7 +985,8 @@ export class NoaSaver extends BaseCheckpointSaver {
     return record
   }
 
-  private async writesAt(blob: string): Promise<WritesRecord> {
+  /** @internal */
+  async writesAt(blob: string): Promise<WritesRecord> {
     const hit = this.writeRecords.get(blob)
     if (hit) return hit
     const record = parseWritesRecord(await this.blobs.get(blob), blob)

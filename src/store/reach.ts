@@ -12,7 +12,8 @@
  * Records reached only through history, whose workspace log is gone, keep their trees (nothing
  * could rebuild them).
  *
- * Nothing else in a root references objects: transcripts, memory and context files do not, and
+ * Nothing else in a root references objects: transcripts, memory and context files do not, the
+ * adapters name every object they read back in a tree or a write (langgraph/layout.ts), and
  * replication's lists of published objects are hints (an object removed locally was published
  * or is not needed); a mirror writes objects before the entries that name them, which the gc
  * grace period covers.

@@ -122,15 +122,15 @@ describe('a LangGraph graph on NoaSaver', () => {
 
     // noa fork at the snapshot made with the checkpoint before ask: a thread LangGraph resumes.
     const snaps = JSON.parse(runCli(['snapshots', 'lg.main', '--root', root, '--json']).stdout) as Array<{
-      snapshot_id: string
+      snapshotId: string
       message: string
     }>
     const atAsk = snaps.filter((s) => s.message.includes('(step 1, loop)')).pop() // the first branch's
     expect(atAsk).toBeDefined()
-    const tree = runCli(['tree', atAsk?.snapshot_id as string, '--root', root])
+    const tree = runCli(['tree', atAsk?.snapshotId as string, '--root', root])
     expect(tree.stdout).toMatch(/^checkpoints\/[0-9a-f-]+\t[0-9a-f]{64}$/m)
     expect(
-      runCli(['fork', 'lg.from-cli', '--from', atAsk?.snapshot_id as string, '--root', root]).status,
+      runCli(['fork', 'lg.from-cli', '--from', atAsk?.snapshotId as string, '--root', root]).status,
     ).toBe(0)
     const fromCli = runGraph(root, 'resume', 'from-cli', 'cli')
     expect(fromCli.values.log).toEqual(['start', 'plan(1)', 'ask:cli', 'act:cli'])

@@ -7,7 +7,7 @@ import { symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { emptyCheckpoint, uuid6 } from '@langchain/langgraph-checkpoint'
 import { describe, expect, it } from 'vitest'
-import { AgentLog, NoaError, readWorkspace, SnapshotEngine } from '../../dist/src/index.js'
+import { AgentLog, NoaError, ObjectStore, readWorkspace, SnapshotEngine } from '../../dist/src/index.js'
 import { NoaSaver } from '../../dist/src/langgraph/index.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
@@ -98,7 +98,7 @@ describe('NoaSaver', () => {
         'deleteThread',
         expect.stringMatching(/^checkpoint .* \(step 0, loop\)$/),
       ])
-      const tree = runCli(['tree', snaps[0].snapshot_id, '--root', root]).stdout
+      const tree = runCli(['tree', snaps[0].snapshotId, '--root', root]).stdout
       expect(tree).toMatch(/^deleted\t/)
 
       // Deleting a thread that never was writes nothing.
@@ -188,25 +188,31 @@ describe('NoaSaver', () => {
 
   it('notices a log changed under it (another writer while it did not hold the lock) and snapshots on top of it', async () => {
     const root = join(tempDir('noa-lg-foreign-'), 'noa')
-    const log = await AgentLog.open({ root })
+    const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
     const saver = await NoaSaver.open({ log })
     try {
       const c1 = await saver.put({ configurable: { thread_id: 'f' } }, checkpoint({ a: 1 }), meta(0), {
         a: 1,
       })
       await log.release('lg.f')
+      const notes = runCli(['blob', 'put', '-', '--root', root], { input: 'by hand\n' }).stdout.trim()
+      expect(notes).toMatch(/^[0-9a-f]{64}$/)
       expect(
         runCli(['append', 'lg.f', '--root', root], {
-          input: `{"op":"write","path":"notes.md","blob":"${'0'.repeat(64)}"}\n`,
+          input: `{"op":"write","path":"notes.md","blob":"${notes}"}\n`,
         }).status,
       ).toBe(0)
       expect(runCli(['snapshot', 'lg.f', '-m', 'by hand', '--root', root]).status).toBe(0)
+      // An entry that changes nothing: the saver's next record says so, as noa snapshot would.
+      const noop = runCli(['append', 'lg.f', '--root', root], { input: '{"op":"delete","path":"gone.md"}\n' })
+      const noopSeq = JSON.parse(noop.stdout).seq
       const c2 = await saver.put(c1, checkpoint({ a: 1 }), meta(1), {})
       expect((await saver.getTuple(c2))?.checkpoint.channel_values).toEqual({ a: 1 })
       const engine = new SnapshotEngine({ root })
       const head = await engine.head('lg.f')
-      expect((await engine.tree(head?.record.id as string)).get('notes.md')).toBe('0'.repeat(64))
+      expect((await engine.tree(head?.record.id as string)).get('notes.md')).toBe(notes)
       expect(head?.record.parent).toBe((await engine.listSnapshots('lg.f'))[1]?.snapshotId)
+      expect(head?.record.noEffect).toEqual([{ seq: noopSeq, reason: 'delete-missing' }])
       await expectConsistent(root, 'lg.f')
     } finally {
       await saver.close()
@@ -216,7 +222,7 @@ describe('NoaSaver', () => {
 
   it('repairs its snapshot chain when another writer in the process appends during its commit', async () => {
     const root = join(tempDir('noa-lg-race-'), 'noa')
-    const log = await AgentLog.open({ root })
+    const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
     const saver = await NoaSaver.open({ log })
     try {
       const c1 = await saver.put({ configurable: { thread_id: 'r' } }, checkpoint({ a: 1 }), meta(0), {
@@ -246,6 +252,84 @@ describe('NoaSaver', () => {
     }
   })
 
+  it("keeps through noa gc everything a thread reads back: large values and every checkpoint's writes", async () => {
+    const root = join(tempDir('noa-lg-gc-'), 'noa')
+    const big = (c: string) => c.repeat(10_000)
+    const configs: Array<Awaited<ReturnType<Saver['put']>>> = []
+    let saver = await NoaSaver.open({ root })
+    try {
+      let config = await saver.put(
+        { configurable: { thread_id: 'g' } },
+        checkpoint({ m: big('a'), n: 1 }),
+        meta(0),
+        {
+          m: 1,
+          n: 1,
+        },
+      )
+      for (let step = 1; step <= 3; step++) {
+        configs.push(config)
+        await saver.putWrites(
+          config,
+          [
+            ['m', big(`w${step}`)],
+            ['n', step],
+          ],
+          `task-${step}`,
+        )
+        // `n` changes each step, `m` every other one: the others are carried from the parent.
+        const values = { m: big(step % 2 === 0 ? String(step) : 'a'), n: step + 1 }
+        config = await saver.put(
+          config,
+          checkpoint(values, { m: step % 2 === 0 ? step : 1, n: step + 1 }),
+          meta(step),
+          {
+            ...(step % 2 === 0 ? { m: step } : {}),
+            n: step + 1,
+          },
+        )
+      }
+      configs.push(config)
+      await saver.putWrites(config, [['m', big('z')]], 'task-last')
+    } finally {
+      await saver.close()
+    }
+    const read = async (s: Saver) =>
+      Promise.all(
+        configs.map(async (c) => {
+          const t = await s.getTuple(c)
+          return [t?.checkpoint.channel_values, t?.pendingWrites]
+        }),
+      )
+    saver = await NoaSaver.open({ root })
+    const before = await read(saver)
+    await saver.close()
+    expect(before[1]?.[1]).toEqual([
+      ['task-2', 'm', big('w2')],
+      ['task-2', 'n', 2],
+    ])
+    const gc = runCli(['gc', '--yes', '--grace', '0s', '--root', root, '--json'])
+    expect(gc.status).toBe(0)
+    // The objects superseded within a commit go (a tree is stored as a delta of its parent's).
+    expect(runCli(['verify', 'lg.g', '--objects', '--root', root]).status).toBe(0)
+    saver = await NoaSaver.open({ root })
+    try {
+      expect(await read(saver)).toEqual(before)
+      const history = []
+      for await (const t of saver.list({ configurable: { thread_id: 'g' } })) history.push(t.metadata?.step)
+      expect(history).toEqual([3, 2, 1, 0])
+      // Each snapshot holds its step's record, the large values it names and the writes that led to it.
+      const snaps = JSON.parse(runCli(['snapshots', 'lg.g', '--root', root, '--json']).stdout)
+      const tree = runCli(['tree', snaps[1].snapshotId, '--root', root]).stdout
+      expect(tree.match(/^checkpoints\//gm)).toHaveLength(1)
+      expect(tree.match(/^writes\/[^\t]+\/task-2\t/gm)).toHaveLength(1)
+      expect(tree.match(/^values\/[0-9a-f]{64}\t/gm)).toHaveLength(2) // m of the step, m of task-2
+    } finally {
+      await saver.close()
+    }
+    await expectConsistent(root, 'lg.g')
+  })
+
   it('stores large values as blobs of their own, shared by the checkpoints that carry them', async () => {
     await withSaver(async (saver, root) => {
       const big = 'y'.repeat(10_000)
@@ -254,7 +338,10 @@ describe('NoaSaver', () => {
       const c2 = checkpoint({ big, small: 2 }, { big: 1, small: 2 })
       const cfg2 = await saver.put(cfg1, c2, meta(1), { small: 2 })
       expect((await saver.getTuple(cfg2))?.checkpoint.channel_values).toEqual({ big, small: 2 })
-      const blobs = (await entries(root, 'lg.big')).filter((e) => e.op === 'write').map((e) => e.blob)
+      const log = await entries(root, 'lg.big')
+      const blobs = log.flatMap((e) =>
+        e.op === 'write' && e.path.startsWith('checkpoints/') ? [e.blob] : [],
+      )
       const records = await Promise.all(
         blobs.map(async (b) => JSON.parse(runCli(['blob', 'get', b, '--root', root]).stdout)),
       )
@@ -262,6 +349,9 @@ describe('NoaSaver', () => {
       expect(refs[0]).toMatch(/^[0-9a-f]{64}$/)
       expect(refs[1]).toBe(refs[0])
       expect(JSON.parse(runCli(['blob', 'get', refs[0], '--root', root]).stdout)).toBe(big)
+      // The value is a file beside the records naming it, written once while they carry it.
+      const values = log.filter((e) => e.op === 'write' && e.path.startsWith('values/'))
+      expect(values).toEqual([expect.objectContaining({ path: `values/${refs[0]}`, blob: refs[0] })])
     })
   })
 
@@ -361,6 +451,19 @@ describe('NoaSaver', () => {
       })
     })
     await expect(NoaSaver.open({ rot: 'x' } as never)).rejects.toThrow(/unknown NoaSaver option rot/)
+    // A log of one's own must check the records the saver names in its snapshot entries.
+    const own = join(tempDir('noa-lg-own-'), 'noa')
+    const bare = await AgentLog.open({ root: own })
+    const elsewhere = await AgentLog.open({ root: own, objects: new ObjectStore(join(own, 'other')) })
+    try {
+      await expect(NoaSaver.open({ log: bare })).rejects.toMatchObject({
+        code: 'NOA_BAD_OPTION',
+        message: expect.stringContaining('objects: new ObjectStore(root)'),
+      })
+      await expect(NoaSaver.open({ log: elsewhere })).rejects.toMatchObject({ code: 'NOA_BAD_OPTION' })
+    } finally {
+      await Promise.all([bare.close(), elsewhere.close()])
+    }
     const root = join(tempDir('noa-lg-closed-'), 'noa')
     const saver = await NoaSaver.open({ root })
     await saver.close()

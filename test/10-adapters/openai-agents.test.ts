@@ -76,14 +76,14 @@ describe('NoaSession', () => {
     ])
     expect(runCli(['snapshot', 'oa.s-1', '-m', 'after a pop', '--root', root]).status).toBe(0)
     const snaps = JSON.parse(runCli(['snapshots', 'oa.s-1', '--root', root, '--json']).stdout)
-    const tree = runCli(['tree', snaps[0].snapshot_id, '--root', root]).stdout.trim().split('\n')
+    const tree = runCli(['tree', snaps[0].snapshotId, '--root', root]).stdout.trim().split('\n')
     expect(tree).toEqual([`items/000000000001\t${log[0].blob}`])
     expect(JSON.parse(runCli(['blob', 'get', log[0].blob, '--root', root]).stdout)).toEqual(user('hello'))
 
     // A snapshot (or a fork) in the log is read back through a replay.
     const again = new NoaSession({ root, sessionId: 's-1' })
     expect(await again.getItems()).toEqual([user('hello')])
-    expect(runCli(['fork', 'oa.s-2', '--from', snaps[0].snapshot_id, '--root', root]).status).toBe(0)
+    expect(runCli(['fork', 'oa.s-2', '--from', snaps[0].snapshotId, '--root', root]).status).toBe(0)
     const forked = new NoaSession({ root, sessionId: 's-2' })
     expect(await forked.getItems()).toEqual([user('hello')])
     await forked.addItems([user('on the fork')])
