@@ -693,12 +693,13 @@ export class AgentLog {
    * Every entry of a workspace from `fromSeq` (default 1) in order, then each new one as it
    * commits, until the signal aborts or the iterator is returned. Resuming from the seq after
    * the last one seen gives no gap and no duplicate. A slow consumer holds nothing but its read
-   * position. Entries appended by other processes are seen too (the file is followed).
+   * position. Entries appended by other processes are seen too (the file is followed). A bad
+   * option or workspace fails the first `next()`, as `read` does and as through the daemon.
    */
-  watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+  async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
     checkWatchOptions(options)
     const file = existingLog(this.root, workspace)
-    return followLog(file, workspace, options, {
+    yield* followLog(file, workspace, options, {
       nextCommit: () => this.nextCommit(workspace),
       // This process writes it: deliver only what it acknowledged (a line is in the file before
       // the fdatasync of a commit made straight to it returns).

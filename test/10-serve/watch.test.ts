@@ -3,7 +3,7 @@
  * then every entry other clients append as it commits, in order; a resume from a seq gives no
  * gap and no duplicate; a returned iterator ends its stream in the daemon; a drain ends a watch
  * with NOA_SHUTTING_DOWN and the seq to resume from, and the resumed watch on the restarted
- * daemon misses nothing. Bad arguments fail as in process.
+ * daemon misses nothing. Bad arguments fail as in process, on the first next().
  */
 import { describe, expect, it } from 'vitest'
 import {
@@ -100,9 +100,9 @@ describe('watch through noa serve', () => {
     const remote = await connectDaemon({ root: served })
     const local = await AgentLog.open({ root: plain, workers: 1 })
     const first = async (log: AgentLog, ws: string, options: object) => {
+      const watching = log.watch(ws, options) // both fail on the first next(), not at the call
       try {
-        for await (const e of log.watch(ws, options)) return e
-        return null
+        return await watching.next()
       } catch (err) {
         const e = err as { code: string; message: string }
         return { code: e.code, message: e.message.replace(log.root, '<root>') }
