@@ -739,6 +739,19 @@ function unavailable(target: Target, err: unknown): Error {
   )
 }
 
+/**
+ * Answers to a connection attempt that mean no daemon will serve it now, though one may have a
+ * moment ago: refused, reset or cut during the hello (the daemon was killed), or refused by a
+ * daemon that is draining. The serve lock then tells a dead daemon from a stopping one.
+ */
+const GONE_AT_HELLO: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'NOA_DAEMON_LOST',
+  'NOA_SHUTTING_DOWN',
+])
+
 /** How long a client waits for a daemon that holds the root but does not answer yet (starting, stopping). */
 const BUSY_WAIT_MS = 3000
 
@@ -759,9 +772,10 @@ export async function connectRoot(
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code === 'ENOENT') return null
-      if (code !== 'ECONNREFUSED') throw unavailable(target, err)
+      if (!(typeof code === 'string' && GONE_AT_HELLO.has(code))) throw unavailable(target, err)
     }
-    // Nobody listens on the socket. Whoever can take the serve lock knows no daemon is alive.
+    // Nobody listens on the socket, or its daemon went away or began to stop while this one
+    // connected. Whoever can take the serve lock knows no daemon is alive.
     const lock = tryServeLock(root, false)
     if (lock) {
       try {

@@ -6,13 +6,15 @@
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, connectDaemon, Daemon, type EntryInput, RemoteAgentLog } from '../../dist/src/index.js'
-import { BLOB, blobOf, runCli, runCliAsync, tempDir } from '../helpers/index.js'
+import { BLOB, blobOf, ROOT_DIR, runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { startDaemon } from '../helpers/serve.js'
 
 const del = (path: string): EntryInput => ({ op: 'delete', path })
+const SLOW_IO = new URL('test/fixtures/slow-commit-io.mjs', `file://${ROOT_DIR}/`).href
 const write = (i: number): EntryInput => ({ op: 'write', path: `src/f${i}.ts`, blob: blobOf(i) })
 
 async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
@@ -199,6 +201,44 @@ describe('transparent forwarding to noa serve', () => {
     expect(r).toMatchObject({ status: 0, stderr: '' })
     expect(JSON.parse(r.stdout).seq).toBe(3)
     expect(existsSync(join(root, 'noa.sock'))).toBe(false)
+  })
+
+  it('opens the root in process when its daemon goes away during the hello', async () => {
+    const root = tempDir()
+    // What a daemon killed right after accepting looks like: the connection is cut, unanswered,
+    // and the serve lock the daemon held (its file stays) is free.
+    writeFileSync(join(root, 'noa.serve.lock'), '')
+    const dying = createServer((socket) => socket.destroy())
+    await new Promise<void>((resolve) => dying.listen(join(root, 'noa.sock'), resolve))
+    try {
+      const log = await AgentLog.open({ root, workers: 1 })
+      expect(log).not.toBeInstanceOf(RemoteAgentLog)
+      expect(existsSync(join(root, 'noa.sock'))).toBe(false) // nobody held the serve lock: removed
+      expect((await log.append('w', del('a'))).seq).toBe(1)
+      await log.close()
+    } finally {
+      dying.close()
+    }
+  })
+
+  it('waits for a draining daemon, then appends in process', async () => {
+    const root = tempDir()
+    // Commits take 2 s: the daemon drains that long, refusing new connections with NOA_SHUTTING_DOWN.
+    const d = await Daemon.start({
+      root,
+      log: { workers: 1, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 2000 } },
+    })
+    const client = await connectDaemon({ root })
+    const first = client.append('w', del('first'))
+    await new Promise((r) => setTimeout(r, 100))
+    const drained = d.drain()
+    const cli = runCliAsync(['append', 'w', '--root', root], `${JSON.stringify(del('second'))}\n`)
+    expect((await first).seq).toBe(1)
+    await drained
+    const r = await cli
+    expect(r).toMatchObject({ status: 0, stderr: '' })
+    expect(JSON.parse(r.stdout).seq).toBe(2)
+    await client.close()
   })
 
   it('gives up on a daemon that does not answer with NOA_DAEMON_UNAVAILABLE', async () => {
