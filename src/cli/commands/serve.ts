@@ -39,7 +39,7 @@ export const spec = command({
       type: 'string',
       value: 'N',
       description:
-        "owner worker threads, respawned if one dies (0: the owner runs on the daemon's thread, commits on the addon's; a fault in it ends the daemon)",
+        "owner worker threads, a dead one respawned (0: on the daemon's thread, where a fault ends it)",
       defaultText: '1',
     },
     'max-entry-bytes': limitOption('max-entry-bytes'),
