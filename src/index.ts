@@ -1,3 +1,6 @@
+// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
+import './serve/forward.js'
+
 export * from './context/index.js'
 export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export {
@@ -133,6 +136,14 @@ export {
   objectSubject,
   workspaceSubject,
 } from './replicate/subjects.js'
+export {
+  type ConnectOptions,
+  connectDaemon,
+  type DaemonInfo,
+  RemoteAgentLog,
+} from './serve/client.js'
+export { Daemon, type DaemonStats, type ServeOptions } from './serve/daemon.js'
+export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './serve/protocol.js'
 export type { CheckoutOptions, CheckoutResult } from './store/checkout.js'
 export {
   type DiffEntry,

@@ -7,7 +7,7 @@ import { median } from '../run.js'
 import { type Bar, barChart, formatValue } from './chart.js'
 import type { Kind } from './common.js'
 import type { DurabilityFile } from './strace.js'
-import type { Figure, Workload } from './suite.js'
+import { type Figure, PROC_WORKLOADS, type Workload } from './suite.js'
 
 export interface Contender {
   id: string
@@ -134,7 +134,8 @@ function syncCell(d: DurabilityFile | null, id: string): string {
 
 function statTable(result: FigureResult, d: DurabilityFile | null): string {
   const { figure } = result
-  const write = !['replay', 'open'].includes(figure.workload)
+  // The strace counts are of the in-process writers: the many-process contenders are others.
+  const write = !['replay', 'open'].includes(figure.workload) && !PROC_WORKLOADS.has(figure.workload)
   const head = `| contender | what it does | median ${figure.unit} | min–max | noa vs this |${write ? ' fsync-family calls / entry (serial / 100 submitters) |' : ''}\n|---|---|---:|---:|---:|${write ? '---:|' : ''}\n`
   const rows = result.stats.map((s) => {
     const name = s.kind === 'noa' ? `**${s.label}**` : s.kind === 'not-durable' ? `${s.label} ⚠` : s.label
@@ -278,6 +279,9 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
       ].filter(Boolean)
       return `With the journal a round costs one fdatasync for every workspace of a worker, as a WAL does${noaSyncs !== undefined ? ` (strace: noa ${noaSyncs} fsync-family calls per entry with 100 submitters${syncs.length ? `; ${syncs.join(', ')}` : ''})` : ''}. What a round still pays that a single-file store does not: one write to each active workspace's \`.log\` before the round's acks (the logs stay the seed's JSONL and hold only journal-covered bytes, so readers and replication never see an unacknowledged entry), and the hop to the owner worker and back. With one submitter per workspace, each awaiting its ack, every workspace's next entry waits for the round before it, so the rounds run in lockstep and the length of one round sets the rate.${modes.length ? ` noa's other modes in this run: ${modes.join('; ')}.` : ''}`
     }
+    case '8proc':
+    case '8proc-shared':
+      return "Every process's append crosses the daemon's socket twice (request, answer) before and after the commit, where SQLite and lmdb commit in the calling process; the daemon wins only by committing many processes' entries in one fdatasync."
     case 'replay':
       return "noa's reader validates every entry (every field rule, as `verify` does) while it parses it, and builds every entry as an object; a short log stays on one thread (a scanning thread pays off from 32 MB) and pays the start of a fresh process's JIT, which a C++ JSON.parse or a native B-tree read does not; the SQLite and lmdb replays decode rows already in the page cache without any check."
     case 'open':

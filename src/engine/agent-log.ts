@@ -42,7 +42,7 @@ import type {
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
 import type { VerifyOptions, VerifyReport } from './recovery.js'
-import { followLog, type WatchOptions } from './watch.js'
+import { checkWatchOptions, followLog, type WatchOptions } from './watch.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
@@ -270,6 +270,20 @@ function checkOptions(options: AgentLogOptions) {
   }
 }
 
+/**
+ * How `AgentLog.open` reaches a daemon (`noa serve`) serving its root: resolves with an AgentLog
+ * that talks to it, or null when none serves the root. Installed by the daemon's client, a layer
+ * above this one, so that the engine does not import it.
+ */
+export type Forwarder = (root: string, options: AgentLogOptions) => Promise<AgentLog | null>
+
+let forwarder: Forwarder | null = null
+
+/** Installs (or, with null, removes) the forwarder `AgentLog.open` asks first. */
+export function setForwarder(f: Forwarder | null): void {
+  forwarder = f
+}
+
 export const DEFAULT_JOURNAL_SIZE = 16 << 20
 const MIN_JOURNAL_SIZE = 256 << 10
 
@@ -317,7 +331,8 @@ export class AgentLog {
   readonly objects: ObjectChecks | undefined
   private readonly checkBlobs: boolean
 
-  private constructor(o: CheckedOptions, options: AgentLogOptions) {
+  /** Protected for the daemon's client (src/serve), which extends this class and starts no owner. */
+  protected constructor(o: CheckedOptions, options: AgentLogOptions) {
     this.maxPendingBytes = o.maxPendingBytes
     this.objects = o.objects
     this.checkBlobs = o.checkBlobs
@@ -342,6 +357,11 @@ export class AgentLog {
     }))
   }
 
+  /** For the daemon's client (src/serve): the checked options its constructor passes on. */
+  protected static checkedOptions(options: AgentLogOptions): CheckedOptions {
+    return checkOptions(options)
+  }
+
   /**
    * Opens a root: replays the journals of processes that died, checks the root; starts nothing.
    * Owner workers start when a workspace routed to them is first written (`workers: 0`: one
@@ -350,6 +370,11 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    if (forwarder) {
+      // A daemon serving this root owns its workspaces: talk to it instead of starting owners.
+      const remote = await forwarder(o.root, options)
+      if (remote) return remote
+    }
     loadNative() // a missing addon is an error now, not at the first append
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
     return new AgentLog(o, options)
@@ -456,7 +481,7 @@ export class AgentLog {
   }
 
   /** Record entries must be vouched for by `objects`; blobs checked when asked. */
-  private checkEntries(
+  protected checkEntries(
     workspace: string,
     entries: readonly EntryInput[],
     options: AppendOptions | undefined,
@@ -710,11 +735,13 @@ export class AgentLog {
    * Every entry of a workspace from `fromSeq` (default 1) in order, then each new one as it
    * commits, until the signal aborts or the iterator is returned. Resuming from the seq after
    * the last one seen gives no gap and no duplicate. A slow consumer holds nothing but its read
-   * position. Entries appended by other processes are seen too (the file is followed).
+   * position. Entries appended by other processes are seen too (the file is followed). A bad
+   * option or workspace fails the first `next()`, as `read` does and as through the daemon.
    */
-  watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+  async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    checkWatchOptions(options)
     const file = existingLog(this.root, workspace)
-    return followLog(file, workspace, options, {
+    yield* followLog(file, workspace, options, {
       nextCommit: () => this.nextCommit(workspace),
       // This process writes it: deliver only what it acknowledged (a line is in the file before
       // the fdatasync of a commit made straight to it returns).
@@ -1151,7 +1178,8 @@ export class AgentLog {
   }
 }
 
-function checkAppendOptions(options: AppendOptions | undefined): number {
+/** Checks an append's options (also the daemon's client, before anything is sent); → ifLastSeq or -1. */
+export function checkAppendOptions(options: AppendOptions | undefined): number {
   if (options === undefined) return -1
   checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
   const { ifLastSeq, signal } = options
@@ -1166,7 +1194,7 @@ function checkAppendOptions(options: AppendOptions | undefined): number {
 
 const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
 
-function abortedError(workspace: string, signal: AbortSignal): NoaError {
+export function abortedError(workspace: string, signal: AbortSignal): NoaError {
   return new NoaError(
     'NOA_ABORTED',
     `append to workspace ${workspace} was cancelled before it was committed`,

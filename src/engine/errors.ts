@@ -36,6 +36,16 @@ export type NoaErrorCode =
   | 'NOA_JOURNAL'
   | 'NOA_ABORTED'
   | 'NOA_SEQ_MISMATCH'
+  // the daemon (noa serve) and its clients
+  | 'NOA_PROTOCOL'
+  | 'NOA_TOO_LARGE'
+  | 'NOA_UNAUTHORIZED'
+  | 'NOA_TOO_MANY_CONNECTIONS'
+  | 'NOA_SHUTTING_DOWN'
+  | 'NOA_DAEMON_LOST'
+  | 'NOA_DAEMON_UNAVAILABLE'
+  | 'NOA_DAEMON_RUNNING'
+  | 'NOA_BAD_SOCKET'
 
 export interface NoaErrorDetails {
   /** File the problem was found in. */

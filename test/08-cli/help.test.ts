@@ -185,7 +185,7 @@ describe('unknown options', () => {
   it('other parse errors keep their messages', async () => {
     const r = await runMain(['log', 'w', '--root'])
     expect(r.stderr).toBe(
-      "noa log: Option '--root <value>' argument missing\nusage: noa log <workspace> [--from SEQ] [--root DIR] [--json]\n",
+      "noa log: Option '--root <value>' argument missing\nusage: noa log <workspace> [--from SEQ] [--follow] [--root DIR] [--json]\n",
     )
     const shortValue = await runMain(['snapshot', 'w', '-m'])
     expect(shortValue.stderr.split('\n')[0]).toBe(
