@@ -1,12 +1,14 @@
 /**
- * A realistic workspace log for the replay benchmark: ~10k distinct paths in a source-tree
- * layout, mostly writes (hot files more often than cold ones), some deletes and renames, every
+ * A realistic workspace log for the replay benchmark: ~10k (or 100k) distinct paths in a
+ * source-tree layout, mostly writes (hot files more often than cold ones), some deletes and renames, every
  * entry valid against the files that exist at that point, ~200-byte lines. Seeded, so every run
  * replays the same log.
  */
-import { closeSync, mkdirSync, openSync, writeSync } from 'node:fs'
-import { dirname } from 'node:path'
+import { closeSync, mkdirSync, openSync, statSync, writeFileSync, writeSync } from 'node:fs'
+import { basename, dirname } from 'node:path'
+import { crc32c } from '../src/engine/crc.js'
 import { type EntryInput, encodeBody, formatLine } from '../src/engine/entry.js'
+import { BLOCK_BYTES, encodeSumHeader, encodeSumRecord, sidecarPath } from '../src/engine/sidecar.js'
 
 /** mulberry32: small, fast, seeded. */
 function rng(seed: number): () => number {
@@ -44,13 +46,20 @@ export class WorkloadModel {
 
   constructor(seed = 42, distinctPaths = 10_000) {
     this.random = rng(seed)
+    // A larger workspace has more packages and folders, not fuller folders. The 10k layout is
+    // kept as it always was (its figures stay comparable across runs: 4 packages × 5 areas ×
+    // 20 modules, its digits being tied); a larger one takes package, area and module from
+    // independent digits of i: 40 × 10 × 40 folders, about 6 names each for 100k, as in a real
+    // source tree, so that 1,000 scattered changes touch a small part of the tree.
+    const packages = Math.max(4, Math.round(distinctPaths / 2500))
+    const wide = distinctPaths > 10_000
     for (let i = 0; i < distinctPaths; i++) {
-      const area = AREAS[i % AREAS.length] as string
-      const mod = Math.floor(i / AREAS.length) % 40
+      const area = AREAS[(wide ? Math.floor(i / packages) : i) % AREAS.length] as string
+      const mod = Math.floor(i / (wide ? packages * AREAS.length : AREAS.length)) % 40
       const word = WORDS[Math.floor(i / 400) % WORDS.length] as string
       const ext = EXTS[i % EXTS.length] as string
       this.names.push(
-        `packages/agent-${i % 4}/src/${area}/module-${String(mod).padStart(2, '0')}/${word}-request-handler-${i}.${ext}`,
+        `packages/agent-${i % packages}/src/${area}/module-${String(mod).padStart(2, '0')}/${word}-request-handler-${i}.${ext}`,
       )
     }
   }
@@ -85,6 +94,11 @@ export class WorkloadModel {
     }
   }
 
+  /** Files that exist now. */
+  get liveCount(): number {
+    return this.live.length
+  }
+
   next(): EntryInput {
     const r = this.random()
     const n = this.live.length
@@ -113,24 +127,45 @@ export class WorkloadModel {
   }
 }
 
-/** Writes `count` entries as stored lines (seq from 1, ts 37 µs apart) to `file`. */
+/**
+ * Writes `count` entries as stored lines (seq from 1, ts 37 µs apart) to `file`, with the
+ * checksum sidecar an owner would have written beside it (a CRC32C per ~64 KiB of whole
+ * lines), so that reads pay for the checksums as they do on a log noa wrote.
+ */
 export function writeLog(file: string, count: number, model: WorkloadModel): { bytes: number } {
   mkdirSync(dirname(file), { recursive: true })
   const fd = openSync(file, 'w')
+  const records: Buffer[] = []
   let bytes = 0
   try {
+    let block = ''
+    let firstSeq = 1
+    let entries = 0
     let out = ''
     const ts0 = 1_717_592_400_000_000
-    for (let seq = 1; seq <= count; seq++) {
-      out += formatLine(seq, encodeBody(model.next()), ts0 + seq * 37)
-      if (out.length >= 1 << 22) {
-        bytes += writeSync(fd, out)
-        out = ''
-      }
+    const cut = () => {
+      const data = Buffer.from(block)
+      records.push(
+        encodeSumRecord({ offset: bytes, firstSeq, length: data.length, entries, crc: crc32c(data) }),
+      )
+      bytes += writeSync(fd, data)
+      block = ''
+      entries = 0
     }
-    bytes += writeSync(fd, out)
+    for (let seq = 1; seq <= count; seq++) {
+      if (entries === 0) firstSeq = seq
+      out = formatLine(seq, encodeBody(model.next()), ts0 + seq * 37)
+      block += out
+      entries++
+      if (block.length >= BLOCK_BYTES) cut()
+    }
+    if (entries > 0) cut()
   } finally {
     closeSync(fd)
   }
+  const root = dirname(dirname(file))
+  const sum = sidecarPath(root, basename(file, '.log'))
+  mkdirSync(dirname(sum), { recursive: true })
+  writeFileSync(sum, Buffer.concat([encodeSumHeader(statSync(file, { bigint: true }).ino), ...records]))
   return { bytes }
 }

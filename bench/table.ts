@@ -33,7 +33,10 @@ export function markdownTable(rows: readonly BenchRow[]): string {
       .map((r) => {
         const ratio = r.noa / r.baseline
         const ahead = advantage(r)
-        return `| ${r.workload} | ${fmt(r.noa)} ${r.unit} | ${r.baselineName} | ${fmt(r.baseline)} ${r.unit} | ${ratio.toFixed(2)}× | ${ahead.toFixed(2)}×${r.note ? ` (${r.note})` : ''} |`
+        // A goal such as "under 1%" needs the digits that 0.00× would hide.
+        const shown =
+          ratio < 0.1 ? `${ratio.toPrecision(2)}× (${(ratio * 100).toPrecision(2)}%)` : `${ratio.toFixed(2)}×`
+        return `| ${r.workload} | ${fmt(r.noa)} ${r.unit} | ${r.baselineName} | ${fmt(r.baseline)} ${r.unit} | ${shown} | ${ahead.toFixed(2)}×${r.note ? ` (${r.note})` : ''} |`
       })
       .join('\n') +
     '\n'

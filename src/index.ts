@@ -3,8 +3,13 @@
  * its ObjectStore), the one error class, and the types these take and return. Each layer has a
  * face of its own: `noa/engine` (log files, line format, the addon loader), `noa/store` (trees,
  * diffs, history, gc, verification), `noa/transcript`, `noa/memory`, `noa/context`,
- * `noa/replicate`, and the adapters `noa/langgraph`, `noa/openai-agents`.
+ * `noa/replicate`, `noa/serve` (the daemon and its client), and the adapters `noa/langgraph`,
+ * `noa/openai-agents`.
  */
+
+// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
+import './serve/forward.js'
+
 export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export type { ObjectChecks } from './engine/checks.js'
 export type {

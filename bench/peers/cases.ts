@@ -5,10 +5,12 @@
  *   replay <store> <dir> <_>  |  open <store> <dir> <_>        a one-shot read of a prepared log
  *   prepare <store> <dir> <entries>                            fill a log (not timed by the run)
  *   count <peer> <submitters> <dir> <entries>                  exactly that many appends (strace)
+ *   proc <peer> <dir> <k> <own|shared>                          worker k of a many-process trial
  */
 import { fileURLToPath } from 'node:url'
 import type { CaseResult } from '../cases.js'
 import { diskUsage } from './common.js'
+import { procWorker } from './procs.js'
 import { peerById, runCount, runOpen, runReplay, runWrite, storeById, type WorkloadId } from './suite.js'
 
 /** A prepared log: `bytes` allocated on disk (du), `apparent` the files' sizes. */
@@ -37,10 +39,12 @@ async function run(argv: string[]): Promise<CaseResult | Prepared> {
       const { apparent, allocated } = diskUsage(b as string)
       return { ms: performance.now() - start, entries, bytes: allocated, apparent }
     }
+    case 'proc':
+      return procWorker(a as string, b as string, Number(c), argv[4] === 'shared')
     case 'count':
       return runCount(peerById(a as string), c as string, Number(b), Number(argv[4]))
     default:
-      throw new Error(`usage: node ${process.argv[1]} <write|replay|open|prepare|count> …`)
+      throw new Error(`usage: node ${process.argv[1]} <write|replay|open|prepare|count|proc> …`)
   }
 }
 

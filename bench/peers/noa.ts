@@ -39,6 +39,15 @@ export const noa: Peer = {
   writer: noaWriter({}),
 }
 
+export const noaInThread: Peer = {
+  id: 'noa-inthread',
+  label: 'noa, workers: 0',
+  kind: 'noa',
+  how: "noa's option: the owner runs on the caller's thread (no worker, no hop); a lone round is written and fdatasynced there, blocking its event loop as SQLite and sonic-boom do, larger rounds on the addon's threads",
+  load() {},
+  writer: noaWriter({ workers: 0 }),
+}
+
 export const noaFdatasync: Peer = {
   id: 'noa-fdatasync',
   label: "noa, durability: 'fdatasync'",

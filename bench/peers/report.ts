@@ -7,7 +7,7 @@ import { median } from '../run.js'
 import { type Bar, barChart, formatValue } from './chart.js'
 import type { Kind } from './common.js'
 import type { DurabilityFile } from './strace.js'
-import type { Figure, Workload } from './suite.js'
+import { type Figure, PROC_WORKLOADS, type Workload } from './suite.js'
 
 export interface Contender {
   id: string
@@ -134,7 +134,8 @@ function syncCell(d: DurabilityFile | null, id: string): string {
 
 function statTable(result: FigureResult, d: DurabilityFile | null): string {
   const { figure } = result
-  const write = !['replay', 'open'].includes(figure.workload)
+  // The strace counts are of the in-process writers: the many-process contenders are others.
+  const write = !['replay', 'open'].includes(figure.workload) && !PROC_WORKLOADS.has(figure.workload)
   const head = `| contender | what it does | median ${figure.unit} | min–max | noa vs this |${write ? ' fsync-family calls / entry (serial / 100 submitters) |' : ''}\n|---|---|---:|---:|---:|${write ? '---:|' : ''}\n`
   const rows = result.stats.map((s) => {
     const name = s.kind === 'noa' ? `**${s.label}**` : s.kind === 'not-durable' ? `${s.label} ⚠` : s.label
@@ -234,6 +235,13 @@ function gaps(results: FigureResult[], d: DurabilityFile | null): string {
 /** Why a durable peer can be ahead of noa on a figure: the mechanism, with this run's figures. */
 function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string {
   const grouped = (id: string) => d?.peers[id]?.syncsPerEntry.grouped
+  const noa = r.stats.find((s) => s.id === 'noa')
+  const own = (id: string) => {
+    const x = r.stats.find((s) => s.id === id)
+    return x && Number.isFinite(x.median) ? x : undefined
+  }
+  const unit = r.figure.unit === 'ms' ? ' ms' : '/s'
+  const inThread = own('noa-inthread')
   switch (r.figure.workload) {
     case 'serial': {
       const floor = r.stats.find((s) => s.id === 'disk')
@@ -241,36 +249,43 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
         floor && Number.isFinite(floor.min) && floor.max > floor.min
           ? ` Gaps inside the spread of the floor's own runs (${formatValue(floor.min)}–${formatValue(floor.max)} ms here) are this disk's noise, not a difference.`
           : ''
-      return `A serial append in noa is the floor's write + fdatasync plus a round trip to its owner worker (a MessagePort message each way, about 0.03 ms on an idle machine, more when its 2 cores are busy); sonic-boom and SQLite fsync on the caller's thread, blocking its event loop for the whole flush, and pay no hop. SQLite's WAL and lmdb's pages are also rewritten in place once allocated, while every append to a log grows its file, so the log's fdatasync also commits the new size through the journal.${spread}`
+      const hop =
+        inThread && noa
+          ? ` The same round with the owner on the caller's thread (\`workers: 0\`, no hop) took ${formatValue(inThread.median)} ms here, so the hop to the owner worker and back costs about ${formatValue(Math.max(0, noa.median - inThread.median))} ms: a message each way, each waking a sleeping thread, which on a virtual machine's idle vCPU costs tens of µs.`
+          : ''
+      return `A serial append in noa is one pwrite + fdatasync of the worker's preallocated journal (an overwrite, no size change to commit), one write to the log, and the hand-off to the owner worker and back; sonic-boom and SQLite sync on the caller's thread, blocking its event loop for the whole flush, and pay no hop.${hop}${spread}`
     }
     case '1ws':
-      return `Every contender here group-commits into one file; the difference is the cost per batch: noa's batch crosses two threads and one message each way, a batched SQLite commit happens on the caller's thread between event-loop turns. Closing it means shortening noa's hand-off (more entries per message, fewer wake-ups), not more fdatasyncs.`
+      return `Every contender here group-commits into one file with one sync per batch; what differs is the cost around the batch: noa's batch crosses to the owner thread and back (one message each way), a batched SQLite commit happens on the caller's thread between event-loop turns.${inThread ? ` With the owner on the caller's thread (\`workers: 0\`) noa took ${formatValue(inThread.median)}${unit}.` : ''}`
     case '100ws':
     case '1000ws': {
-      const ids = behind.map((s) => s.id)
-      const syncs = ids
-        .map((id) =>
-          grouped(id) === undefined ? '' : `${id} ${grouped(id)} syncs/entry with 100 submitters`,
-        )
+      const syncs = behind
+        .map((s) => s.id)
+        .map((id) => (grouped(id) === undefined ? '' : `${id} ${grouped(id)}`))
         .filter(Boolean)
-        .join(', ')
-      const noa = r.stats.find((s) => s.id === 'noa')
-      const parallel = r.stats.find((s) => s.id === 'disk-parallel')
-      const syncfs = r.stats.find((s) => s.id === 'noa-syncfs')
-      const share = parallel && noa ? Math.round((noa.median / parallel.median) * 100) : Number.NaN
-      const ceiling = !Number.isFinite(share)
-        ? ''
-        : ` The most a file-per-workspace design gets from this disk is the raw floor with every fdatasync in flight at once: ${formatValue((parallel as Stat).median)}/s, ${
-            share < 90
-              ? `of which noa reaches ${share}% (the rest is its hand-off to the owner workers and their sync threads competing for 2 cores).`
-              : `which noa matches (${share}%): the gap is the design, one file per workspace, not noa's overhead.`
-          }`
-      return `These peers keep every workspace in one file, so one sync covers the entries of every workspace that committed together${syncs ? ` (strace: ${syncs})` : ''}; noa gives each workspace its own file, so with one submitter per workspace it needs one fdatasync per entry, and this disk completes only so many concurrent fdatasyncs.${ceiling} What would close it: noa's \`durability: 'syncfs'\` (one syncfs per round of commits: ${syncfs && Number.isFinite(syncfs.median) ? `${formatValue(syncfs.median)}/s here` : 'not measured'}, at the cost of flushing the whole filesystem), or a shared group-commit journal across workspaces (one fdatasync for many workspaces' small entries, copied into their own logs later): both engine changes, for the lead.`
+      const noaSyncs = grouped('noa')
+      const syncfs = own('noa-syncfs')
+      const fdatasync = own('noa-fdatasync')
+      const modes = [
+        fdatasync
+          ? `one fdatasync per workspace file (\`durability: 'fdatasync'\`) ${formatValue(fdatasync.median)}${unit}`
+          : '',
+        syncfs
+          ? `one syncfs per round (\`'syncfs'\`, flushes the whole filesystem) ${formatValue(syncfs.median)}${unit}`
+          : '',
+        inThread
+          ? `the owner on the caller's thread (\`workers: 0\`) ${formatValue(inThread.median)}${unit}`
+          : '',
+      ].filter(Boolean)
+      return `With the journal a round costs one fdatasync for every workspace of a worker, as a WAL does${noaSyncs !== undefined ? ` (strace: noa ${noaSyncs} fsync-family calls per entry with 100 submitters${syncs.length ? `; ${syncs.join(', ')}` : ''})` : ''}. What a round still pays that a single-file store does not: one write to each active workspace's \`.log\` before the round's acks (the logs stay the seed's JSONL and hold only journal-covered bytes, so readers and replication never see an unacknowledged entry), and the hop to the owner worker and back. With one submitter per workspace, each awaiting its ack, every workspace's next entry waits for the round before it, so the rounds run in lockstep and the length of one round sets the rate.${modes.length ? ` noa's other modes in this run: ${modes.join('; ')}.` : ''}`
     }
+    case '8proc':
+    case '8proc-shared':
+      return "Every process's append crosses the daemon's socket twice (request, answer) before and after the commit, where SQLite and lmdb commit in the calling process; the daemon wins only by committing many processes' entries in one fdatasync."
     case 'replay':
       return "noa's reader validates every entry (every field rule, as `verify` does) while it parses it, and builds every entry as an object; a short log stays on one thread (a scanning thread pays off from 32 MB) and pays the start of a fresh process's JIT, which a C++ JSON.parse or a native B-tree read does not; the SQLite and lmdb replays decode rows already in the page cache without any check."
     case 'open':
-      return "`AgentLog.open` starts the owner worker threads (each loads the addon) before `recover` reads the log's tail; opening SQLite or lmdb is a file open and a read of a few pages on the caller's thread. The tail read itself does not depend on the log's length."
+      return "`AgentLog.open` starts no worker; `recover` takes the root's lock, replays any journal whose owner is gone, locks the log and reads its tail; opening SQLite or lmdb is a file open and a read of a few pages on the caller's thread."
   }
 }
 

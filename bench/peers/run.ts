@@ -4,7 +4,8 @@
  * round by round; figures are medians over the rounds with ratios against noa.
  *
  *   node dist/bench/peers/run.js [--quick] [--rounds N] [--seconds S] [--entries N]
- *                                [--only serial,1ws,100ws,1000ws,replay,open] [--strace | --strace-only]
+ *                                [--only serial,1ws,100ws,1000ws,8proc,8proc-shared,replay,open]
+ *                                [--strace | --strace-only]
  *
  * --strace first re-checks every writer's sync calls per entry with strace and rewrites
  * durability.json, which every run reads; --strace-only does only that.
@@ -18,6 +19,7 @@ import { parseArgs } from 'node:util'
 import type { CaseResult } from '../cases.js'
 import { interleave, runCase } from '../run.js'
 import { PEERS_DIR, peerVersion, requirePeer } from './common.js'
+import { procPeerById } from './procs.js'
 import {
   type Contender,
   chartFor,
@@ -28,7 +30,7 @@ import {
   summarize,
 } from './report.js'
 import { readDurability, verifyDurability } from './strace.js'
-import { FIGURES, peerById, storeById, WORKLOADS, type WorkloadId } from './suite.js'
+import { FIGURES, PROC_WORKLOADS, peerById, storeById, WORKLOADS, type WorkloadId } from './suite.js'
 
 const PEER_CASES = fileURLToPath(new URL('./cases.js', import.meta.url))
 const BENCH_DIR = join(PEERS_DIR, '..')
@@ -55,7 +57,7 @@ function contender(workload: WorkloadId, id: string): Contender {
     const s = storeById(id)
     return { id, label: s.label, kind: s.kind, how: workload === 'replay' ? s.replayHow : s.openHow }
   }
-  const p = peerById(id)
+  const p = PROC_WORKLOADS.has(workload) ? procPeerById(id) : peerById(id)
   return { id, label: p.label, kind: p.kind, how: p.how }
 }
 

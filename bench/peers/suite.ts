@@ -7,12 +7,14 @@ import type { Peer, Store, Writer } from './common.js'
 import { disk, diskBatched, diskParallel, jsonlStore, nodeFs } from './files.js'
 import { hypercore, hypercoreStore } from './hypercore.js'
 import { lmdb, lmdbStore } from './lmdb.js'
-import { noa, noaFdatasync, noaStore, noaSyncfs } from './noa.js'
+import { noa, noaFdatasync, noaInThread, noaStore, noaSyncfs } from './noa.js'
+import { PROC_PEERS, PROCESSES, runProcs } from './procs.js'
 import { sonicBoom } from './sonic-boom.js'
 import { sqlite, sqliteBatched, sqliteStore } from './sqlite.js'
 
 export const PEERS: readonly Peer[] = [
   noa,
+  noaInThread,
   noaFdatasync,
   noaSyncfs,
   sqlite,
@@ -39,7 +41,10 @@ export function storeById(id: string): Store {
   return s
 }
 
-export type WorkloadId = 'serial' | '1ws' | '100ws' | '1000ws' | 'replay' | 'open'
+export type WorkloadId = 'serial' | '1ws' | '100ws' | '1000ws' | '8proc' | '8proc-shared' | 'replay' | 'open'
+
+/** The many-process workloads (procs.ts): their contenders are ProcPeers. */
+export const PROC_WORKLOADS: ReadonlySet<WorkloadId> = new Set(['8proc', '8proc-shared'])
 
 export interface Workload {
   id: WorkloadId
@@ -59,25 +64,55 @@ export const WORKLOADS: readonly Workload[] = [
     id: 'serial',
     title: 'serial append latency',
     what: 'one submitter appends and awaits each ack before the next (tinybench: p50/p99 per append)',
-    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'hypercore'],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'hypercore'],
   },
   {
     id: '1ws',
     title: '1 workspace × 100 submitters',
     what: '100 concurrent loops append to the same workspace, each awaiting its own ack; entries/s',
-    contenders: ['noa', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-batched', 'hypercore'],
   },
   {
     id: '100ws',
     title: '100 workspaces × 1 submitter',
     what: '100 workspaces, one loop each appending and awaiting its own ack; aggregate entries/s',
-    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: [
+      'noa',
+      'noa-inthread',
+      'noa-fdatasync',
+      'noa-syncfs',
+      ...DURABLE,
+      ...FLOORS,
+      'disk-parallel',
+      'hypercore',
+    ],
   },
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
     what: "1,000 workspaces, one loop each, so 1,000 files open at once (within noa's default fd bound, `maxOpenFiles` 4,096); aggregate entries/s",
-    contenders: ['noa', 'noa-fdatasync', 'noa-syncfs', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
+    contenders: [
+      'noa',
+      'noa-inthread',
+      'noa-fdatasync',
+      'noa-syncfs',
+      ...DURABLE,
+      ...FLOORS,
+      'disk-parallel',
+      'hypercore',
+    ],
+  },
+  {
+    id: '8proc',
+    title: '8 processes × own workspace',
+    what: `${PROCESSES} OS processes at once, each appending to its own workspace of one store and awaiting each ack (noa: through \`noa serve\`); aggregate entries/s`,
+    contenders: PROC_PEERS.map((p) => p.id),
+  },
+  {
+    id: '8proc-shared',
+    title: '8 processes × 1 shared workspace',
+    what: `${PROCESSES} OS processes at once, all appending to one shared workspace (seqs assigned by the store, gapless) and awaiting each ack; aggregate entries/s`,
+    contenders: PROC_PEERS.map((p) => p.id),
   },
   {
     id: 'replay',
@@ -171,6 +206,24 @@ export const FIGURES: readonly Figure[] = [
     higherIsBetter: false,
   },
   {
+    id: '8proc',
+    workload: '8proc',
+    metric: 'rate',
+    title: '8 processes × own workspace',
+    unit: 'entries/s',
+    scale: 1,
+    higherIsBetter: true,
+  },
+  {
+    id: '8proc-shared',
+    workload: '8proc-shared',
+    metric: 'rate',
+    title: '8 processes × 1 shared workspace',
+    unit: 'entries/s',
+    scale: 1,
+    higherIsBetter: true,
+  },
+  {
     id: 'replay',
     workload: 'replay',
     metric: 'ms',
@@ -226,6 +279,9 @@ export async function runWrite(
     })
   }
   if (workload === 'replay' || workload === 'open') throw new Error(`${workload} is not a write workload`)
+  if (workload === '8proc' || workload === '8proc-shared') {
+    return runProcs(peer.id, dir, seconds, workload === '8proc-shared')
+  }
   const { workspaces, submitters } = SHAPES[workload]
   const result = await withWriter(peer, dir, workspaces, (w) =>
     throughput(submitters, seconds, (k, i) =>

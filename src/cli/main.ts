@@ -9,6 +9,8 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { isNoaError } from '../engine/errors.js'
+// Every command's AgentLog.open talks to the daemon serving its root, when one does.
+import '../serve/forward.js'
 import {
   type AnySpec,
   isGroup,
@@ -28,7 +30,7 @@ import { didYouMean } from './suggest.js'
 export type CommandModule = { spec: AnySpec; run(args: string[], io: CliIo): Promise<number> }
 
 /** The groups `noa --help` lists its commands under, in this order. */
-export type CommandGroup = 'log' | 'store' | 'agent files' | 'replication'
+export type CommandGroup = 'log' | 'store' | 'agent files' | 'replication' | 'many processes'
 
 export interface CommandEntry {
   group: CommandGroup
@@ -133,6 +135,11 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
     group: 'replication',
     summary: 'push, pull or inspect workspace logs replicated through NATS JetStream',
     load: () => import('./commands/replicate.js'),
+  },
+  serve: {
+    group: 'many processes',
+    summary: 'own a root for every process on this machine (unix socket, optional TCP with a token)',
+    load: () => import('./commands/serve.js'),
   },
 }
 

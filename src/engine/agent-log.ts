@@ -42,7 +42,7 @@ import type {
 } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
 import type { VerifyOptions, VerifyReport } from './recovery.js'
-import { followLog, type WatchOptions } from './watch.js'
+import { checkWatchOptions, followLog, type WatchOptions } from './watch.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
@@ -193,6 +193,13 @@ type CheckedOptions = ReturnType<typeof checkOptions>
 
 const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
 
+/**
+ * A serial writer's next append comes one hop after its ack. A worker that went back to sleep
+ * in its event loop is woken for it by the kernel, which on a virtual machine costs tens of µs
+ * (an idle vCPU is halted); polling its port for a little longer than a hop saves that wake.
+ */
+const SPIN_MICROS = 150
+
 function checkOptions(options: AgentLogOptions) {
   checkOptionKeys(options, OPTION_KEYS)
   if (options.root !== undefined && (typeof options.root !== 'string' || options.root === '')) {
@@ -258,6 +265,20 @@ function checkOptions(options: AgentLogOptions) {
   }
 }
 
+/**
+ * How `AgentLog.open` reaches a daemon (`noa serve`) serving its root: resolves with an AgentLog
+ * that talks to it, or null when none serves the root. Installed by the daemon's client, a layer
+ * above this one, so that the engine does not import it.
+ */
+export type Forwarder = (root: string, options: AgentLogOptions) => Promise<AgentLog | null>
+
+let forwarder: Forwarder | null = null
+
+/** Installs (or, with null, removes) the forwarder `AgentLog.open` asks first. */
+export function setForwarder(f: Forwarder | null): void {
+  forwarder = f
+}
+
 export const DEFAULT_JOURNAL_SIZE = 16 << 20
 const MIN_JOURNAL_SIZE = 256 << 10
 
@@ -291,14 +312,22 @@ export class AgentLog {
   private waiting: Array<Pending | null> = []
   private waitingHead = 0
   private nextBatch = 1
-  /** Atomic batches committed by one owner whose parts on other owners are not durable yet. */
-  private readonly coordinators = new Map<number, { owner: Owner; left: number }>()
+  /**
+   * Atomic batches committed by one owner whose parts on other owners are not durable yet: the
+   * committing owner's journal holds their only durable copy until every other owner answers.
+   */
+  private readonly coordinators = new Map<number, { owner: Owner; waiting: Set<Owner>; ok: boolean }>()
+  /** appendAtomic calls not yet settled. */
+  private atomicsRunning = 0
+  /** close() waits for running appendAtomic calls and for the coordinators' answers. */
+  private drained: (() => void) | null = null
   private closing: Promise<OwnerStatus[]> | null = null
   /** The `objects` option: what vouches for snapshot and merge entries appended here (none: refused). */
   readonly objects: ObjectChecks | undefined
   private readonly checkBlobs: boolean
 
-  private constructor(o: CheckedOptions, options: AgentLogOptions) {
+  /** Protected for the daemon's client (src/serve), which extends this class and starts no owner. */
+  protected constructor(o: CheckedOptions, options: AgentLogOptions) {
     this.maxPendingBytes = o.maxPendingBytes
     this.objects = o.objects
     this.checkBlobs = o.checkBlobs
@@ -323,6 +352,11 @@ export class AgentLog {
     }))
   }
 
+  /** For the daemon's client (src/serve): the checked options its constructor passes on. */
+  protected static checkedOptions(options: AgentLogOptions): CheckedOptions {
+    return checkOptions(options)
+  }
+
   /**
    * Opens a root: replays the journals of processes that died, checks the root; starts nothing.
    * Owner workers start when a workspace routed to them is first written (`workers: 0`: one
@@ -331,6 +365,11 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    if (forwarder) {
+      // A daemon serving this root owns its workspaces: talk to it instead of starting owners.
+      const remote = await forwarder(o.root, options)
+      if (remote) return remote
+    }
     loadNative() // a missing addon is an error now, not at the first append
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
     return new AgentLog(o, options)
@@ -366,6 +405,7 @@ export class AgentLog {
       maxOpenFiles: this.perWorker,
       syncThreads: o.syncThreads,
       inlineCommit: o.inlineCommit,
+      spinMicros: inThread ? 0 : SPIN_MICROS,
       durability: o.durability,
       journalSize: o.journalSize,
       journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
@@ -376,7 +416,7 @@ export class AgentLog {
     owner.generation++
     owner.startedAt = performance.now()
     owner.port = port1
-    port1.on('message', (msg: FromOwner) => this.onMessage(msg))
+    port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
     // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
     const task = inThread
       ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
@@ -435,7 +475,7 @@ export class AgentLog {
   }
 
   /** Record entries must be vouched for by `objects`; blobs checked when asked. */
-  private checkEntries(
+  protected checkEntries(
     workspace: string,
     entries: readonly EntryInput[],
     options: AppendOptions | undefined,
@@ -484,6 +524,7 @@ export class AgentLog {
     if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
       throw Errors.BAD_ARGUMENT('appendAtomic takes an object: { workspace: [entries] }')
     }
+    if (this.closing) throw closedError() // before ownerOf, which would start an owner
     const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
     for (const [workspace, entries] of Object.entries(batch)) {
       checkWorkspace(workspace)
@@ -504,15 +545,31 @@ export class AgentLog {
       for (const b of bodies) g.bodies.push(b)
     }
     const owners = [...groups.keys()]
-    const coordinator = owners[0]
-    if (coordinator === undefined) return {}
+    if (owners.length === 0) return {}
+    // A close that starts meanwhile lets the batch finish (its steps are sent even while
+    // closing): owners holding prepared parts would otherwise never become idle.
+    this.atomicsRunning++
+    try {
+      return await this.runAtomic(groups, owners)
+    } finally {
+      this.atomicsRunning--
+      this.checkDrained()
+    }
+  }
+
+  private async runAtomic(
+    groups: Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>,
+    owners: Owner[],
+  ): Promise<Record<string, Ack[]>> {
+    const coordinator = owners[0] as Owner
     const id = this.nextBatch++
+    const step = (o: Owner, make: (rid: number) => ToOwner) => this.request(o, make, true)
     const abortAll = () =>
-      Promise.allSettled(owners.map((o) => this.request(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
+      Promise.allSettled(owners.map((o) => step(o, (rid) => ({ t: 'abort', id: rid, batch: id }))))
     const prepared = await Promise.allSettled(
       owners.map((o) => {
         const g = groups.get(o) as { ws: string[]; counts: number[]; bodies: string[] }
-        return this.request(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
+        return step(o, (rid) => ({ t: 'prepare', id: rid, batch: id, ...g })) as Promise<AtomicPart[]>
       }),
     )
     const refused = prepared.find((r) => r.status === 'rejected')
@@ -522,20 +579,30 @@ export class AgentLog {
     }
     const parts = prepared.map((r) => (r as PromiseFulfilledResult<AtomicPart[]>).value)
     const others = owners.slice(1)
-    if (others.length > 0) this.coordinators.set(id, { owner: coordinator, left: others.length })
+    if (others.length > 0) {
+      this.coordinators.set(id, { owner: coordinator, waiting: new Set(others), ok: true })
+    }
     try {
-      await this.request(coordinator, (rid) => ({
+      await step(coordinator, (rid) => ({
         t: 'atomicCommit',
         id: rid,
         batch: id,
         foreign: parts.slice(1).flat(),
       }))
     } catch (err) {
-      this.coordinators.delete(id)
+      this.forgetBatch(id)
       await abortAll()
       throw err
     }
-    await Promise.all(others.map((o) => this.request(o, (rid) => ({ t: 'apply', id: rid, batch: id }))))
+    await Promise.all(
+      others.map((o) =>
+        step(o, (rid) => ({ t: 'apply', id: rid, batch: id })).catch((err: unknown) => {
+          // Nothing was applied there, so no answer will come.
+          this.partsApplied(id, o, false)
+          throw err
+        }),
+      ),
+    )
     const out: Record<string, Ack[]> = {}
     for (const part of parts.flat()) {
       out[part.ws] = Array.from({ length: part.count }, (_, k) => ({
@@ -654,11 +721,13 @@ export class AgentLog {
    * Every entry of a workspace from `fromSeq` (default 1) in order, then each new one as it
    * commits, until the signal aborts or the iterator is returned. Resuming from the seq after
    * the last one seen gives no gap and no duplicate. A slow consumer holds nothing but its read
-   * position. Entries appended by other processes are seen too (the file is followed).
+   * position. Entries appended by other processes are seen too (the file is followed). A bad
+   * option or workspace fails the first `next()`, as `read` does and as through the daemon.
    */
-  watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+  async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    checkWatchOptions(options)
     const file = existingLog(this.root, workspace)
-    return followLog(file, workspace, options, {
+    yield* followLog(file, workspace, options, {
       nextCommit: () => this.nextCommit(workspace),
       // This process writes it: deliver only what it acknowledged (a line is in the file before
       // the fdatasync of a commit made straight to it returns).
@@ -775,6 +844,14 @@ export class AgentLog {
   close(): Promise<OwnerStatus[]> {
     if (this.closing) return this.closing
     this.closing = (async () => {
+      // An owner that committed an atomic batch may remove its journal only once the other
+      // owners' parts are durable in their logs: wait for their answers (they come without
+      // further requests: each owner fdatasyncs the parts it wrote on its own).
+      if (this.atomicsRunning > 0 || this.coordinators.size > 0) {
+        await new Promise<void>((resolve) => {
+          this.drained = resolve
+        })
+      }
       const live = this.owners.filter((o) => o.failed === null && o.port !== null)
       const finals = await Promise.all(
         live.map((o) => this.request(o, (id) => ({ t: 'close', id }), true).catch(() => null)),
@@ -958,7 +1035,7 @@ export class AgentLog {
     return p
   }
 
-  private onMessage(msg: FromOwner): void {
+  private onMessage(msg: FromOwner, from?: Owner): void {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data
@@ -991,14 +1068,9 @@ export class AgentLog {
         }
         break
       }
-      case 'applied': {
-        const c = this.coordinators.get(msg.batch)
-        if (c && --c.left === 0) {
-          this.coordinators.delete(msg.batch)
-          c.owner.port?.postMessage({ t: 'unpin', batch: msg.batch } satisfies ToOwner)
-        }
+      case 'applied':
+        if (from) this.partsApplied(msg.batch, from, msg.ok)
         break
-      }
       case 'reply': {
         const p = this.pending.get(msg.id)
         if (!p) break
@@ -1008,6 +1080,34 @@ export class AgentLog {
         break
       }
     }
+  }
+
+  /**
+   * One other owner's answer for an atomic batch: its parts are durable in its logs (ok), or one
+   * could not be made so. Once all answered, the committing owner may reuse the batch's frame
+   * if all were ok; otherwise the frame stays, and its journal is kept at close for the next
+   * opener to replay.
+   */
+  private partsApplied(batch: number, from: Owner, ok: boolean): void {
+    const c = this.coordinators.get(batch)
+    // Each owner answers once, whichever way (its message, its failure, a refused apply).
+    if (!c?.waiting.delete(from)) return
+    if (!ok) c.ok = false
+    if (c.waiting.size > 0) return
+    if (c.ok) c.owner.port?.postMessage({ t: 'unpin', batch } satisfies ToOwner)
+    this.forgetBatch(batch)
+  }
+
+  private forgetBatch(batch: number): void {
+    this.coordinators.delete(batch)
+    this.checkDrained()
+  }
+
+  private checkDrained(): void {
+    if (this.drained === null || this.atomicsRunning > 0 || this.coordinators.size > 0) return
+    const drained = this.drained
+    this.drained = null
+    drained()
   }
 
   /**
@@ -1054,10 +1154,16 @@ export class AgentLog {
         { cause: err },
       )
     }
+    // It will not answer for the atomic batches it had parts of (nor unpin those it committed).
+    for (const [batch, c] of [...this.coordinators]) {
+      if (c.owner === owner) this.forgetBatch(batch)
+      else this.partsApplied(batch, owner, false)
+    }
   }
 }
 
-function checkAppendOptions(options: AppendOptions | undefined): number {
+/** Checks an append's options (also the daemon's client, before anything is sent); → ifLastSeq or -1. */
+export function checkAppendOptions(options: AppendOptions | undefined): number {
   if (options === undefined) return -1
   checkOptionKeys(options, APPEND_OPTION_KEYS, 'append')
   const { ifLastSeq, signal } = options
@@ -1072,7 +1178,7 @@ function checkAppendOptions(options: AppendOptions | undefined): number {
 
 const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
 
-function abortedError(workspace: string, signal: AbortSignal): NoaError {
+export function abortedError(workspace: string, signal: AbortSignal): NoaError {
   return Errors.ABORTED(
     `append to workspace ${workspace} was cancelled before it was committed`,
     { workspace },

@@ -39,6 +39,16 @@ export const NOA_ERROR_CODES = [
   'NOA_ABORTED',
   'NOA_SEQ_MISMATCH',
   'NOA_BAD_BOUNDARY',
+  // the daemon (noa serve) and its clients
+  'NOA_PROTOCOL',
+  'NOA_TOO_LARGE',
+  'NOA_UNAUTHORIZED',
+  'NOA_TOO_MANY_CONNECTIONS',
+  'NOA_SHUTTING_DOWN',
+  'NOA_DAEMON_LOST',
+  'NOA_DAEMON_UNAVAILABLE',
+  'NOA_DAEMON_RUNNING',
+  'NOA_BAD_SOCKET',
 ] as const
 
 export type NoaErrorCode = (typeof NOA_ERROR_CODES)[number]

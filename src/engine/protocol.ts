@@ -20,6 +20,11 @@ export interface OwnerInit {
   syncThreads: number
   /** Run a lone commit on the worker thread itself when nothing else is in flight. */
   inlineCommit: boolean
+  /**
+   * After an inline commit, how long (µs) the worker polls its port for the next request before
+   * it goes back to sleep in its event loop; 0 for an in-thread owner (it would block its caller).
+   */
+  spinMicros: number
   durability: Durability
   /** Journal durability: the journal's size in bytes, and a name unique to this AgentLog. */
   journalSize: number
@@ -198,10 +203,15 @@ export interface ReplyMsg {
   error?: SerializedError
 }
 
-/** From an owner that applied foreign-committed parts: they are durable in its logs now. */
+/**
+ * From an owner that applied foreign-committed parts, once each was written and fdatasynced
+ * (ok), or once one of them could not be (its only durable copy stays in the committing
+ * owner's journal).
+ */
 export interface AppliedMsg {
   t: 'applied'
   batch: number
+  ok: boolean
 }
 
 export type FromOwner = AcksMsg | FailMsg | ReplyMsg | AppliedMsg
@@ -233,6 +243,8 @@ export interface OwnerStatus {
   directCommits: number
   /** Times a round went back to the start of the journal. */
   wraps: number
+  /** Times a round found the journal full and waited for a checkpoint to free space (a sign the journal is small for the load). */
+  spaceWaits: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

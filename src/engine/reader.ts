@@ -5,12 +5,17 @@
  * yet.
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
+import { basename, dirname, join } from 'node:path'
+import { crc32c } from './crc.js'
 import { type Entry, parseCounters } from './entry.js'
 import { openFile, openFileSync, READ } from './files.js'
 import { parallelEntryBatches, useThreads } from './parallel.js'
-import { BadLine, corruptLine, LineScanner, parseLines } from './scan.js'
+import { BadLine, corruptLine, LineScanner, type ParseOptions, parseLines } from './scan.js'
+import { blockOfSeq, readSidecar, SIDECAR_DIR } from './sidecar.js'
 
 const CHUNK = 1 << 20
+/** The folder of the logs below a root (logs.ts, which imports this file, owns the layout). */
+const LOG_DIR = 'agent-logs'
 const NL = 0x0a
 
 export interface ChunkOptions {
@@ -96,6 +101,8 @@ export interface EntryReadOptions {
   end?: number
   /** Check every field of every entry (default true). */
   validate?: boolean
+  /** Pass over lines that are not entries instead of refusing (a lookup that needs no proof). */
+  skipBadLines?: boolean
 }
 
 /** Entries in file order, in batches. Malformed lines are corruption: a NoaError with file:line. */
@@ -105,11 +112,12 @@ export async function* readEntryBatches(
 ): AsyncGenerator<Entry[]> {
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
-  const parse = { validate: options.validate ?? true, fromSeq }
+  const parse: ParseOptions = { validate: options.validate ?? true, fromSeq }
+  if (options.skipBadLines) parse.onBad = () => undefined
   const end = options.end ?? logSize(file)
   let lineNo = 0
   let from = start
-  if (useThreads(end - start)) {
+  if (!options.skipBadLines && useThreads(end - start)) {
     const state = { lines: 0, resumeAt: start, complete: false }
     yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
     if (state.complete) return
@@ -171,14 +179,18 @@ function lineAt(fd: number, start: number, size: number): string | null {
 }
 
 /**
- * Byte offset of the first line whose seq is ≥ `seq`: O(log size) small reads, relying on seqs
+ * Byte offset of the first line whose seq is ≥ `seq`. With the log's checksum sidecar, one
+ * block read: the block that holds `seq` (or, past the last block, a search of the tail after
+ * it). Without one, or when it does not match the log, O(log size) small reads, relying on seqs
  * increasing through the file (which `verify` checks). Returns the file size when none is.
  */
 export function seekSeq(file: string, seq: number): number {
   const fd = openFileSync(file, READ, { what: 'log' })
   try {
     const size = endOfCompleteLines(fd)
-    let lo = 0 // a line start; every line before it has a smaller seq
+    const hint = sidecarSeek(fd, file, size, seq)
+    if (hint !== null && hint.at !== undefined) return hint.at
+    let lo = hint?.after ?? 0 // a line start; every line before it has a smaller seq
     let hi = size // a line start (or size); the line there, if any, has seq ≥ target
     while (hi - lo > 8192) {
       const s = lineStartFrom(fd, lo + Math.floor((hi - lo) / 2), hi)
@@ -194,26 +206,89 @@ export function seekSeq(file: string, seq: number): number {
       if (at < seq) lo = s + Buffer.byteLength(line) + 1
       else hi = s
     }
-    // Linear pass over what is left.
+    // Linear pass over what is left. A line whose seq cannot be read is passed over only once a
+    // later line shows it came before `seq` (seqs increase); otherwise the search ends on it, so
+    // the reader meets the damage instead of starting past it.
     let p = lo
+    let bad: number | null = null
     while (p < hi) {
       const line = lineAt(fd, p, size)
-      if (line === null) return size
+      if (line === null) return bad ?? size
       if (line.length > 0) {
-        let at: number
+        let at: number | null = null
         try {
           at = parseCounters(line).seq
         } catch {
-          return p
+          bad ??= p
         }
-        if (at >= seq) return p
+        if (at !== null) {
+          if (at >= seq) return bad ?? p
+          bad = null
+        }
       }
       p += Buffer.byteLength(line) + 1
     }
-    return hi
+    return bad ?? hi
   } finally {
     closeSync(fd)
   }
+}
+
+/**
+ * What the checksum sidecar says of `seq`'s place in the log: `at`, the start of its line, or
+ * `after`, a line start before which every seq is smaller (seq is past the blocks recorded).
+ * Null when there is no sidecar, it names another file (inode), or the block it names does not
+ * match the log's bytes (its CRC, or a line that is not where the block says): a stale or
+ * foreign sidecar only costs the search it would have saved. A block is trusted only once its
+ * bytes match its CRC, so a damaged block is never a seek target.
+ */
+export function sidecarSeek(
+  fd: number,
+  file: string,
+  size: number,
+  seq: number,
+): { at?: number; after?: number } | null {
+  const dir = dirname(file)
+  if (basename(dir) !== LOG_DIR || !file.endsWith('.log')) return null
+  let sidecar: ReturnType<typeof readSidecar>
+  try {
+    const st = fstatSync(fd, { bigint: true })
+    sidecar = readSidecar(
+      join(dirname(dir), SIDECAR_DIR, `${basename(file, '.log')}.sum`),
+      st.ino,
+      Number(st.size),
+    )
+  } catch {
+    return null // unreadable: the search without it is just as right
+  }
+  const blocks = sidecar?.blocks ?? []
+  const last = blocks[blocks.length - 1]
+  if (last === undefined) return null
+  const past = seq >= last.firstSeq + last.entries
+  const block = past ? last : blockOfSeq(blocks, seq)
+  if (block === null || block.offset + block.length > size) return null
+  const buf = Buffer.allocUnsafe(block.length)
+  if (readAt(fd, buf, block.offset) < block.length || crc32c(buf) !== block.crc) return null
+  if (buf[buf.length - 1] !== NL || (block.offset > 0 && !lineEndsAt(fd, block.offset - 1))) return null
+  if (past) return { after: block.offset + block.length }
+  let p = 0
+  while (p < buf.length) {
+    const nl = buf.indexOf(NL, p)
+    let at: number
+    try {
+      at = parseCounters(buf.toString('utf8', p, nl)).seq
+    } catch {
+      return null
+    }
+    if (at >= seq) return { at: block.offset + p }
+    p = nl + 1
+  }
+  return null
+}
+
+function lineEndsAt(fd: number, pos: number): boolean {
+  const one = Buffer.allocUnsafe(1)
+  return readAt(fd, one, pos) === 1 && one[0] === NL
 }
 
 function logSize(file: string): number {

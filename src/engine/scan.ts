@@ -267,6 +267,11 @@ export interface ParseOptions {
   validate: boolean
   /** Keep only entries with seq ≥ this. */
   fromSeq: number
+  /**
+   * Called for a line that is not a valid entry (offset and length in `buf`, the newline
+   * included), which is then passed over instead of ending the parse with a BadLine.
+   */
+  onBad?: (offset: number, length: number, line: string, error: Error) => void
 }
 
 /**
@@ -296,7 +301,10 @@ export function parseLines(scanner: LineScanner, buf: Buffer, out: Entry[], opti
       try {
         entry = validate ? parseEntry(line) : (JSON.parse(line) as Entry)
       } catch (err) {
-        throw new BadLine(lines, s, err as Error)
+        if (!options.onBad) throw new BadLine(lines, s, err as Error)
+        options.onBad(s, nl + 1 - s, line, err as Error)
+        s = nl + 1
+        continue
       }
       s = nl + 1
       // Negated so that a line without a numeric seq (validate: false) is skipped, as it always was.

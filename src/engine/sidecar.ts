@@ -18,7 +18,7 @@
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
 import { join } from 'node:path'
-import { crc32c } from './crc.js'
+import { crc32c, crc32cSmall } from './crc.js'
 import { openFileSync, READ } from './files.js'
 
 export const SIDECAR_DIR = 'checksums'
@@ -62,7 +62,7 @@ export function encodeSumRecord(b: SumBlock): Buffer {
 
 function decodeSumRecord(buf: Buffer, at: number): SumBlock | null {
   const r = buf.subarray(at, at + SUM_RECORD)
-  if (r.length < SUM_RECORD || r.readUInt32LE(28) !== crc32c(r.subarray(0, 28))) return null
+  if (r.length < SUM_RECORD || r.readUInt32LE(28) !== crc32cSmall(r, 0, 28)) return null
   return {
     offset: r.readUIntLE(0, 6),
     firstSeq: r.readUIntLE(8, 6),

@@ -33,6 +33,18 @@ export interface FollowHooks {
   limit(): number
 }
 
+/** Refuses a bad fromSeq or pollMs before the workspace is looked at (the daemon's client does the same). */
+export function checkWatchOptions(options: WatchOptions): void {
+  for (const field of ['fromSeq', 'pollMs'] as const) {
+    const v = options[field]
+    if (v !== undefined && (!Number.isSafeInteger(v) || v < 1)) {
+      throw Errors.BAD_OPTION(`option ${field} must be an integer >= 1, got ${JSON.stringify(v)}`, {
+        field,
+      })
+    }
+  }
+}
+
 export async function* followLog(
   file: string,
   workspace: string,
@@ -40,11 +52,6 @@ export async function* followLog(
   hooks: FollowHooks,
 ): AsyncGenerator<Entry> {
   const fromSeq = options.fromSeq ?? 1
-  if (!Number.isSafeInteger(fromSeq) || fromSeq < 1) {
-    throw Errors.BAD_OPTION(`option fromSeq must be an integer >= 1, got ${JSON.stringify(fromSeq)}`, {
-      field: 'fromSeq',
-    })
-  }
   const pollMs = options.pollMs ?? 250
   const signal = options.signal
   let offset = fromSeq > 1 ? seekSeq(file, fromSeq) : 0

@@ -415,7 +415,9 @@ class Thread {
     const s = await saver.engine.replay(this.workspace, { fromScratch: true })
     const lastSeq = this.follower.lastSeq
     const head = await saver.engine.head(this.workspace)
-    const bytes = s.tree.bytes
+    // Stored in its own format (a folder tree is a pack, not its flat listing), so that the
+    // tree the record names hashes to its id.
+    await saver.store.putWholeTree(s.tree)
     const input = {
       workspace: this.workspace,
       tree: s.tree.id,
@@ -425,7 +427,7 @@ class Thread {
       message: 'repair after a foreign append',
       ts: nowMicros(),
     }
-    const record = await saver.store.putSnapshot(input, [{ id: s.tree.id, data: bytes, exact: true }])
+    const record = await saver.store.putSnapshot(input)
     const ack = await saver.log.append(this.workspace, snapshotEntry(record, input.message))
     this.follower.accept(ack.seq)
   }

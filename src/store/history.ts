@@ -4,6 +4,7 @@
  */
 import { NoaError } from '../engine/errors.js'
 import type { MergeConflict, SnapshotRecord } from './objects.js'
+import type { Skipped } from './replay.js'
 import type { SnapshotEngine } from './snapshot.js'
 
 export type HistoryKind = 'snapshot' | 'fork' | 'merge' | 'prune'
@@ -25,6 +26,8 @@ export interface HistoryNode {
   ts: number
   /** Entries of its replay that had no effect. */
   noEffect: number
+  /** Damaged parts of the log its replay left out (`skipDamaged`). */
+  skipped: Skipped[]
   /** Dropped by a later prune of its workspace. */
   pruned: boolean
   /** Snapshots this one dropped (a prune). */
@@ -59,6 +62,7 @@ export async function historyOf(engine: SnapshotEngine, workspace: string): Prom
       message: r.message,
       ts: r.ts,
       noEffect: r.noEffect?.length ?? 0,
+      skipped: r.skipped ?? [],
       pruned: false,
       prunes: r.pruned ?? [],
     })
@@ -79,6 +83,7 @@ export async function historyOf(engine: SnapshotEngine, workspace: string): Prom
           message: '',
           ts: 0,
           noEffect: 0,
+          skipped: [],
           pruned: false,
           prunes: [],
           missing: true,

@@ -87,11 +87,7 @@ export interface MergeContext {
   mutex: KeyedMutex
   /** The head and the meaningless snapshot entries after it. */
   head(workspace: string): Promise<{ head: Head | null; ignored: Map<number, NoEffect> }>
-  storeSnapshot(
-    input: Omit<SnapshotRecordInput, 'tree'>,
-    treeBytes: Buffer,
-    built: TreeBuilder,
-  ): Promise<SnapshotRecord>
+  storeSnapshot(input: Omit<SnapshotRecordInput, 'tree'>, built: TreeBuilder): Promise<SnapshotRecord>
   treeOf(record: SnapshotRecord): Promise<Tree>
 }
 
@@ -483,7 +479,6 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
       sources.push({ workspace: v.workspace, snapshotId: v.head.record.id, created: false })
       continue
     }
-    const bytes = v.builder.encode()
     const sourceMessage = `merge into ${target}`
     const record = await ctx.storeSnapshot(
       {
@@ -495,13 +490,11 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
         message: sourceMessage,
         ts,
       },
-      bytes,
       v.builder,
     )
     await ctx.append(v.workspace, [snapshotEntry(record, sourceMessage)])
     sources.push({ workspace: v.workspace, snapshotId: record.id, created: true })
   }
-  const bytes = plan.merged.encode()
   const input: Omit<SnapshotRecordInput, 'tree'> = {
     workspace: target,
     parent: targetView.head?.record.id,
@@ -514,7 +507,7 @@ async function commit(ctx: MergeContext, plan: Plan, target: string, message: st
     ts,
   }
   if (plan.base) input.base = plan.base.id
-  const record = await ctx.storeSnapshot(input, bytes, plan.merged)
+  const record = await ctx.storeSnapshot(input, plan.merged)
   const entries: Array<MergeEntry | ReturnType<typeof snapshotEntry>> = sources.map((s) => {
     const e: MergeEntry = { op: 'merge', from_workspace: s.workspace, from_snapshot: s.snapshotId as string }
     if (plan.base) e.base = plan.base.id

@@ -21,9 +21,10 @@ import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
+import { type Dir, PACK_HEADER, Pack, packFromSorted } from './dirs.js'
 import { checkRecordEntries } from './records.js'
-import { NO_EFFECT_REASONS, type NoEffectReason } from './replay.js'
-import { comparePaths, TREE_HEADER, Tree, TreeBuilder } from './tree.js'
+import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'
+import { TREE_HEADER, Tree, TreeBuilder } from './tree.js'
 
 const HASH_RE = /^[0-9a-f]{64}$/
 const NOA_ID_RE = /^noa_[0-9a-f]{64}$/
@@ -41,22 +42,23 @@ const TREE_CACHE = 4
 /** Objects up to this size are read in one synchronous call (fewer thread-pool round trips). */
 const SYNC_READ = 4 << 20
 const TREE_DELTA_HEADER = 'noa-tree-delta 1\n'
-/** Longest chain of deltas before a tree is stored whole again (bounds the cost of a cold read). */
+/**
+ * Longest chain of flat deltas the format before wrote before storing a tree whole again (a
+ * longer chain is read as damage).
+ */
 export const MAX_DELTA_DEPTH = 4
 /** Blob field of a delta record that removes the path. */
 const REMOVED = '-'.repeat(64)
+/** Packs kept decoded (each holds the folders read from it). */
+const PACK_CACHE = 256
+/** A pack up to this size is read whole at once; a larger one a folder at a time. */
+const WHOLE_PACK = 1 << 20
 
 /** An object to store under `id`; `exact` when `data` itself hashes to `id` (not a delta). */
 export interface StoredObject {
   id: string
   data: Uint8Array
   exact: boolean
-}
-
-/** How a tree is stored: 0 = whole; n = a delta whose chain has n links and `records` changes. */
-interface TreeStorage {
-  depth: number
-  records: number
 }
 
 /** A side of a conflict a merge met: what one participant did to the path. */
@@ -110,6 +112,12 @@ export interface SnapshotRecord {
    * none, so records without any encode as before).
    */
   noEffect?: RecordedNoEffect[]
+  /**
+   * Damaged parts of the log in (since, seq] that a `skipDamaged` snapshot left out: each with
+   * its byte range and, where they could be read, its seqs (stored as `skipped`; absent when
+   * none). The tree holds every other entry; these stay in the log for whoever repairs it.
+   */
+  skipped?: Skipped[]
   /** Merge snapshots only: the conflicts met and who won (absent when none). */
   conflicts?: MergeConflict[]
   /**
@@ -151,6 +159,17 @@ export function encodeSnapshotRecord(r: SnapshotRecordInput): Buffer {
   o.seq = r.seq
   if (r.noEffect !== undefined && r.noEffect.length > 0) {
     o.no_effect = r.noEffect.map((n) => ({ seq: n.seq, reason: n.reason }))
+  }
+  if (r.skipped !== undefined && r.skipped.length > 0) {
+    o.skipped = r.skipped.map((k) => {
+      const x: Record<string, unknown> = {}
+      if (k.offset !== undefined) x.offset = k.offset
+      if (k.length !== undefined) x.length = k.length
+      if (k.firstSeq !== undefined) x.first_seq = k.firstSeq
+      if (k.lastSeq !== undefined) x.last_seq = k.lastSeq
+      x.reason = k.reason
+      return x
+    })
   }
   if (r.conflicts !== undefined && r.conflicts.length > 0) {
     o.conflicts = r.conflicts.map((c) => ({
@@ -227,6 +246,34 @@ function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
       throw bad('no_effect')
     record.noEffect = (list as RecordedNoEffect[]).map((n) => ({ seq: n.seq, reason: n.reason }))
   }
+  if (o.skipped !== undefined) {
+    const list = o.skipped
+    const optCount = (v: unknown) => v === undefined || isCount(v)
+    if (
+      !Array.isArray(list) ||
+      list.some(
+        (k) =>
+          typeof k !== 'object' ||
+          k === null ||
+          !optCount(k.offset) ||
+          !optCount(k.length) ||
+          !optCount(k.first_seq) ||
+          !optCount(k.last_seq) ||
+          !(SKIP_REASONS as readonly unknown[]).includes(k.reason),
+      )
+    )
+      throw bad('skipped')
+    record.skipped = (list as Array<Record<string, number | undefined> & { reason: Skipped['reason'] }>).map(
+      (k) => {
+        const x: Skipped = { reason: k.reason }
+        if (k.offset !== undefined) x.offset = k.offset
+        if (k.length !== undefined) x.length = k.length
+        if (k.first_seq !== undefined) x.firstSeq = k.first_seq
+        if (k.last_seq !== undefined) x.lastSeq = k.last_seq
+        return x
+      },
+    )
+  }
   if (o.conflicts !== undefined) {
     if (!Array.isArray(o.conflicts)) throw bad('conflicts')
     record.conflicts = o.conflicts.map((c: Record<string, unknown>) => {
@@ -269,9 +316,10 @@ export class ObjectStore implements ObjectChecks {
   private readonly knownDirs = new Set<string>()
   private readonly trees = new Map<string, Tree>()
   private readonly records = new Map<string, SnapshotRecord>()
-  /** How the trees this store has read or written are stored (deltas are made against them). */
-  private readonly storage = new Map<string, TreeStorage>()
-  private readonly pending = new Map<string, TreeStorage>()
+  /** Trees built by treeObject, until they are stored. */
+  private readonly pending = new Map<string, Pack>()
+  /** Packs read or written lately (their folders stay decoded). */
+  private readonly packs = new Map<string, Pack>()
 
   /** `root` is the noa root (the folder holding `agent-logs/`). */
   constructor(root: string) {
@@ -512,43 +560,183 @@ export class ObjectStore implements ObjectChecks {
   }
 
   /**
-   * How to store a tree just built: `bytes` is its canonical encoding and `built` the builder
-   * that made it. A delta against the builder's base when the base is a stored tree, the chain
-   * stays short and the changes are few; else the whole tree.
+   * How to store a tree just built by `built` (its changes over its base): the folders on the
+   * changed paths, in one pack named by the new root (dirs.ts). `bytes`, the flat listing, is
+   * only used when there is no builder (every folder is new then).
    */
-  treeObject(bytes: Buffer, built?: TreeBuilder): StoredObject {
-    const id = sha256(bytes)
-    const base = built?.base
-    const info = base ? this.storage.get(base.id) : undefined
-    if (built && base && info && base.size > 0 && info.depth < MAX_DELTA_DEPTH) {
-      const changes = [...built.touched()]
-      const records = info.records + changes.length
-      if (records * 2 <= Math.max(base.size, built.touchedCount)) {
-        changes.sort((a, b) => comparePaths(a[0], b[0]))
-        let text = `${TREE_DELTA_HEADER}${base.id} ${info.depth + 1} ${records}\n`
-        for (const [path, blob] of changes) text += `${path}\0${blob ?? REMOVED}\n`
-        this.pending.set(id, { depth: info.depth + 1, records })
-        return { id, data: Buffer.from(text, 'utf8'), exact: false }
+  treeObject(bytes: Buffer | null, built?: TreeBuilder): StoredObject {
+    let pack: Pack
+    if (built) {
+      let builder = built
+      if (built.base.format === 'flat' && !built.base.isEmpty) {
+        // A flat view of a folder tree this store holds (a caller that decoded the listing
+        // under the tree's id): build on the stored folders instead, so only changes are new.
+        const stored = this.folderTreeSync(built.base.id)
+        if (stored) builder = built.withBase(stored)
       }
+      pack = builder.buildPack(this)
+    } else {
+      pack = packFromSorted(Tree.decode('', bytes as Buffer).entries())
     }
-    this.pending.set(id, { depth: 0, records: 0 })
-    return { id, data: bytes, exact: true }
+    this.pending.set(pack.id, pack)
+    return { id: pack.id, data: pack.encode(), exact: false }
   }
 
-  /** Stores a tree (see treeObject); returns its id. */
-  async putTree(bytes: Buffer, built?: TreeBuilder): Promise<string> {
+  /** Stores a tree built by `built` (see treeObject); returns its id. */
+  async putTree(bytes: Buffer | null, built?: TreeBuilder): Promise<string> {
     const object = this.treeObject(bytes, built)
     await this.write([object])
-    this.stored(object.id, bytes)
+    this.stored(object.id)
     return object.id
   }
 
+  /**
+   * Stores a tree as it is (a tree rebuilt from a log: its own format, so that its id is the one
+   * its record names).
+   */
+  async putWholeTree(tree: Tree): Promise<void> {
+    if (tree.format === 'flat') {
+      await this.write([{ id: tree.id, data: tree.bytes, exact: true }])
+      return
+    }
+    const pack = packFromSorted(tree.entries())
+    if (pack.id !== tree.id) throw new Error(`tree ${tree.id} re-encodes as ${pack.id}`)
+    await this.write([{ id: pack.id, data: pack.encode(), exact: false }])
+  }
+
   /** Records that a tree from treeObject is now stored, and keeps it for the next reads. */
-  stored(id: string, bytes: Buffer): void {
-    const info = this.pending.get(id)
+  stored(id: string, bytes?: Buffer): void {
+    const pack = this.pending.get(id)
     this.pending.delete(id)
-    if (info && !this.storage.has(id)) this.storage.set(id, info)
-    this.remember(Tree.decode(id, bytes))
+    if (pack) {
+      this.rememberPack(pack)
+      this.remember(Tree.ofPack(pack))
+    } else if (bytes) {
+      this.remember(Tree.decode(id, bytes))
+    }
+  }
+
+  /** PackSource: a stored pack, read synchronously (its index now, its folders when used). */
+  pack(id: string, from?: { tree: string; folder: string }): Pack {
+    const cached = this.packs.get(id)
+    if (cached) {
+      this.packs.delete(id)
+      this.packs.set(id, cached)
+      return cached
+    }
+    const what = from ? `tree ${id} (holding folder ${from.folder} of tree ${from.tree})` : `tree ${id}`
+    const file = this.pathOf(id)
+    this.checkDir(dirname(file))
+    let fd: number
+    try {
+      fd = openFileSync(file, READ, { what: 'object' })
+    } catch (err) {
+      throw this.missing(err, id, what)
+    }
+    let pack: Pack
+    try {
+      const size = fstatSync(fd).size
+      const readAt = (offset: number, length: number): Buffer => {
+        const buf = Buffer.allocUnsafe(length)
+        const got = readFully(fd, buf, offset)
+        if (got < length) {
+          throw Errors.CORRUPT_OBJECT(`${what} is corrupt: ${file} ends at byte ${offset + got}`, {
+            object: id,
+            file,
+          })
+        }
+        return buf
+      }
+      if (size <= WHOLE_PACK) {
+        const all = readAt(0, size)
+        pack = Pack.decodeIndex(
+          id,
+          all,
+          () => all,
+          this,
+          (o, n) => sliceOf(all, o, n, what, id),
+          what,
+          size,
+        )
+      } else {
+        const head = readAt(0, Math.min(size, 64 << 10))
+        let index = head
+        pack = Pack.decodeIndex(
+          id,
+          head,
+          (n) => {
+            index = readAt(0, Math.min(size, n))
+            return index
+          },
+          this,
+          (o, n) => this.readRange(id, o, n, what),
+          what,
+          size,
+        )
+      }
+    } finally {
+      closeSync(fd)
+    }
+    this.rememberPack(pack)
+    return pack
+  }
+
+  /** Bytes [offset, offset + length) of an object file (a folder of a large pack). */
+  private readRange(id: string, offset: number, length: number, what: string): Buffer {
+    const file = this.pathOf(id)
+    let fd: number
+    try {
+      fd = openFileSync(file, READ, { what: 'object' })
+    } catch (err) {
+      throw this.missing(err, id, what)
+    }
+    try {
+      const buf = Buffer.allocUnsafe(length)
+      if (readFully(fd, buf, offset) < length) {
+        throw Errors.CORRUPT_OBJECT(`${what} is corrupt: ${file} is too short`, {
+          object: id,
+          file,
+        })
+      }
+      return buf
+    } finally {
+      closeSync(fd)
+    }
+  }
+
+  private rememberPack(pack: Pack): void {
+    this.packs.set(pack.id, pack)
+    while (this.packs.size > PACK_CACHE) this.packs.delete(this.packs.keys().next().value as string)
+  }
+
+  /** The folder tree stored under `id`, or null when there is none (or it is another kind of object). */
+  private folderTreeSync(id: string): Tree | null {
+    const cached = this.trees.get(id)
+    if (cached) return cached.format === 'dirs' ? cached : null
+    if (this.packs.has(id)) return Tree.ofPack(this.pack(id))
+    if (this.sizeOf(id) < 0 || !this.isPack(id)) return null
+    try {
+      return Tree.ofPack(this.pack(id))
+    } catch {
+      return null
+    }
+  }
+
+  /** Whether the object file starts with the pack header. */
+  private isPack(id: string): boolean {
+    const head = Buffer.alloc(PACK_HEADER.length)
+    let fd: number
+    try {
+      fd = openFileSync(this.pathOf(id), READ, { what: 'object' })
+    } catch {
+      return false
+    }
+    try {
+      readFully(fd, head, 0)
+    } finally {
+      closeSync(fd)
+    }
+    return head.toString('latin1') === PACK_HEADER
   }
 
   async getTree(id: string): Promise<Tree> {
@@ -567,11 +755,15 @@ export class ObjectStore implements ObjectChecks {
       base = this.trees.get(at)
       if (base) break
       const what = at === id ? `tree ${id}` : `tree ${at} (in the delta chain of tree ${id})`
+      if (at === id && this.isPack(at)) {
+        const tree = Tree.ofPack(this.pack(id))
+        this.remember(tree)
+        return tree
+      }
       const bytes = await this.readRaw(at, what)
       if (bytes.subarray(0, TREE_HEADER.length).toString('latin1') === TREE_HEADER) {
         this.check(at, bytes, what)
         base = Tree.decode(at, bytes, what)
-        if (!this.storage.has(at)) this.storage.set(at, { depth: 0, records: 0 })
         break
       }
       const delta = parseDeltaHeader(bytes)
@@ -582,7 +774,6 @@ export class ObjectStore implements ObjectChecks {
         })
       }
       deltas.push({ id: at, bytes, body: delta.body, base: delta.base })
-      if (deltas.length === 1) this.pending.set(id, { depth: delta.depth, records: delta.records })
       at = delta.base
     }
     if (deltas.length === 0) {
@@ -602,16 +793,32 @@ export class ObjectStore implements ObjectChecks {
         { object: id, file: this.pathOf(id) },
       )
     }
-    this.stored(id, bytes)
-    return this.trees.get(id) as Tree
+    const tree = Tree.decode(id, bytes)
+    this.remember(tree)
+    return tree
   }
 
   /**
-   * The objects a stored tree is made of: its own, then the bases of its delta chain down to a
-   * whole tree. Reads only the objects' headers. A missing link is NOA_NOT_FOUND naming it.
+   * The objects a stored tree is made of. A folder tree: its pack, then every other pack its
+   * folders are read from (all its folders are read and checked). A flat tree: its own object,
+   * then the bases of its delta chain down to a whole tree (headers only). A missing one is
+   * NOA_NOT_FOUND naming it.
    */
   async treeObjects(id: string): Promise<string[]> {
     checkObjectId(id, 'tree id')
+    if (this.isPack(id)) {
+      const packs = new Set<string>([id])
+      const seen = new Set<string>()
+      const walk = (dir: Dir) => {
+        if (seen.has(dir.id)) return
+        seen.add(dir.id)
+        packs.add(dir.pack.id)
+        const r = dir.records
+        for (let i = 0; i < r.size; i++) if (r.isDirAt(i)) walk(dir.childAt(i))
+      }
+      walk(this.pack(id).root)
+      return [...packs]
+    }
     const out: string[] = []
     let at = id
     const head = Buffer.allocUnsafe(TREE_DELTA_HEADER.length + 64 + 48)
@@ -809,4 +1016,23 @@ function applyDelta(builder: TreeBuilder, bytes: Buffer, from: number, id: strin
     else builder.set(path, blob)
     pos = z + 66
   }
+}
+
+function readFully(fd: number, buf: Buffer, position: number): number {
+  let got = 0
+  while (got < buf.length) {
+    const n = readSync(fd, buf, got, buf.length - got, position + got)
+    if (n === 0) break
+    got += n
+  }
+  return got
+}
+
+function sliceOf(all: Buffer, offset: number, length: number, what: string, id: string): Buffer {
+  if (offset + length > all.length) {
+    throw Errors.CORRUPT_OBJECT(`${what} is corrupt: its index points past its end`, {
+      object: id,
+    })
+  }
+  return all.subarray(offset, offset + length)
 }

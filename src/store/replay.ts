@@ -14,14 +14,15 @@
  * Every entry is read with the full validation of `parseEntry` (the line scanner makes it
  * cheaper than a bare JSON.parse), so a snapshot never takes in a line `verify` would refuse.
  */
-import { closeSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
-import { endOfCompleteLines, readEntryBatches, seekSeq } from '../engine/reader.js'
+import { endOfCompleteLines, readChunks, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
 import { BadLine, LineScanner, parseLines } from '../engine/scan.js'
+import { damagedBlocks, readSidecar, type SumBlock, sidecarPath } from '../engine/sidecar.js'
 import type { TreeBuilder } from './tree.js'
 
 /**
@@ -51,6 +52,31 @@ export const NO_EFFECT_REASONS: readonly NoEffectReason[] = [
   'unknown-snapshot',
   'foreign-snapshot',
 ]
+
+/** Why a part of the log was left out of a replay (stable codes, stored in snapshot records). */
+export type SkipReason =
+  /** A line that is not a valid entry (not JSON, a field missing or of the wrong type). */
+  | 'corrupt-line'
+  /** A valid entry whose seq is not above the one before it. */
+  | 'seq-order'
+  /** A block whose bytes do not match the checksum kept beside the log. */
+  | 'damaged-block'
+
+export const SKIP_REASONS: readonly SkipReason[] = ['corrupt-line', 'seq-order', 'damaged-block']
+
+/**
+ * A damaged part of the log a replay left out (`skipDamaged`). The byte range is there when the
+ * damage is a line or a block; the seqs when they are known: read from a valid entry, or
+ * forced by the seqs around the damage (one slot between the good seqs on either side for each
+ * damaged line). A line whose seq cannot be known this way is named by its bytes alone.
+ */
+export interface Skipped {
+  offset?: number
+  length?: number
+  firstSeq?: number
+  lastSeq?: number
+  reason: SkipReason
+}
 
 /** An entry that changed nothing. */
 export interface NoEffect {
@@ -100,6 +126,11 @@ export interface SegmentOptions {
   /** Refuse entries that cannot apply instead of reporting them (today's rule, kept on request). */
   strict?: boolean
   onProgress?: (p: ReplayProgress) => void
+  /**
+   * Leave damaged lines (and entries out of seq order) out instead of refusing the segment,
+   * and say which in `skipped`: a way past damage that loses nothing silently.
+   */
+  skipDamaged?: boolean
 }
 
 export interface SegmentResult {
@@ -109,8 +140,10 @@ export interface SegmentResult {
   treeOps: number
   /** Entries that changed nothing, in seq order (ignored snapshot entries included). */
   noEffect: NoEffect[]
-  /** Last seq read (since, when nothing was). */
+  /** Last seq read (since, when nothing was); a skipped seq counts. */
   lastSeq: number
+  /** What `skipDamaged` left out, by byte offset (entries out of seq order, which have none, last). */
+  skipped: Skipped[]
 }
 
 export function replayError(
@@ -253,8 +286,29 @@ export async function replaySegment(
   const file = existingLog(root, workspace)
   const start = since > 0 ? seekSeq(file, since + 1) : 0
   const end = options.endByte ?? logEnd(file)
-  const batches =
-    end - start <= SYNC_RANGE
+  const skipped: Skipped[] = []
+  const passed = { lastSeq: 0 }
+  // A flipped byte inside a string is still a valid entry: the checksums beside the log are
+  // what show it, so the blocks the segment reads are checked before anything is applied.
+  const damaged = damagedBlocksIn(root, workspace, file, start, end)
+  if (damaged.length > 0 && !options.skipDamaged) {
+    const b = damaged[0] as SumBlock
+    const more = damaged.length > 1 ? ` (and ${damaged.length - 1} more damaged blocks)` : ''
+    throw Errors.CORRUPT_LOG(
+      `workspace ${workspace}: damaged block: bytes ${b.offset}-${b.offset + b.length - 1}, seqs ${b.firstSeq}-${b.firstSeq + b.entries - 1} do not match their checksum${more}`,
+      {
+        workspace,
+        file,
+        offset: b.offset,
+        length: b.length,
+        firstSeq: b.firstSeq,
+        lastSeq: b.firstSeq + b.entries - 1,
+      },
+    )
+  }
+  const batches = options.skipDamaged
+    ? skipDamaged(file, start, end, since, until, skipped, passed, damaged)
+    : end - start <= SYNC_RANGE
       ? oneBatch(file, start, end)
       : readEntryBatches(file, { fromSeq: since + 1, end })
   const pendingSnapshots: NoEffect[] = []
@@ -301,7 +355,171 @@ export async function replaySegment(
     onProgress?.({ workspace, seq: lastSeq, first: since + 1, last, entries })
     if (done) break // leaving the loop closes the file
   }
-  return { applied, treeOps, noEffect, lastSeq }
+  // Lines are recorded when the next good entry places them, blocks when met: by offset again
+  // (entries out of seq order, which have none, go last).
+  const byOffset = skipped
+    .filter((k) => k.offset !== undefined)
+    .sort((a, b) => (a.offset ?? 0) - (b.offset ?? 0))
+  const ordered = [...byOffset, ...skipped.filter((k) => k.offset === undefined)]
+  // A skipped seq after the last good one is covered too, so the next snapshot does not meet it again.
+  return { applied, treeOps, noEffect, lastSeq: Math.max(lastSeq, passed.lastSeq), skipped: ordered }
+}
+
+/** A damaged line met while reading, before it is known which seqs it held. */
+interface PendingLine {
+  offset: number
+  length: number
+  /** The seq the line's text names, if it names one (the damage may be elsewhere). */
+  named: number | null
+}
+
+const SEQ_AT_START = /^\{"seq":(\d{1,15}),/
+
+/**
+ * The entries of (since, until] in [start, end), with every damaged line and every entry out
+ * of seq order left out and pushed to `skipped`. Damaged lines are held until the next good
+ * entry: its seq says whether they came after `since` at all, and, with the good seq before
+ * them, whether their seqs are forced. Reads on this thread, in chunks (a repair, not the
+ * common path).
+ */
+async function* skipDamaged(
+  file: string,
+  start: number,
+  end: number,
+  since: number,
+  until: number | undefined,
+  skipped: Skipped[],
+  passed: { lastSeq: number },
+  damaged: readonly SumBlock[],
+): AsyncGenerator<Entry[]> {
+  // A damaged block is left out whole (which of its entries is wrong cannot be told), recorded
+  // where it comes in log order; its seqs as far as the segment goes.
+  let nextBlock = 0
+  const blockBefore = (offset: number) => {
+    while (nextBlock < damaged.length && (damaged[nextBlock] as SumBlock).offset <= offset) {
+      const b = damaged[nextBlock++] as SumBlock
+      const first = Math.max(b.firstSeq, since + 1)
+      const last = Math.min(b.firstSeq + b.entries - 1, until ?? Number.POSITIVE_INFINITY)
+      const k: Skipped = { offset: b.offset, length: b.length, reason: 'damaged-block' }
+      if (first <= last) {
+        k.firstSeq = first
+        k.lastSeq = last
+        if (last > passed.lastSeq) passed.lastSeq = last
+      }
+      skipped.push(k)
+    }
+  }
+  const inBlock = (seq: number | null, offset: number | null) =>
+    damaged.some((b) =>
+      offset !== null
+        ? offset >= b.offset && offset < b.offset + b.length
+        : seq !== null && seq >= b.firstSeq && seq < b.firstSeq + b.entries,
+    )
+  // The good seq before the damage; unknown after a seek (the line before the start is not read).
+  let prev: number | null = start === 0 ? 0 : null
+  let pending: PendingLine[] = []
+  const flush = (next: number | null) => {
+    if (pending.length === 0) return
+    const lines = pending
+    pending = []
+    if (next !== null && next <= since) return // before the segment: an earlier snapshot's business
+    const forced = prev !== null && next !== null && next - prev - 1 === lines.length
+    let floor = prev ?? since
+    for (const [i, l] of lines.entries()) {
+      let seq: number | null = forced ? (prev as number) + 1 + i : null
+      if (seq === null && l.named !== null && l.named > floor && (next === null || l.named < next))
+        seq = l.named
+      if (seq !== null && until !== undefined && seq > until) continue
+      if (seq !== null && seq <= since) continue
+      const k: Skipped = { offset: l.offset, length: l.length, reason: 'corrupt-line' }
+      if (seq !== null) {
+        k.firstSeq = seq
+        k.lastSeq = seq
+        floor = seq
+        if (seq > passed.lastSeq) passed.lastSeq = seq
+      }
+      skipped.push(k)
+    }
+  }
+  const scanner = new LineScanner()
+  let base = start
+  for await (const chunk of readChunks(file, { start, end })) {
+    const out: Entry[] = []
+    const bad: Array<{ at: number; line: PendingLine }> = []
+    parseLines(scanner, chunk, out, {
+      validate: true,
+      fromSeq: 1,
+      onBad: (offset, length, line) => {
+        if (inBlock(null, base + offset)) return
+        const m = SEQ_AT_START.exec(line)
+        bad.push({ at: out.length, line: { offset: base + offset, length, named: m ? Number(m[1]) : null } })
+      },
+    })
+    base += chunk.length
+    const keep: Entry[] = []
+    let b = 0
+    for (let i = 0; i <= out.length; i++) {
+      while (b < bad.length && (bad[b] as (typeof bad)[number]).at === i)
+        pending.push((bad[b++] as (typeof bad)[number]).line)
+      if (i === out.length) break
+      const e = out[i] as Entry
+      if (inBlock(e.seq, null)) {
+        blockBefore(blockStartOf(damaged, e.seq))
+        continue
+      }
+      if (prev !== null && e.seq <= prev) {
+        if (e.seq > since && (until === undefined || e.seq <= until)) {
+          skipped.push({ firstSeq: e.seq, lastSeq: e.seq, reason: 'seq-order' })
+        }
+        continue
+      }
+      flush(e.seq)
+      prev = e.seq
+      if (until !== undefined && e.seq > until) {
+        if (keep.length > 0) yield keep
+        return
+      }
+      if (e.seq > since) keep.push(e)
+    }
+    if (keep.length > 0) yield keep
+  }
+  flush(null)
+  blockBefore(Number.POSITIVE_INFINITY)
+}
+
+/** Offset of the damaged block holding `seq`. */
+function blockStartOf(blocks: readonly SumBlock[], seq: number): number {
+  for (const b of blocks) if (seq >= b.firstSeq && seq < b.firstSeq + b.entries) return b.offset
+  return 0
+}
+
+/**
+ * The blocks of [start, end) of a log whose bytes do not match the checksum sidecar, in order;
+ * none when it has no usable sidecar (another tool's log, an older one, or one replaced since).
+ */
+export function damagedBlocksIn(
+  root: string,
+  workspace: string,
+  file: string,
+  start: number,
+  end: number,
+): SumBlock[] {
+  if (end <= start) return []
+  const fd = openFileSync(file, READ, { what: 'log' })
+  try {
+    const st = fstatSync(fd, { bigint: true })
+    let sidecar: ReturnType<typeof readSidecar>
+    try {
+      sidecar = readSidecar(sidecarPath(root, workspace), st.ino, Number(st.size))
+    } catch {
+      return [] // unreadable: the log is read by its lines alone, as without one
+    }
+    if (sidecar === null) return []
+    const wanted = sidecar.blocks.filter((b) => b.offset < end && b.offset + b.length > start)
+    return wanted.length === 0 ? [] : damagedBlocks(fd, wanted)
+  } finally {
+    closeSync(fd)
+  }
 }
 
 function sortTail(list: NoEffect[], from: number): void {

@@ -42,7 +42,7 @@ import {
   snapshotEntry,
 } from './objects.js'
 import { lastSeqOf } from './records.js'
-import { type NoEffect, type ReplayProgress, replaySegment } from './replay.js'
+import { type NoEffect, type ReplayProgress, replaySegment, type Skipped } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
 
 export interface SnapshotEngineOptions {
@@ -55,8 +55,8 @@ export interface SnapshotEngineOptions {
 }
 
 const OPTION_KEYS = new Set(['log', 'root', 'store'])
-const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty'])
-const REPLAY_KEYS = new Set(['fromScratch', 'onProgress', 'strict'])
+const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty', 'skipDamaged'])
+const REPLAY_KEYS = new Set(['fromScratch', 'onProgress', 'strict', 'skipDamaged'])
 
 export interface ReplayOptions {
   /**
@@ -67,6 +67,8 @@ export interface ReplayOptions {
   fromScratch?: boolean
   /** Refuse entries that cannot apply (NOA_REPLAY) instead of giving them no effect. */
   strict?: boolean
+  /** Leave damaged lines out (listed in `skipped`) instead of refusing the replay. */
+  skipDamaged?: boolean
   onProgress?: (p: ReplayProgress) => void
 }
 
@@ -83,6 +85,8 @@ export interface WorkspaceState {
   entriesReplayed: number
   /** Entries replayed that changed nothing, and why. */
   noEffect: NoEffect[]
+  /** Damaged parts of the log left out (`skipDamaged`). */
+  skipped: Skipped[]
 }
 
 export interface SnapshotOptions {
@@ -92,6 +96,13 @@ export interface SnapshotOptions {
   strict?: boolean
   /** Write a snapshot even when nothing happened since the last one (as `git commit --allow-empty`). */
   allowEmpty?: boolean
+  /**
+   * A damaged line in the log (not an entry, or out of seq order) is left out instead of
+   * refusing the snapshot, and the record lists exactly what was left out (`skipped`: seqs
+   * where they are known, byte ranges always), so nothing is lost silently and the workspace
+   * can go on. The damaged bytes stay in the log.
+   */
+  skipDamaged?: boolean
 }
 
 /** A blob a tree names that is not in the object store, with the entry that wrote it. */
@@ -118,6 +129,8 @@ export interface SnapshotResult {
   noEffect: NoEffect[]
   /** Blobs written since the parent that are not in the object store. */
   missingBlobs: MissingBlob[]
+  /** Damaged parts of the log left out (`skipDamaged`; also kept in the record). */
+  skipped: Skipped[]
   workspace: string
   /** The `snapshot` entry appended to the log (null when nothing was written). */
   entry: Ack | null
@@ -148,6 +161,8 @@ export interface SnapshotInfo {
   entry: Ack
   /** Entries of its replay that changed nothing. */
   noEffect: RecordedNoEffect[]
+  /** Damaged parts of the log its replay left out. */
+  skipped: Skipped[]
   /** Dropped by a later `snapshot prune` of this workspace (its tree is left for gc). */
   pruned: boolean
   /** Snapshots this one dropped (a prune). */
@@ -192,6 +207,7 @@ interface State {
   applied: number
   treeOps: number
   noEffect: NoEffect[]
+  skipped: Skipped[]
 }
 
 /** Where a ref (`noa_…`, `ws`, `ws@seq`) points. */
@@ -263,6 +279,7 @@ export class SnapshotEngine {
         ts: record.ts,
         entry: { seq: entry.seq, ts: entry.ts },
         noEffect: record.noEffect ?? [],
+        skipped: record.skipped ?? [],
         pruned: own && pruned.has(record.id),
         prunes: record.pruned ?? [],
       }
@@ -284,15 +301,15 @@ export class SnapshotEngine {
     const s = options.fromScratch
       ? await this.fromScratch(workspace, lengthOfLog(existingLog(this.root, workspace)), options)
       : await this.computeState(workspace, options)
-    const bytes = s.builder.encode()
     return {
       workspace,
-      tree: Tree.decode(sha256(bytes), bytes),
+      tree: Tree.ofPack(s.builder.buildPack(this.store)),
       parent: s.head?.record.id ?? null,
       since: s.since,
       seq: s.seq,
       entriesReplayed: s.applied,
       noEffect: s.noEffect,
+      skipped: s.skipped,
     }
   }
 
@@ -335,8 +352,7 @@ export class SnapshotEngine {
       }
     }
     const s = await this.computeState(workspace, { until })
-    const bytes = s.builder.encode()
-    const tree = Tree.decode(sha256(bytes), bytes)
+    const tree = Tree.ofPack(s.builder.buildPack(this.store))
     this.store.remember(tree)
     return { ref, tree, snapshotId: s.head?.record.id ?? null, workspace, seq: until ?? s.seq }
   }
@@ -355,8 +371,14 @@ export class SnapshotEngine {
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
       await log.openWorkspace(workspace) // takes the workspace's lock, cuts a torn tail
-      const s = await this.computeState(workspace, { onProgress: options.onProgress, strict: options.strict })
-      if (s.treeOps === 0 && s.noEffect.length === 0 && !options.allowEmpty) {
+      const s = await this.computeState(workspace, {
+        onProgress: options.onProgress,
+        strict: options.strict,
+        skipDamaged: options.skipDamaged,
+      }).catch((err) => {
+        throw suggestSkip(err, workspace)
+      })
+      if (s.treeOps === 0 && s.noEffect.length === 0 && s.skipped.length === 0 && !options.allowEmpty) {
         const r = s.head?.record
         return {
           created: false,
@@ -367,11 +389,11 @@ export class SnapshotEngine {
           entriesReplayed: 0,
           noEffect: [],
           missingBlobs: [],
+          skipped: [],
           workspace,
           entry: null,
         }
       }
-      const bytes = s.builder.encode()
       const missingBlobs = await this.missingBlobs(workspace, s)
       const record = await this.storeSnapshot(
         {
@@ -380,10 +402,10 @@ export class SnapshotEngine {
           since: s.since,
           seq: s.seq,
           noEffect: recorded(s.noEffect),
+          ...(s.skipped.length > 0 ? { skipped: s.skipped } : {}),
           message,
           ts: nowMicros(),
         },
-        bytes,
         s.builder,
       )
       const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
@@ -396,6 +418,7 @@ export class SnapshotEngine {
         entriesReplayed: s.applied,
         noEffect: s.noEffect,
         missingBlobs,
+        skipped: s.skipped,
         workspace,
         entry: entry as Ack,
       }
@@ -412,7 +435,7 @@ export class SnapshotEngine {
     checkWorkspace(workspace)
     const record = await this.store.getSnapshot(snapshotId)
     const tree = await this.treeOf(record) // the base must be whole before anything points at it
-    if (!this.store.has(record.tree)) await this.store.putTree(tree.bytes) // rebuilt: store it again
+    if (!this.store.has(record.tree)) await this.store.putWholeTree(tree) // rebuilt: store it again
     const message = options.message ?? `fork of ${record.workspace} at ${record.id}`
     encodeBody({ op: 'snapshot', snapshot_id: record.id, message })
     return this.mutex.run([workspace], async () => {
@@ -443,7 +466,7 @@ export class SnapshotEngine {
         openWorkspace: (ws) => (this.log as AgentLog).openWorkspace(ws).then(() => undefined),
         mutex: this.mutex,
         head: (ws) => this.findHead(ws, { strict: options.strict }),
-        storeSnapshot: (input, bytes, built) => this.storeSnapshot(input, bytes, built),
+        storeSnapshot: (input, built) => this.storeSnapshot(input, built),
         treeOf: (record) => this.treeOf(record),
       },
       target,
@@ -514,7 +537,6 @@ export class SnapshotEngine {
           message,
           ts: nowMicros(),
         },
-        s.builder.encode(),
         s.builder,
       )
       const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
@@ -552,17 +574,13 @@ export class SnapshotEngine {
   }
 
   /**
-   * Stores a tree (as a delta against the builder's base when worth it) and its record in one
-   * batch; the caller appends the entry after.
+   * Stores a tree (the folders on the changed paths, in one pack) and its record in one batch;
+   * the caller appends the entry after.
    */
-  async storeSnapshot(
-    input: Omit<SnapshotRecordInput, 'tree'>,
-    treeBytes: Buffer,
-    built: TreeBuilder,
-  ): Promise<SnapshotRecord> {
-    const tree = this.store.treeObject(treeBytes, built)
+  async storeSnapshot(input: Omit<SnapshotRecordInput, 'tree'>, built: TreeBuilder): Promise<SnapshotRecord> {
+    const tree = this.store.treeObject(null, built)
     const record = await this.store.putSnapshot({ ...input, tree: tree.id }, [tree])
-    this.store.stored(tree.id, treeBytes)
+    this.store.stored(tree.id)
     return record
   }
 
@@ -599,10 +617,21 @@ export class SnapshotEngine {
       return null
     }
     const builder = new TreeBuilder(base)
-    await replaySegment(this.root, record.workspace, builder, { since: record.since, until: record.seq })
-    const bytes = builder.encode()
-    if (sha256(bytes) !== record.tree) return null
-    const tree = Tree.decode(record.tree, bytes)
+    await replaySegment(this.root, record.workspace, builder, {
+      since: record.since,
+      until: record.seq,
+      // The same parts are left out as when it was made (the tree id is checked below).
+      skipDamaged: (record.skipped?.length ?? 0) > 0,
+    })
+    // The record names the tree in the format it was written in: folders, or flat before.
+    const pack = builder.buildPack(this.store)
+    let tree: Tree
+    if (pack.id === record.tree) tree = Tree.ofPack(pack)
+    else {
+      const bytes = builder.encode()
+      if (sha256(bytes) !== record.tree) return null
+      tree = Tree.decode(record.tree, bytes)
+    }
     this.store.remember(tree)
     return tree
   }
@@ -663,7 +692,12 @@ export class SnapshotEngine {
 
   private async computeState(
     workspace: string,
-    options: { strict?: boolean; until?: number; onProgress?: ReplayOptions['onProgress'] },
+    options: {
+      strict?: boolean
+      until?: number
+      onProgress?: ReplayOptions['onProgress']
+      skipDamaged?: boolean
+    },
   ): Promise<State> {
     const file = existingLog(this.root, workspace)
     const endByte = lengthOfLog(file)
@@ -682,6 +716,7 @@ export class SnapshotEngine {
       ignoredSnapshots: ignored,
       strict: options.strict,
       onProgress: options.onProgress,
+      skipDamaged: options.skipDamaged,
     })
     return {
       builder,
@@ -691,6 +726,7 @@ export class SnapshotEngine {
       applied: r.applied,
       treeOps: r.treeOps,
       noEffect: r.noEffect,
+      skipped: r.skipped,
     }
   }
 
@@ -714,6 +750,7 @@ export class SnapshotEngine {
         strict: options.strict,
         onSnapshot: (seq, id, first) => seen.push({ seq, id, first }),
         onProgress: options.onProgress,
+        skipDamaged: options.skipDamaged,
       })
       let reset: Head | null = null
       let newlyIgnored = false
@@ -741,6 +778,7 @@ export class SnapshotEngine {
         applied: r.applied,
         treeOps: r.treeOps,
         noEffect: r.noEffect,
+        skipped: r.skipped,
       }
     }
   }
@@ -775,6 +813,18 @@ export class SnapshotEngine {
   }
 }
 
+/**
+ * A damaged log refuses a snapshot with NOA_CORRUPT_LOG; the error says how to get past it
+ * without losing anything silently.
+ */
+function suggestSkip(err: unknown, workspace: string): unknown {
+  if (!(err instanceof NoaError) || err.code !== 'NOA_CORRUPT_LOG') return err
+  return Errors.CORRUPT_LOG(
+    `${err.message}; a snapshot with skipDamaged (noa snapshot ${workspace} --skip-damaged) leaves the damaged lines out and records which`,
+    { ...err.details, workspace },
+  )
+}
+
 /** The form a record keeps: seq and reason. */
 export function recorded(list: readonly NoEffect[]): RecordedNoEffect[] {
   return list.map((n) => ({ seq: n.seq, reason: n.reason }))
@@ -790,7 +840,11 @@ export async function writeSeqs(
 ): Promise<Map<string, number>> {
   const out = new Map<string, number>()
   const file = existingLog(root, workspace)
-  for await (const batch of readEntryBatches(file, { fromSeq: since + 1, validate: false })) {
+  for await (const batch of readEntryBatches(file, {
+    fromSeq: since + 1,
+    validate: false,
+    skipBadLines: true,
+  })) {
     for (const e of batch) {
       if (e.seq > until) return out
       if (e.op === 'write' && wanted.has(e.blob)) out.set(e.blob, e.seq)

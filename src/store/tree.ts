@@ -1,50 +1,39 @@
 /**
- * Trees: path → blob maps (seed: スナップショット計算), stored as one canonical object.
+ * Trees: path → blob maps (seed: スナップショット計算), in two formats.
  *
- * Encoding: the header `noa-tree 1\n`, then one record per file, sorted by the UTF-8 bytes of
- * the path (the same as code point order):
+ * Folder trees (dirs.ts, what noa writes): one object per folder, git-style, the tree named by
+ * its root folder; an incremental snapshot re-encodes only the folders on the changed paths.
+ *
+ * Flat trees (what noa wrote before, still read): one object, the header `noa-tree 1\n`, then
+ * one record per file, sorted by the UTF-8 bytes of the path (the same as code point order):
  *
  *     <path bytes> NUL <64 lowercase hex> LF
  *
  * A path may hold any character but NUL (entry.ts refuses NUL), so the NUL ends the path even
  * when the path contains a newline, and every record ends 65 bytes after its NUL. Sorted
- * records with no escaping make the encoding canonical (equal trees hash equal) and let a
- * tree be searched and merged as bytes: an incremental snapshot copies the unchanged runs of
- * its parent's tree and never decodes them.
+ * records with no escaping make the encoding canonical (equal trees hash equal).
  *
- * The tree is flat, not one object per directory: with changes spread over many directories
- * (what a busy agent does) nested trees rewrite hundreds of small objects, each with its own
- * fsync, where a flat tree is one sequential write.
+ * A `Tree` in memory is either; both list the same files in the same order. A folder tree is
+ * read lazily (a lookup reads the folders on its path); the flat listing (`pathAt`, `entries`,
+ * `bytes`, …) of a folder tree is made on first use, by one walk of its folders.
  */
 import { createHash } from 'node:crypto'
 import { Errors } from '../engine/errors.js'
+import {
+  buildPack,
+  comparePaths,
+  type Dir,
+  type Pack,
+  type PackSource,
+  packFromSorted,
+  Records,
+} from './dirs.js'
+
+export { comparePaths }
 
 export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
-const NUL = 0
 const BLOB_RE = /^[0-9a-f]{64}$/
-const LF = 0x0a
-/** NUL + 64 hex + LF after the path. */
-const TAIL = 66
-
-/** Orders paths by code point, which is the order of their UTF-8 bytes. */
-export function comparePaths(a: string, b: string): number {
-  if (a === b) return 0
-  const n = Math.min(a.length, b.length)
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i)
-    let y = b.charCodeAt(i)
-    if (x !== y) {
-      if (x >= 0xd800 && y >= 0xd800) {
-        // UTF-16 puts U+E000..U+FFFF above the surrogates that encode U+10000 and up.
-        x = x >= 0xe000 ? x - 0x800 : x + 0x2000
-        y = y >= 0xe000 ? y - 0x800 : y + 0x2000
-      }
-      return x - y
-    }
-  }
-  return a.length - b.length
-}
 
 /** A lone surrogate cannot be written as UTF-8: such a path would silently change in a tree. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -53,117 +42,119 @@ export function isWellFormedPath(path: string): boolean {
   return !LONE_SURROGATE.test(path)
 }
 
-/** An immutable, decoded tree object. Records stay as bytes; paths are decoded on demand. */
+/**
+ * An immutable tree: a flat tree's records, or a folder tree's root (with the flat listing made
+ * when first asked for).
+ */
 export class Tree {
-  /** Offset of each record's NUL (the end of its path). */
-  private readonly ends: Uint32Array
+  private flat: Records | null
+  /** The root folder of a folder tree (null: a flat tree). */
+  readonly root: Dir | null
 
   private constructor(
     readonly id: string,
-    readonly bytes: Buffer,
-    ends: Uint32Array,
+    flat: Records | null,
+    root: Dir | null,
   ) {
-    this.ends = ends
+    this.flat = flat
+    this.root = root
   }
 
   /**
-   * Checks the framing of tree bytes (the caller has checked their hash) and indexes them.
+   * Checks the framing of flat tree bytes (the caller has checked their hash) and indexes them.
    * `what` names the object in errors.
    */
   static decode(id: string, bytes: Buffer, what = `tree ${id}`): Tree {
-    if (bytes.length < HEADER.length || !bytes.subarray(0, HEADER.length).equals(HEADER)) {
-      throw Errors.CORRUPT_OBJECT(`${what} is not a tree (no "noa-tree 1" header)`, {
-        object: id,
-      })
-    }
-    const ends: number[] = []
-    let pos = HEADER.length
-    while (pos < bytes.length) {
-      const z = bytes.indexOf(NUL, pos)
-      if (z <= pos || z + TAIL > bytes.length || bytes[z + TAIL - 1] !== LF) {
-        throw Errors.CORRUPT_OBJECT(`${what}: malformed record at byte ${pos}`, {
-          object: id,
-          offset: pos,
-        })
-      }
-      ends.push(z)
-      pos = z + TAIL
-    }
-    return new Tree(id, bytes, Uint32Array.from(ends))
+    return new Tree(id, Records.parse(bytes, HEADER, what, id), null)
+  }
+
+  /** The folder tree whose root is the pack's root folder. */
+  static ofPack(pack: Pack): Tree {
+    return new Tree(pack.id, null, pack.root)
   }
 
   static readonly EMPTY_BYTES: Buffer = HEADER
 
-  /** Number of files. */
-  get size(): number {
-    return this.ends.length
+  /** 'dirs': stored per folder (noa's format); 'flat': one object (the format before). */
+  get format(): 'dirs' | 'flat' {
+    return this.root ? 'dirs' : 'flat'
   }
 
-  private start(i: number): number {
-    return i === 0 ? HEADER.length : (this.ends[i - 1] as number) + TAIL
+  get isEmpty(): boolean {
+    return this.root ? this.root.size === 0 : (this.flat as Records).size === 0
+  }
+
+  /** The flat listing (made once for a folder tree: one walk of its folders). */
+  private listing(): Records {
+    if (this.flat) return this.flat
+    const parts: Buffer[] = [HEADER]
+    const walk = (dir: Dir, prefix: string) => {
+      const r = dir.records
+      for (let i = 0; i < r.size; i++) {
+        if (r.isDirAt(i)) walk(dir.childAt(i), prefix + r.keyAt(i))
+        else if (prefix === '') parts.push(r.recordBytes(i, i + 1))
+        else parts.push(Buffer.from(prefix, 'utf8'), r.recordBytes(i, i + 1))
+      }
+    }
+    walk(this.root as Dir, '')
+    this.flat = Records.parse(Buffer.concat(parts), HEADER, `tree ${this.id}`, this.id)
+    return this.flat
+  }
+
+  /** The flat encoding of the files (for a flat tree, the stored bytes). */
+  get bytes(): Buffer {
+    return this.listing().bytes
+  }
+
+  /** Number of files. */
+  get size(): number {
+    return this.listing().size
   }
 
   pathAt(i: number): string {
-    return this.bytes.toString('utf8', this.start(i), this.ends[i])
+    return this.listing().keyAt(i)
   }
 
   blobAt(i: number): string {
-    const z = this.ends[i] as number
-    return this.bytes.toString('latin1', z + 1, z + 65)
-  }
-
-  /**
-   * Compares record i's path with `path` (UTF-8 bytes): < 0 when the record sorts first. A plain
-   * loop: the paths share long prefixes and are short, where the binding call of
-   * Buffer#compare costs more than the comparison.
-   */
-  private compareAt(i: number, path: Uint8Array): number {
-    const b = this.bytes
-    let p = this.start(i)
-    const end = this.ends[i] as number
-    const n = path.length
-    for (let k = 0; k < n; k++, p++) {
-      if (p === end) return -1
-      const d = (b[p] as number) - (path[k] as number)
-      if (d !== 0) return d
-    }
-    return p === end ? 0 : 1
+    return this.listing().blobAt(i)
   }
 
   /** First record index in [lo, size) whose path is ≥ `path`. */
   lowerBound(path: Uint8Array, lo = 0): number {
-    let hi = this.ends.length
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1
-      if (this.compareAt(mid, path) < 0) lo = mid + 1
-      else hi = mid
-    }
-    return lo
+    return this.listing().lowerBound(path, lo)
   }
 
   get(path: string): string | undefined {
-    if (this.ends.length === 0) return undefined
-    const key = Buffer.from(path, 'utf8')
-    const i = this.lowerBound(key)
-    return i < this.ends.length && this.compareAt(i, key) === 0 ? this.blobAt(i) : undefined
+    if (this.flat) return this.flat.find(Buffer.from(path, 'utf8'))
+    let dir = this.root as Dir
+    let from = 0
+    for (;;) {
+      const slash = path.indexOf('/', from)
+      if (slash < 0) return dir.file(path.slice(from))
+      const next = dir.child(path.slice(from, slash))
+      if (!next) return undefined
+      dir = next
+      from = slash + 1
+    }
   }
 
   /** Whether record i's path is exactly `path`. */
   isAt(i: number, path: Uint8Array): boolean {
-    return i < this.ends.length && this.compareAt(i, path) === 0
+    return this.listing().isAt(i, path)
   }
 
   has(path: string): boolean {
     return this.get(path) !== undefined
   }
 
-  /** Bytes of records [from, to) as they are stored (a zero-copy view). */
+  /** Bytes of records [from, to) of the flat listing (a zero-copy view). */
   recordBytes(from: number, to: number): Buffer {
-    return this.bytes.subarray(this.start(from), this.start(to))
+    return this.listing().recordBytes(from, to)
   }
 
   *entries(): Generator<[path: string, blob: string]> {
-    for (let i = 0; i < this.ends.length; i++) yield [this.pathAt(i), this.blobAt(i)]
+    const r = this.listing()
+    for (let i = 0; i < r.size; i++) yield [r.keyAt(i), r.blobAt(i)]
   }
 
   toMap(): Map<string, string> {
@@ -171,10 +162,14 @@ export class Tree {
   }
 }
 
-export const EMPTY_TREE: Tree = Tree.decode(
+/** The empty flat tree (the format before; its id is the one old records name). */
+export const EMPTY_FLAT_TREE: Tree = Tree.decode(
   createHash('sha256').update(Tree.EMPTY_BYTES).digest('hex'),
   Tree.EMPTY_BYTES,
 )
+
+/** The empty tree, as noa writes it (a root folder with nothing in it). */
+export const EMPTY_TREE: Tree = Tree.ofPack(packFromSorted([]))
 
 /**
  * A tree being changed: a base tree plus the paths set (to a blob) or removed (null) since.
@@ -188,7 +183,7 @@ export class TreeBuilder {
 
   constructor(base: Tree = EMPTY_TREE) {
     this.base = base
-    this.baseEmpty = base.size === 0
+    this.baseEmpty = base.isEmpty
   }
 
   get(path: string): string | undefined {
@@ -220,17 +215,22 @@ export class TreeBuilder {
     return this.changes.size
   }
 
-  /** The canonical bytes of the tree as it stands. */
-  encode(): Buffer {
-    const keys = [...this.changes.keys()]
-    for (const k of keys) {
+  /** The same changes over another base holding the same files (a folder form of a flat view). */
+  withBase(base: Tree): TreeBuilder {
+    const b = new TreeBuilder(base)
+    for (const [k, v] of this.changes) b.changes.set(k, v)
+    return b
+  }
+
+  /** Refuses paths and blobs that cannot be stored in a tree (replay checks little per entry). */
+  check(): void {
+    for (const [k, v] of this.changes) {
       if (!isWellFormedPath(k)) {
         throw Errors.REPLAY(
           `path ${JSON.stringify(k)} holds a lone UTF-16 surrogate and cannot be stored in a tree`,
           { path: k },
         )
       }
-      const v = this.changes.get(k)
       if (v && !BLOB_RE.test(v)) {
         throw Errors.CORRUPT_LOG(
           `path ${JSON.stringify(k)}: blob ${JSON.stringify(v)} is not 64 lowercase hex (from a log? noa verify finds the line)`,
@@ -238,6 +238,25 @@ export class TreeBuilder {
         )
       }
     }
+  }
+
+  /**
+   * The tree as it stands, stored per folder: the folders that changed, in a pack named by the
+   * new root, with refs to the base's folders it keeps. On a flat base (the format before) every
+   * folder is new. `source` finds the packs those refs name (the object store).
+   */
+  buildPack(source: PackSource | null): Pack {
+    this.check()
+    const base = this.base
+    if (base.root) return buildPack(base.root, this.changes, source)
+    if (this.baseEmpty) return buildPack(undefined, this.changes, source)
+    return packFromSorted(Tree.decode('', this.encode()).entries())
+  }
+
+  /** The flat canonical bytes of the tree as it stands (the listing; trees are stored per folder). */
+  encode(): Buffer {
+    this.check()
+    const keys = [...this.changes.keys()]
     keys.sort(comparePaths)
     const base = this.base
     if (this.baseEmpty) {
@@ -278,9 +297,17 @@ export interface TreeChange {
   after: string | null
 }
 
-/** Paths whose blob differs between two trees, in path order: one merge pass over both. */
+/**
+ * Paths whose blob differs between two trees, in path order. Two folder trees are compared
+ * folder by folder, skipping every subtree whose id is the same on both sides; otherwise one
+ * merge pass over both listings.
+ */
 export function diffTrees(a: Tree, b: Tree): TreeChange[] {
   const out: TreeChange[] = []
+  if (a.root && b.root) {
+    diffDirs(a.root, b.root, '', out)
+    return out
+  }
   let i = 0
   let j = 0
   while (i < a.size || j < b.size) {
@@ -312,4 +339,48 @@ export function diffTrees(a: Tree, b: Tree): TreeChange[] {
     }
   }
   return out
+}
+
+function keyBytes(r: Records, i: number): Buffer {
+  return r.bytes.subarray(r.start(i), r.ends[i])
+}
+
+/** One side's whole subtree (the other side has none): every file added or removed. */
+function oneSide(dir: Dir, prefix: string, out: TreeChange[], removed: boolean): void {
+  const r = dir.records
+  for (let i = 0; i < r.size; i++) {
+    const key = prefix + r.keyAt(i)
+    if (r.isDirAt(i)) oneSide(dir.childAt(i), key, out, removed)
+    else if (removed) out.push({ path: key, before: r.blobAt(i), after: null })
+    else out.push({ path: key, before: null, after: r.blobAt(i) })
+  }
+}
+
+function diffDirs(a: Dir, b: Dir, prefix: string, out: TreeChange[]): void {
+  if (a.id === b.id) return
+  const ra = a.records
+  const rb = b.records
+  let i = 0
+  let j = 0
+  const side = (dir: Dir, r: Records, k: number, removed: boolean) => {
+    const key = prefix + r.keyAt(k)
+    if (r.isDirAt(k)) oneSide(dir.childAt(k), key, out, removed)
+    else if (removed) out.push({ path: key, before: r.blobAt(k), after: null })
+    else out.push({ path: key, before: null, after: r.blobAt(k) })
+  }
+  while (i < ra.size || j < rb.size) {
+    const c = i >= ra.size ? 1 : j >= rb.size ? -1 : Buffer.compare(keyBytes(ra, i), keyBytes(rb, j))
+    if (c < 0) side(a, ra, i++, true)
+    else if (c > 0) side(b, rb, j++, false)
+    else {
+      const x = ra.blobAt(i)
+      const y = rb.blobAt(j)
+      if (x !== y) {
+        if (ra.isDirAt(i)) diffDirs(a.childAt(i), b.childAt(j), prefix + ra.keyAt(i), out)
+        else out.push({ path: prefix + ra.keyAt(i), before: x, after: y })
+      }
+      i++
+      j++
+    }
+  }
 }

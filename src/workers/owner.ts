@@ -95,6 +95,8 @@ interface Atomic {
   state: 'preparing' | 'prepared' | 'committing' | 'done' | 'failed'
   /** Parts applied here after another owner committed them, not yet durable in their logs. */
   syncing: number
+  /** A part applied here could not be written or fdatasynced. */
+  failed: boolean
 }
 
 /** An appendAtomic batch committed here: own prepared parts and other owners' parts, one frame. */
@@ -159,6 +161,8 @@ class OwnedFile {
   syncedLsn = 0
   /** A checkpoint fdatasync of it is in flight (it must not be closed meanwhile). */
   syncing = false
+  /** fdatasyncs in flight of appendAtomic parts written here for another owner's commit. */
+  applying = 0
   /** Journaled bytes that did not reach the file (its write or fdatasync failed): written again when it is reopened. */
   unapplied = false
   lastSeq = 0
@@ -177,7 +181,7 @@ class OwnedFile {
   ) {}
 
   get idle(): boolean {
-    return this.inFlight === null && this.queue.length === 0 && !this.syncing
+    return this.inFlight === null && this.queue.length === 0 && !this.syncing && this.applying === 0
   }
 
   /** Journaled bytes not yet durable in the file itself. */
@@ -221,6 +225,7 @@ class Owner {
     checkpoints: 0,
     directCommits: 0,
     wraps: 0,
+    spaceWaits: 0,
   }
 
   constructor(
@@ -336,9 +341,11 @@ class Owner {
           for (const file of [...this.lru.keys()]) if (this.closeFile(file) !== null) kept = true
           if (this.timer) clearInterval(this.timer)
           const j = this.journal
-          // Clean: every file durable, the journal removed. Otherwise it stays for the next opener.
+          // Clean: every file durable, the journal removed. Otherwise it stays for the next
+          // opener, and so it does while it still pins an atomic batch's part another owner
+          // could not make durable (the caller waits for the others' answers before closing).
           if (j && j.state === 'ready') {
-            if (kept) j.abandon()
+            if (kept || this.pins.size > 0) j.abandon()
             else j.remove()
           }
           this.post({ t: 'reply', id: msg.id, value: this.status() })
@@ -406,20 +413,37 @@ class Owner {
    * a commit takes everything queued so far, and the inline/pool choice sees the whole picture.
    */
   receive(first: ToOwner): void {
-    this.receiving = true
-    try {
-      this.handle(first)
-      for (
-        let m = receiveMessageOnPort(this.init.port);
-        m !== undefined;
-        m = receiveMessageOnPort(this.init.port)
-      ) {
-        this.handle(m.message as ToOwner)
+    let next: ToOwner | undefined = first
+    while (next !== undefined) {
+      this.receiving = true
+      try {
+        this.handle(next)
+        for (
+          let m = receiveMessageOnPort(this.init.port);
+          m !== undefined;
+          m = receiveMessageOnPort(this.init.port)
+        ) {
+          this.handle(m.message as ToOwner)
+        }
+      } finally {
+        this.receiving = false
       }
-    } finally {
-      this.receiving = false
+      const inline = this.stats.inlineCommits
+      if (this.ready.size > 0) this.pump()
+      next = this.stats.inlineCommits !== inline && this.inFlight === 0 ? this.spin() : undefined
     }
-    if (this.ready.size > 0) this.pump()
+  }
+
+  /** Polls the port for up to `spinMicros` after an inline commit (see SPIN_MICROS). */
+  private spin(): ToOwner | undefined {
+    const limit = this.init.spinMicros
+    if (limit <= 0 || this.closing) return undefined
+    const until = performance.now() + limit / 1000
+    do {
+      const m = receiveMessageOnPort(this.init.port)
+      if (m !== undefined) return m.message as ToOwner
+    } while (performance.now() < until)
+    return undefined
   }
 
   private pump(): void {
@@ -605,6 +629,7 @@ class Owner {
     if (place === null) {
       // The live part of the journal reaches the head: a checkpoint must free space first.
       this.needSpace = true
+      this.stats.spaceWaits++
       this.startCheckpoint()
       return
     }
@@ -1065,6 +1090,7 @@ class Owner {
       prepared: [],
       state: 'preparing',
       syncing: 0,
+      failed: false,
     }
     this.atomics.set(msg.batch, a)
     let b = 0
@@ -1170,18 +1196,27 @@ class Owner {
       } catch (err) {
         // Committed in the other owner's journal: acknowledged, written again when reopened.
         file.foreign.push({ offset: file.size, data: batch.data })
+        a.failed = true
         this.committedUnwritten(batch, err as Error)
         continue
       }
-      this.finish(batch, null)
+      // The fdatasync is submitted before finish() settles the file: settling runs a release
+      // waiting for it, which would close the descriptor first, and `applying` keeps the file
+      // from counting as idle (released, evicted) until the sync is done.
       a.syncing++
+      file.applying++
       this.submit({ kind: 'foreign', file, batch: msg.batch }, file.fd, EMPTY, SYNC_FDATASYNC)
+      this.finish(batch, null)
     }
     this.post({ t: 'reply', id: msg.id, value: true })
-    if (a.syncing === 0) this.atomics.delete(msg.batch)
+    if (a.syncing === 0) {
+      this.atomics.delete(msg.batch)
+      this.post({ t: 'applied', batch: msg.batch, ok: false })
+    }
   }
 
   private foreignSynced(file: OwnedFile, batch: number, err: Error | null): void {
+    file.applying--
     const a = this.atomics.get(batch)
     if (err !== null) {
       withPath(err, file.path)
@@ -1190,13 +1225,16 @@ class Owner {
         `${this.describe(file)} refuses appends after a failed fdatasync (${err.message}); reopen it (recover) to continue`,
         { workspace: file.key, file: file.path },
       )
+      if (a) a.failed = true
     }
+    if (a && --a.syncing === 0) {
+      this.atomics.delete(batch)
+      // Only when every part (not just this file's) is durable in its log may the committing
+      // owner reuse the frame.
+      this.post({ t: 'applied', batch, ok: !a.failed })
+    }
+    // Last: a close waiting for this owner to be idle looks again (the batch is gone now).
     this.settled(file)
-    if (!a) return
-    if (--a.syncing > 0) return
-    this.atomics.delete(batch)
-    // Only when every part is durable in its log may the committing owner reuse the frame.
-    if (!file.unapplied) this.post({ t: 'applied', batch })
   }
 
   private abort(msg: AbortMsg): void {
@@ -1478,9 +1516,13 @@ class Owner {
   }
 
   private settled(file: OwnedFile): void {
-    const waiters = file.idleWaiters
-    file.idleWaiters = []
-    for (const fn of waiters) fn()
+    // One thing of the file ended; another (a checkpoint's or an atomic part's fdatasync) may
+    // still be running on its descriptor, which a waiting release must not close under it.
+    if (file.idle) {
+      const waiters = file.idleWaiters
+      file.idleWaiters = []
+      for (const fn of waiters) fn()
+    }
     if (this.waiting.size > 0) {
       for (const f of this.waiting) this.markReady(f)
       this.waiting.clear()

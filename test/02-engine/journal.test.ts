@@ -273,6 +273,27 @@ describe('appendAtomic', () => {
     }
   })
 
+  it('a close while batches are in flight lets them finish, then leaves only the logs', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 2 })
+    const [a, b] = acrossWorkers(log, 2) as [string, string]
+    await warm(log, [a, b])
+    // Called in the same turn as close: their steps (commit, apply) are sent while it closes.
+    const batches = [1, 2, 3].map((i) => log.appendAtomic({ [a]: [write(i)], [b]: [write(i), write(i + 1)] }))
+    const closed = log.close()
+    const acks = await Promise.all(batches)
+    await closed
+    expect(acks.map((x) => x[b]?.map((y) => y.seq))).toEqual([
+      [3, 4],
+      [5, 6],
+      [7, 8],
+    ])
+    expect(await seqs(join(root, 'agent-logs', `${a}.log`))).toEqual([1, 2, 3, 4, 5])
+    expect(await seqs(join(root, 'agent-logs', `${b}.log`))).toEqual([1, 2, 3, 4, 5, 6, 7, 8])
+    expect(readdirSync(root).sort()).toEqual(['agent-logs', 'checksums'])
+    expect((await log.appendAtomic({ [a]: [write(9)] }).catch((e) => e)).code).toBe('NOA_CLOSED')
+  })
+
   it('needs the commit journal', async () => {
     const root = tempDir()
     const log = await AgentLog.open({ root, workers: 1, durability: 'fdatasync' })

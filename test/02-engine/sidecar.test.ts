@@ -3,13 +3,25 @@
  * path, so verify names a damaged block (a flipped byte that is still valid JSON) by byte
  * range and seq range.
  */
-import { copyFileSync, existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { crc32c, crc32cSmall } from '../../dist/src/engine/crc.js'
 import { verifyWorkspace } from '../../dist/src/engine/index.js'
-import { readSidecar, sidecarPath } from '../../dist/src/engine/sidecar.js'
+import { seekSeq, sidecarSeek } from '../../dist/src/engine/reader.js'
+import { encodeSumHeader, encodeSumRecord, readSidecar, sidecarPath } from '../../dist/src/engine/sidecar.js'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
-import { blobOf, tempDir } from '../helpers/index.js'
+import { blobOf, runCli, tempDir } from '../helpers/index.js'
 
 function write(i: number): EntryInput {
   return { op: 'write', path: `src/f${i}.ts`, blob: blobOf(i) }
@@ -30,6 +42,13 @@ async function filled(root: string, n: number): Promise<void> {
 }
 
 describe('checksum sidecar', () => {
+  it('reads its records with a JS CRC32C that agrees with the native one', () => {
+    const bytes = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 131 + 7) & 0xff))
+    for (let n = 0; n <= 64; n++)
+      expect(crc32cSmall(bytes, n, n + 28)).toBe(crc32c(bytes.subarray(n, n + 28)))
+    expect(crc32cSmall(Buffer.from('123456789'), 0, 9)).toBe(0xe3069283) // the CRC-32C check value
+  })
+
   it('covers the whole log after a clean close, block by block', async () => {
     const root = tempDir()
     await filled(root, 3000) // ~290 KB: four full blocks and a partial one
@@ -85,5 +104,100 @@ describe('checksum sidecar', () => {
     expect(report.ok).toBe(true)
     expect(report.checksummedBytes ?? 0).toBe(0)
     expect(existsSync(sidecarPath(root, 'w'))).toBe(true)
+  })
+
+  /** Byte offset of each seq's line (seqs 1…n, one per line), and the file's size. */
+  function lineStarts(file: string): { at: number[]; size: number } {
+    const bytes = readFileSync(file)
+    const at = [0, 0] // at[seq]
+    for (let i = 0; i < bytes.length - 1; i++) if (bytes[i] === 0x0a) at.push(i + 1)
+    return { at, size: bytes.length }
+  }
+
+  /** What the sidecar alone says of `seq` (null: not used). */
+  function hint(file: string, seq: number): { at?: number; after?: number } | null {
+    const fd = openSync(file, 'r')
+    try {
+      return sidecarSeek(fd, file, statSync(file).size, seq)
+    } finally {
+      closeSync(fd)
+    }
+  }
+
+  it('gives --from SEQ a direct seek: the block that holds it, right at the edges of every block', async () => {
+    const root = tempDir()
+    await filled(root, 3000)
+    const file = join(root, 'agent-logs', 'w.log')
+    const st = statSync(file, { bigint: true })
+    const blocks = readSidecar(sidecarPath(root, 'w'), st.ino, Number(st.size))?.blocks ?? []
+    expect(blocks.length).toBeGreaterThanOrEqual(4)
+    const { at, size } = lineStarts(file)
+    for (const b of blocks) {
+      const last = b.firstSeq + b.entries - 1
+      expect(hint(file, b.firstSeq)).toEqual({ at: b.offset })
+      expect(at[b.firstSeq]).toBe(b.offset)
+      expect(hint(file, last)).toEqual({ at: at[last] })
+      for (const seq of [b.firstSeq - 1, b.firstSeq, b.firstSeq + 1, last, last + 1]) {
+        if (seq >= 1) expect(seekSeq(file, seq), `seq ${seq}`).toBe(at[seq] ?? size)
+      }
+    }
+    const edge = blocks[1] as (typeof blocks)[number]
+    const cli = runCli(['log', 'w', '--from', String(edge.firstSeq), '--root', root])
+    expect(cli.status).toBe(0)
+    expect(cli.stdout.startsWith(`{"seq":${edge.firstSeq},`)).toBe(true)
+    expect(cli.stdout.length).toBe(size - edge.offset)
+    // Past the last block recorded (a tail the sidecar has not covered yet): a search after it.
+    expect(hint(file, 3001)).toEqual({ after: size })
+    expect(seekSeq(file, 3001)).toBe(size)
+    await filled(root, 100) // seqs 3001…3100, in a block not recorded until it fills or the log closes
+    const more = lineStarts(file)
+    expect(seekSeq(file, 3050)).toBe(more.at[3050])
+  })
+
+  it('ignores a stale, foreign or damaged sidecar, and the seek is still right', async () => {
+    const root = tempDir()
+    await filled(root, 3000)
+    const file = join(root, 'agent-logs', 'w.log')
+    const sum = sidecarPath(root, 'w')
+    const { at } = lineStarts(file)
+    const ino = statSync(file, { bigint: true }).ino
+    const good = readFileSync(sum)
+    const checkAll = () => {
+      for (const seq of [1, 2, 500, 1234, 2001, 2999, 3000])
+        expect(seekSeq(file, seq), `seq ${seq}`).toBe(at[seq])
+    }
+    // Records that name the wrong bytes (well-formed, this log's inode): their CRC does not match.
+    writeFileSync(
+      sum,
+      Buffer.concat([
+        encodeSumHeader(ino),
+        encodeSumRecord({ offset: 0, firstSeq: 1, length: 50_000, entries: 1500, crc: 1 }),
+        encodeSumRecord({ offset: 50_000, firstSeq: 1501, length: 50_000, entries: 1500, crc: 2 }),
+      ]),
+    )
+    expect(hint(file, 1234)).toBeNull()
+    expect(hint(file, 2001)).toBeNull()
+    checkAll()
+    // Another log's sidecar (another inode).
+    writeFileSync(sum, Buffer.concat([encodeSumHeader(ino + 1n), good.subarray(32)]))
+    expect(hint(file, 1234)).toBeNull()
+    checkAll()
+    // Garbage.
+    writeFileSync(sum, Buffer.from('not a sidecar at all, not even close to 32 bytes long'))
+    expect(hint(file, 1234)).toBeNull()
+    checkAll()
+    // The right sidecar, but the block holding the seq was damaged since: not a seek target.
+    writeFileSync(sum, good)
+    const text = readFileSync(file, 'latin1')
+    const flip = text.indexOf('"src/f2000.ts"') + 7
+    writeFileSync(file, `${text.slice(0, flip)}3${text.slice(flip + 1)}`, 'latin1')
+    expect(hint(file, 2001)).toBeNull()
+    expect(hint(file, 5)).toEqual({ at: at[5] }) // other blocks still serve
+    checkAll()
+    // The log cut short since (same inode): blocks past its end are not used.
+    writeFileSync(file, text.slice(0, at[1501]), 'latin1')
+    expect(hint(file, 2001)?.at).toBeUndefined() // past the blocks left: a search of what follows them
+    expect(seekSeq(file, 1500)).toBe(at[1500])
+    expect(seekSeq(file, 2001)).toBe(at[1501])
   })
 })

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, isNoaError, type NoaError, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
-import { comparePaths, diffTrees, MAX_DELTA_DEPTH, Tree, TreeBuilder } from '../../dist/src/store/index.js'
+import { comparePaths, diffTrees, Tree, TreeBuilder } from '../../dist/src/store/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { refusal } from '../helpers/snapshot.js'
 
@@ -124,7 +124,8 @@ describe('object store', () => {
   })
 })
 
-describe('trees stored as deltas', () => {
+describe('trees stored per folder', () => {
+  /** 20 folders of 5 files, then `snapshots - 1` more snapshots each changing one file of d3. */
   async function chain(snapshots: number) {
     const root = tempDir()
     const log = await AgentLog.open({ root, workers: 1 })
@@ -132,56 +133,64 @@ describe('trees stored as deltas', () => {
     const engine = new SnapshotEngine({ log })
     await log.appendMany(
       'ws',
-      Array.from({ length: 40 }, (_, i) => ({ op: 'write' as const, path: `f${i}`, blob: blobOf(i) })),
+      Array.from({ length: 100 }, (_, i) => ({
+        op: 'write' as const,
+        path: `src/d${i % 20}/f${i}`,
+        blob: blobOf(i),
+      })),
     )
     const ids = [await engine.snapshot('ws')]
     for (let i = 1; i < snapshots; i++) {
-      await log.appendMany('ws', [
-        { op: 'write', path: `f${i}`, blob: blobOf(1000 + i) },
-        { op: 'delete', path: `f${20 + i}` },
-      ])
+      await log.appendMany('ws', [{ op: 'write', path: 'src/d3/f3', blob: blobOf(1000 + i) }])
       ids.push(await engine.snapshot('ws'))
     }
     return { root, engine, store: new ObjectStore(root), ids }
   }
 
-  const head = (store: ObjectStore, id: string) => readFileSync(store.pathOf(id)).subarray(0, 16).toString()
+  const head = (store: ObjectStore, id: string) => readFileSync(store.pathOf(id)).toString('latin1')
 
-  it('write what changed, whole again after MAX_DELTA_DEPTH, and read back exactly', async () => {
-    const { root, store, ids } = await chain(MAX_DELTA_DEPTH + 3)
-    expect(ids.map((s) => head(store, s.tree).startsWith('noa-tree-delta 1'))).toEqual(
-      Array.from({ length: MAX_DELTA_DEPTH + 3 }, (_, i) => i % (MAX_DELTA_DEPTH + 1) !== 0),
-    )
-    expect(statSync(store.pathOf(ids[1]?.tree as string)).size).toBeLessThan(400)
+  it('write only the folders on the changed paths, reuse the rest by hash, and read back exactly', async () => {
+    const { root, store, ids } = await chain(4)
+    for (const s of ids) expect(head(store, s.tree).startsWith('noa-tree-pack 1\n')).toBe(true)
+    // The first pack holds every folder (root, src, d0…d19); each later one the root, src and
+    // d3, with refs to the 19 folders it kept.
+    expect(head(store, ids[0]?.tree as string).split('\n')[1]).toBe('22 0')
+    for (const s of ids.slice(1)) expect(head(store, s.tree).split('\n')[1]).toBe('3 19')
     const fresh = new SnapshotEngine({ root })
-    for (const s of ids) {
-      const tree = await fresh.tree(s.snapshotId as string) // rebuilt from the chain, checked against its id
+    for (const [k, s] of ids.entries()) {
+      const tree = await fresh.tree(s.snapshotId as string)
       expect(tree.id).toBe(s.tree)
-      expect(hashOf(tree.bytes)).toBe(s.tree)
+      expect(tree.size).toBe(100)
+      expect(tree.get('src/d3/f3')).toBe(blobOf(k === 0 ? 3 : 1000 + k))
+      expect(tree.get('src/d4/f4')).toBe(blobOf(4))
+      expect(tree.get('src/d4')).toBeUndefined()
     }
-    const last = ids.at(-1)?.snapshotId as string
-    expect((await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })).tree.id).toBe(
-      (await fresh.getSnapshot(last)).tree,
-    )
+    const full = await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })
+    expect(full.tree.id).toBe(ids.at(-1)?.tree)
+    const objects = await store.treeObjects(ids.at(-1)?.tree as string)
+    expect(new Set(objects)).toEqual(new Set([ids.at(-1)?.tree, ids[0]?.tree]))
   })
 
-  it('name the tree and its chain when a link is damaged or missing', async () => {
-    const { root, store, ids } = await chain(4)
-    const [, second, third, fourth] = ids as [
-      unknown,
-      { tree: string },
-      { tree: string },
-      { snapshotId: string; tree: string },
-    ]
-    damage(store.pathOf(second.tree), (b) => Buffer.from(b.toString().replace(blobOf(1001), blobOf(7))))
-    const err = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshotId))
+  it('name the tree and the folder when a pack is damaged or a pack it refers to is missing', async () => {
+    const { root, store, ids } = await chain(2)
+    const [first, second] = ids as unknown as [{ tree: string }, { snapshotId: string; tree: string }]
+    damage(store.pathOf(first.tree), (b) =>
+      Buffer.from(b.toString('latin1').replace(`f5\0${blobOf(5)}`, `f5\0${blobOf(6)}`), 'latin1'),
+    )
+    const err = await refusal(new SnapshotEngine({ root }).tree(second.snapshotId).then((t) => t.size))
     expect(err.code).toBe('NOA_CORRUPT_OBJECT')
-    expect(err.message).toContain(`tree ${fourth.tree} is corrupt: rebuilt from its delta chain`)
-    expect(err.message).toContain(second.tree)
-    rmSync(store.pathOf(third.tree), { force: true })
-    const gone = await refusal(new SnapshotEngine({ root }).tree(fourth.snapshotId))
+    expect(err.message).toMatch(
+      new RegExp(`tree ${first.tree} .*is corrupt: its folder [0-9a-f]{64} hashes to`),
+    )
+    const cli = runCli(['verify', 'ws', '--objects', '--root', root])
+    expect(cli.status).toBe(1)
+    expect(cli.stdout + cli.stderr).toContain(`tree ${first.tree}`)
+    rmSync(store.pathOf(first.tree), { force: true })
+    const gone = await refusal(new SnapshotEngine({ root }).tree(second.snapshotId).then((t) => t.size))
     expect(gone.code).toBe('NOA_NOT_FOUND')
-    expect(gone.message).toContain(`tree ${third.tree} (in the delta chain of tree ${fourth.tree}) not found`)
+    expect(gone.message).toMatch(
+      new RegExp(`tree ${first.tree} \\(holding folder [0-9a-f]{64} of tree ${second.tree}\\) not found`),
+    )
   })
 })
 

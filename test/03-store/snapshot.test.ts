@@ -107,7 +107,9 @@ describe('replay rules', () => {
       const err = await refusal(engine.snapshot('ws', { message: 'x' }))
       expect(err.code).toBe('NOA_CORRUPT_LOG')
       const where = lines < 1000 ? `${file} (line at byte ${offset})` : `${file}:${lines - 10}`
-      expect(err.message).toBe(`${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"`)
+      expect(err.message).toBe(
+        `${where}: corrupt entry: path: has a '..' segment in "src/../etc/passwd"; a snapshot with skipDamaged (noa snapshot ws --skip-damaged) leaves the damaged lines out and records which`,
+      )
       expect(await engine.listSnapshots('ws')).toEqual([])
     })
   }
@@ -125,7 +127,10 @@ describe('snapshots', () => {
     expect(a.snapshotId).not.toBe(b.snapshotId) // records differ: workspace, seq, time
     expect(a.snapshotId).toMatch(/^noa_[0-9a-f]{64}$/)
     const tree = await engine.tree(a.snapshotId as string)
-    expect(tree.id).toBe(sha256(tree.bytes))
+    // Stored per folder: the tree is named by its root folder, which names `src/` by its hash.
+    expect(tree.format).toBe('dirs')
+    const src = sha256(`noa-tree 2\na.ts\0${blobOf(1)}\nb.ts\0${blobOf(2)}\n`)
+    expect(tree.id).toBe(sha256(`noa-tree 2\nREADME\0${blobOf(3)}\nsrc/\0${src}\n`))
     expect(tree.bytes.toString('utf8')).toBe(
       `${TREE_HEADER}README\0${blobOf(3)}\nsrc/a.ts\0${blobOf(1)}\nsrc/b.ts\0${blobOf(2)}\n`,
     )
@@ -436,6 +441,7 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
       'entriesReplayed',
       'noEffect',
       'missingBlobs',
+      'skipped',
     ])
     expect(out).toMatchObject({ created: true, parent: id, seq: 5, entriesReplayed: 0 })
     const list = runCli(['snapshots', 'main', '--root', root])

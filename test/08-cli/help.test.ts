@@ -174,7 +174,7 @@ describe('unknown options', () => {
     )
     const short = await runMain(['snapshot', 'w', '-x'])
     expect(short.stderr.split('\n')[0]).toBe(
-      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --allow-empty, --strict, --help; an argument starting with '-' goes after '--'",
+      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --allow-empty, --strict, --skip-damaged, --help; an argument starting with '-' goes after '--'",
     )
     const sub = await runMain(['memory', 'list', '--dir', 'd', '--limit', '3'])
     expect(sub.stderr.split('\n')[0]).toBe(
@@ -185,7 +185,7 @@ describe('unknown options', () => {
   it('other parse errors keep their messages', async () => {
     const r = await runMain(['log', 'w', '--root'])
     expect(r.stderr).toBe(
-      "noa log: Option '--root <value>' argument missing\nusage: noa log <workspace> [--from SEQ] [--root DIR] [--json]\n",
+      "noa log: Option '--root <value>' argument missing\nusage: noa log <workspace> [--from SEQ] [--follow] [--root DIR] [--json]\n",
     )
     const shortValue = await runMain(['snapshot', 'w', '-m'])
     expect(shortValue.stderr.split('\n')[0]).toBe(

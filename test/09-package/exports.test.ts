@@ -65,6 +65,7 @@ describe('the export map', () => {
       'noa/memory',
       'noa/context',
       'noa/replicate',
+      'noa/serve',
       'noa/langgraph',
       'noa/openai-agents',
     ])

@@ -3,14 +3,20 @@ import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.
 import { Errors, NoaError, rewrap } from '../../engine/errors.js'
 import { checkRoot } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readAll, write } from '../io.js'
 import { meter, percent, rate } from '../progress.js'
 
 export const spec = command({
-  usage: 'usage: noa append <workspace> [--no-blob-check] [--root DIR] < entries.jsonl',
+  usage: 'usage: noa append <workspace> [--no-blob-check] [--if-last-seq N] [--root DIR] < entries.jsonl',
   options: {
     ...ROOT_OPTION,
+    'if-last-seq': {
+      type: 'string',
+      value: 'N',
+      description:
+        "append only if the workspace's last seq is N (0: empty); else exit 1, naming the current one",
+    },
     json: { ...JSON_OPTION.json, description: 'accepted for symmetry: the acks are JSON lines already' },
     'no-blob-check': {
       type: 'boolean',
@@ -23,10 +29,16 @@ export const spec = command({
     '{"op":"delete","path":P} or {"op":"rename","from":P,"to":Q}. Every line is checked before\n' +
     "anything is written: each write's blob must be stored (noa blob put) unless --no-blob-check,\n" +
     "and snapshot and merge entries must name this workspace's records. Each appended entry\n" +
-    'prints {"seq":N,"ts":T} once it is durable.',
-  examples: [`echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`],
+    'prints {"seq":N,"ts":T} once it is durable.\n' +
+    '--if-last-seq N (compare-and-append): the entries go in only right after seq N; if another\n' +
+    'writer got there first, nothing is written and the error names the current last seq. After\n' +
+    'an ack that was lost, run it again with the same N: it either commits or says it already did.',
+  examples: [
+    `echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1`,
+    `echo '{"op":"delete","path":"src/old.ts"}' | noa append agent-1 --if-last-seq 41`,
+  ],
   exitCodes: {
-    1: 'an invalid line or invalid UTF-8, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), or a refused append',
+    1: 'an invalid line or invalid UTF-8, a blob not stored or a forged record (stdin:<line>: <reason>; nothing written), a refused append, or --if-last-seq N when the last seq is not N (nothing written)',
   },
 })
 
@@ -36,6 +48,7 @@ const CHUNK = 10_000
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
+  let ifLastSeq = intOption(values['if-last-seq'], 'if-last-seq', spec.usage, 0)
   const root = rootOf(values)
   // A user who typed the command alone would otherwise see it wait without a word.
   if (io.stdinIsTTY) {
@@ -110,7 +123,13 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       // A run of merge entries goes out with the snapshot entry after it (they are checked together).
       let end = Math.min(i + CHUNK, entries.length)
       while (end < entries.length && entries[end - 1]?.op === 'merge') end++
-      const acks = await log.appendMany(workspace, entries.slice(i, end))
+      // Each chunk expects the last seq the previous one got: the input goes in as one run.
+      const acks = await log.appendMany(
+        workspace,
+        entries.slice(i, end),
+        ifLastSeq === undefined ? undefined : { ifLastSeq },
+      )
+      if (ifLastSeq !== undefined) ifLastSeq = (acks[acks.length - 1]?.seq ?? ifLastSeq) as number
       i = end
       const done = i
       shown.update(

@@ -3,6 +3,7 @@ import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
+import { describeSkipped } from './describe.js'
 
 export const spec = command({
   usage: 'usage: noa history <workspace> [--root DIR] [--json]',
@@ -33,6 +34,7 @@ function label(n: HistoryNode): string {
   }
   if (n.prunes.length > 0) text += ` [dropped ${n.prunes.length}]`
   if (n.noEffect > 0) text += ` [${n.noEffect} without effect]`
+  if (n.skipped.length > 0) text += ` [skipped ${n.skipped.map(describeSkipped).join('; ')}]`
   return text
 }
 

@@ -3,11 +3,11 @@ import { SnapshotEngine, type SnapshotResult } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
-import { describeNoEffect } from './describe.js'
+import { describeNoEffect, describeSkipped } from './describe.js'
 
 export const spec = command({
   usage:
-    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
+    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--skip-damaged] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -21,18 +21,25 @@ export const spec = command({
       description:
         'refuse entries that cannot apply (delete or rename of a missing path) instead of recording them',
     },
+    'skip-damaged': {
+      type: 'boolean',
+      description:
+        'leave damaged lines of the log out instead of refusing, and record exactly which (seqs, byte ranges) in the snapshot',
+    },
   },
   positionals: [1, 1],
   details:
     "Prints the snapshot's id; --json: {created, snapshotId, tree, parent, seq, entriesReplayed,\n" +
-    'noEffect, missingBlobs}. Entries that changed nothing and blobs not in the store are listed on\n' +
-    'stderr. With nothing new since the last snapshot, prints its id and writes nothing.\n' +
+    'noEffect, missingBlobs, skipped}. Entries that changed nothing and blobs not in the store are\n' +
+    'listed on stderr. With nothing new since the last snapshot, prints its id and writes nothing.\n' +
+    'A damaged line in the log refuses the snapshot; --skip-damaged leaves it out, lists it on\n' +
+    'stderr and records it in the snapshot (noa snapshots, history and verify show it).\n' +
     'noa snapshot prune drops older snapshots, recorded in the log (gc then frees their trees):\n' +
     '--keep-last N keeps the newest N, --keep-within DURATION (1h, 7d) those made within it;\n' +
     'the head, forks, merges and earlier prunes are always kept.',
   examples: ['noa snapshot agent-1 -m "tests pass"', 'noa snapshot prune agent-1 --keep-last 10'],
   exitCodes: {
-    1: 'the workspace has no log, a snapshot it needs is missing, or (--strict) an entry cannot apply',
+    1: 'the workspace has no log, a snapshot it needs is missing, the log is damaged (see --skip-damaged), or (--strict) an entry cannot apply',
   },
 })
 
@@ -46,6 +53,7 @@ export function snapshotJson(r: SnapshotResult): Record<string, unknown> {
     entriesReplayed: r.entriesReplayed,
     noEffect: r.noEffect,
     missingBlobs: r.missingBlobs,
+    skipped: r.skipped,
   }
 }
 
@@ -66,10 +74,12 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       onProgress: shown.onProgress,
       allowEmpty: values['allow-empty'] ?? false,
       strict: values.strict ?? false,
+      skipDamaged: values['skip-damaged'] ?? false,
     })
     shown.done()
     if (!values.json) {
-      let notes = r.noEffect.map((n) => `noa snapshot: ${workspace} ${describeNoEffect(n)}\n`).join('')
+      let notes = r.skipped.map((k) => `noa snapshot: ${workspace} ${describeSkipped(k)}\n`).join('')
+      notes += r.noEffect.map((n) => `noa snapshot: ${workspace} ${describeNoEffect(n)}\n`).join('')
       for (const m of r.missingBlobs) {
         notes += `noa snapshot: warning: ${quoteField(m.path)} is blob ${m.blob}, not in the object store (written at seq ${m.seq ?? '?'} of ${m.workspace})\n`
       }

@@ -1,11 +1,13 @@
 import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
+import type { Skipped } from '../../store/replay.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { type StoreProblem, verifyStore } from '../../store/verify.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 import { meter, percent } from '../progress.js'
+import { describeSkipped } from './describe.js'
 
 export const spec = command({
   usage: 'usage: noa verify [workspace…] [--objects] [--root DIR] [--json]',
@@ -94,19 +96,22 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       continue
     }
     shown.done()
+    const skipped = await skippedBy(engine, ws)
     const failures = found.filter((p) => p.recordedBy === undefined)
-    const notes = found
-      .filter((p) => p.recordedBy !== undefined)
-      .map((p) => `  note: seq ${p.seq}: ${p.reason}; recorded as no effect by ${p.recordedBy}\n`)
-      .join('')
+    const notes =
+      found
+        .filter((p) => p.recordedBy !== undefined)
+        .map((p) => `  note: seq ${p.seq}: ${p.reason}; recorded as no effect by ${p.recordedBy}\n`)
+        .join('') +
+      skipped.map((k) => `  note: snapshot ${k.snapshot} skipped ${describeSkipped(k)}\n`).join('')
     if (!report.ok) problems.push({ file: report.file, code: 'NOA_CORRUPT_LOG', message: describe(report) })
     for (const p of failures)
       problems.push({ file: report.file, code: 'NOA_BAD_RECORD', message: `${report.file}: ${storeLine(p)}` })
     const good = report.ok && failures.length === 0
     if (values.json) {
-      await write(io.stdout, json({ workspace: ws, ...report, ok: good, store: found }))
+      await write(io.stdout, json({ workspace: ws, ...report, ok: good, store: found, skipped }))
     } else if (!report.ok) {
-      await write(io.stderr, `${ws}: ${describe(report)}\n`)
+      await write(io.stderr, `${ws}: ${describe(report)}\n${notes}`)
     } else if (good) {
       await write(
         io.stdout,
@@ -122,6 +127,23 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     }
   }
   return reportProblems(io, 'verify', problems, 'failed verification')
+}
+
+/**
+ * What the workspace's snapshots left out of the log (`--skip-damaged`), oldest first: the
+ * damage verify finds may already be accounted for. Nothing when the snapshots cannot be read
+ * (the failure is reported by the checks above).
+ */
+async function skippedBy(engine: SnapshotEngine, ws: string): Promise<Array<Skipped & { snapshot: string }>> {
+  try {
+    const out: Array<Skipped & { snapshot: string }> = []
+    for (const s of (await engine.listSnapshots(ws)).reverse()) {
+      for (const k of s.skipped) out.push({ snapshot: s.snapshotId, ...k })
+    }
+    return out
+  } catch {
+    return []
+  }
 }
 
 /** The log's path for a report; a name that is not a workspace name has none. */

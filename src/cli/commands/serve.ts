@@ -1,0 +1,100 @@
+import { Daemon } from '../../serve/daemon.js'
+import { DEFAULT_LIMITS, type Limits } from '../../serve/protocol.js'
+import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { type CliIo, json, write } from '../io.js'
+
+const LIMIT_FLAGS = {
+  'max-entry-bytes': ['maxEntryBytes', 'largest entry (or appendToFile data, or replicated line), in bytes'],
+  'max-line-bytes': ['maxLineBytes', 'longest request line, in bytes'],
+  'max-connections': ['maxConnections', 'connections at once'],
+  'max-in-flight': ['maxInFlight', 'requests in flight per connection before it is read no further'],
+  'max-streams': ['maxStreams', 'reads and watches open per connection'],
+  'max-pending-bytes': ['maxPendingBytes', 'request bytes in flight, all connections together'],
+} as const satisfies Record<string, readonly [keyof Limits, string]>
+
+function limitOption(flag: keyof typeof LIMIT_FLAGS) {
+  const [key, description] = LIMIT_FLAGS[flag]
+  return { type: 'string', value: 'N', description, defaultText: String(DEFAULT_LIMITS[key]) } as const
+}
+
+export const spec = command({
+  usage:
+    'usage: noa serve [--root DIR] [--listen [HOST:]PORT --token-file FILE] [--workers N] [--max-… N] [--json]',
+  options: {
+    ...ROOT_OPTION,
+    ...JSON_OPTION,
+    listen: {
+      type: 'string',
+      value: '[HOST:]PORT',
+      description: 'also listen on TCP (HOST defaults to 127.0.0.1); needs --token-file',
+    },
+    'token-file': {
+      type: 'string',
+      value: 'FILE',
+      description: 'the secret TCP clients send in hello (first line, ≥ 16 characters, mode 0600)',
+      required: 'with --listen',
+      complete: 'file',
+    },
+    workers: {
+      type: 'string',
+      value: 'N',
+      description:
+        "owner worker threads, a dead one respawned (0: on the daemon's thread, where a fault ends it)",
+      defaultText: '1',
+    },
+    'max-entry-bytes': limitOption('max-entry-bytes'),
+    'max-line-bytes': limitOption('max-line-bytes'),
+    'max-connections': limitOption('max-connections'),
+    'max-in-flight': limitOption('max-in-flight'),
+    'max-streams': limitOption('max-streams'),
+    'max-pending-bytes': limitOption('max-pending-bytes'),
+  },
+  positionals: [0, 0],
+  details:
+    'Owns the root for every process on this machine: it listens on <root>/noa.sock (mode 0600),\n' +
+    'and AgentLog.open and every noa command on the root then talk to it instead of opening the\n' +
+    'logs themselves. One daemon per root. Prints one line once it listens (--json: an object\n' +
+    'with root, socket, tcp and pid). SIGTERM or SIGINT: refuses new requests, lets every append\n' +
+    'already taken commit and be answered, then exits 0.',
+  examples: [
+    'noa serve --root /var/lib/noa &',
+    'noa serve --root /var/lib/noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
+  ],
+  exitCodes: {
+    0: 'stopped by SIGTERM or SIGINT after draining',
+    1: 'could not start (root already served, bad token file, address in use, …)',
+  },
+})
+
+export async function run(args: string[], io: CliIo): Promise<number> {
+  const { values } = parseCommand(args, spec)
+  const limits: Partial<Limits> = {}
+  for (const [flag, [key]] of Object.entries(LIMIT_FLAGS)) {
+    const n = intOption(values[flag as keyof typeof LIMIT_FLAGS], flag, spec.usage, 1)
+    if (n !== undefined) limits[key] = n
+  }
+  const workers = intOption(values.workers, 'workers', spec.usage, 0)
+  const daemon = await Daemon.start({
+    root: rootOf(values),
+    ...(values.listen === undefined ? {} : { listen: values.listen }),
+    ...(values['token-file'] === undefined ? {} : { tokenFile: values['token-file'] }),
+    limits,
+    log: workers === undefined ? {} : { workers },
+  })
+  const stop = () => {
+    void daemon.drain()
+  }
+  process.once('SIGTERM', stop)
+  process.once('SIGINT', stop)
+  const tcp = daemon.tcp ? `${daemon.tcp.host}:${daemon.tcp.port}` : null
+  await write(
+    io.stdout,
+    values.json
+      ? json({ root: daemon.root, socket: daemon.socketPath, tcp, pid: process.pid })
+      : `noa serve: serving ${daemon.root} on ${daemon.socketPath}${tcp ? ` and tcp ${tcp}` : ''} (pid ${process.pid})\n`,
+  )
+  await daemon.done
+  process.off('SIGTERM', stop)
+  process.off('SIGINT', stop)
+  return 0
+}

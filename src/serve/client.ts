@@ -1,0 +1,796 @@
+/**
+ * The TypeScript client of `noa serve`: an AgentLog whose every method is a request to the
+ * daemon. `AgentLog.open` returns one when a daemon serves the root (forward.ts);
+ * `connectDaemon` reaches one directly, over its socket or over TCP with a token.
+ *
+ * Entries and options are checked here first, with the engine's own checks, so a bad entry fails
+ * with the same error as in process without a round trip; the daemon checks everything again
+ * (it trusts no client). Requests of one event-loop turn go out in one write; answers come back
+ * as they complete. Streams (read, readBytes, watch) are flow-controlled per stream: the daemon
+ * sends a window of chunks ahead and more only as this side consumes them, so a consumer that
+ * stops reading one stream never holds up the answers of the others on the same connection.
+ */
+import { readFileSync } from 'node:fs'
+import { connect, type Socket } from 'node:net'
+import { isAbsolute } from 'node:path'
+import {
+  AgentLog,
+  type AgentLogOptions,
+  type AppendOptions,
+  abortedError,
+  checkAppendOptions,
+} from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
+import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
+import { deserializeError, Errors, NoaError, type SerializedError } from '../engine/errors.js'
+import type { WorkspaceInfo } from '../engine/logs.js'
+import type { OpenReport, OwnerStatus, RawAppendOptions } from '../engine/protocol.js'
+import type { EntryReadOptions } from '../engine/reader.js'
+import type { VerifyOptions, VerifyReport } from '../engine/recovery.js'
+import { checkWatchOptions, type WatchOptions } from '../engine/watch.js'
+import { LineReader } from './lines.js'
+import { removeStaleSocket, socketAddress, socketPath, tryServeLock } from './paths.js'
+import { DEFAULT_WINDOW, type Limits, PROTOCOL_VERSION, tooLarge, utf8Bytes } from './protocol.js'
+
+/** The AgentLog options a client keeps: entries are checked with them before they are sent. */
+type EntryChecks = Pick<AgentLogOptions, 'objects' | 'checkBlobs'>
+
+function entryChecks(options: EntryChecks): EntryChecks {
+  const out: EntryChecks = {}
+  if (options.objects !== undefined) out.objects = options.objects
+  if (options.checkBlobs !== undefined) out.checkBlobs = options.checkBlobs
+  return out
+}
+
+export interface ConnectOptions extends EntryChecks {
+  /** The root whose daemon to reach through `<root>/noa.sock`. */
+  root?: string
+  /** A socket path instead of a root. */
+  socket?: string
+  /** TCP instead: host (default 127.0.0.1) and port, with the daemon's token. */
+  host?: string
+  port?: number
+  token?: string
+  /** Reads the token from this file (its first line). */
+  tokenFile?: string
+  /** Time to connect and get hello answered. Default 10 s. */
+  timeoutMs?: number
+}
+
+/** What the daemon said in hello. */
+export interface DaemonInfo {
+  v: number
+  server: string
+  pid: number
+  root: string
+  transport: 'unix' | 'tcp'
+  limits: Limits
+  ops: string[]
+}
+
+const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN'])
+
+/** Longest answer line this side takes (a workspaces() listing of a very large root). */
+const MAX_ANSWER_LINE = 1 << 30
+
+interface Waiter {
+  resolve(value: unknown): void
+  reject(err: Error): void
+  onChunk?: (chunk: unknown) => void
+  what: string
+  workspace?: string
+}
+
+type Target =
+  | { kind: 'unix'; root: string | null; path: string }
+  | { kind: 'tcp'; host: string; port: number; token: string }
+
+function describe(t: Target): string {
+  return t.kind === 'unix'
+    ? t.root
+      ? `the daemon serving ${t.root}`
+      : `the daemon at ${t.path}`
+    : `the daemon at ${t.host}:${t.port}`
+}
+
+/** One connection, helloed. */
+export class DaemonConnection {
+  private readonly reader = new LineReader(MAX_ANSWER_LINE)
+  private readonly waiters = new Map<number, Waiter>()
+  private nextId = 1
+  private out: string[] = []
+  private flushing = false
+  lost: Error | null = null
+  info!: DaemonInfo
+
+  private constructor(
+    private readonly socket: Socket,
+    private readonly target: Target,
+  ) {
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        this.reader.push(chunk, (line) => this.onLine(line))
+      } catch (err) {
+        this.fail(err as Error)
+        socket.destroy()
+      }
+    })
+    socket.on('error', (err) => this.fail(err))
+    socket.on('close', () => this.fail(null))
+  }
+
+  static open(target: Target, timeoutMs: number): Promise<DaemonConnection> {
+    return new Promise<DaemonConnection>((resolve, reject) => {
+      let address: { address: string; release(): void } | null = null
+      let socket: Socket
+      if (target.kind === 'unix') {
+        address = target.root ? socketAddress(target.root) : { address: target.path, release() {} }
+        socket = connect(address.address)
+      } else {
+        socket = connect(target.port, target.host)
+        socket.setNoDelay(true)
+      }
+      const timer = setTimeout(() => {
+        socket.destroy()
+        reject(
+          Errors.DAEMON_UNAVAILABLE(
+            `${describe(target)} did not answer within ${timeoutMs} ms (is it stopped?)`,
+          ),
+        )
+      }, timeoutMs)
+      const onError = (err: Error) => {
+        clearTimeout(timer)
+        address?.release()
+        reject(err)
+      }
+      socket.once('error', onError)
+      socket.once('connect', () => {
+        address?.release()
+        socket.off('error', onError)
+        const conn = new DaemonConnection(socket, target)
+        const hello: Record<string, unknown> = { op: 'hello', v: PROTOCOL_VERSION }
+        if (target.kind === 'tcp') hello.token = target.token
+        conn.request(hello, 'hello').then(
+          (info) => {
+            clearTimeout(timer)
+            conn.info = info as DaemonInfo
+            resolve(conn)
+          },
+          (err) => {
+            clearTimeout(timer)
+            socket.destroy()
+            reject(err)
+          },
+        )
+      })
+    })
+  }
+
+  get inFlight(): number {
+    return this.waiters.size
+  }
+
+  /** Sends a request; resolves with its result. `onChunk` receives a stream's chunks. */
+  request(
+    msg: Record<string, unknown>,
+    what: string,
+    onChunk?: (chunk: unknown) => void,
+    workspace?: string,
+  ): Promise<unknown> & { id: number } {
+    const id = this.nextId++
+    let line: string
+    try {
+      if (this.lost) throw this.lost
+      line = `${JSON.stringify({ id, ...msg })}\n`
+      const max = this.info?.limits.maxLineBytes
+      if (max !== undefined && line.length > max / 3 && utf8Bytes(line) - 1 > max) {
+        throw tooLarge(`the ${what} request`, utf8Bytes(line) - 1, max, '--max-line-bytes')
+      }
+    } catch (err) {
+      return Object.assign(Promise.reject(err), { id })
+    }
+    const p = new Promise<unknown>((resolve, reject) => {
+      const w: Waiter = { resolve, reject, what }
+      if (onChunk) w.onChunk = onChunk
+      if (workspace !== undefined) w.workspace = workspace
+      this.waiters.set(id, w)
+    })
+    this.write(line)
+    return Object.assign(p, { id })
+  }
+
+  /** A control message (more, cancel): no answer. */
+  control(msg: Record<string, unknown>): void {
+    if (this.lost) return
+    this.write(`${JSON.stringify(msg)}\n`)
+  }
+
+  /** Drops a request's waiter: its remaining messages are ignored. */
+  forget(id: number): void {
+    this.waiters.delete(id)
+  }
+
+  private write(line: string): void {
+    this.out.push(line)
+    if (!this.flushing) {
+      this.flushing = true
+      queueMicrotask(() => {
+        this.flushing = false
+        const data = this.out.length === 1 ? (this.out[0] as string) : this.out.join('')
+        this.out = []
+        if (!this.lost) this.socket.write(data)
+      })
+    }
+  }
+
+  private onLine(line: string): void {
+    const msg = JSON.parse(line) as {
+      id: number | null
+      ok?: boolean
+      result?: unknown
+      error?: SerializedError
+      chunk?: unknown
+    }
+    if (msg.id === null) {
+      // The daemon closes the connection after this (a protocol error, too many connections…).
+      this.fail(deserializeError(msg.error as SerializedError))
+      return
+    }
+    const w = this.waiters.get(msg.id)
+    if (!w) return // a cancelled stream's late messages
+    if (msg.chunk !== undefined) {
+      w.onChunk?.(msg.chunk)
+      return
+    }
+    this.waiters.delete(msg.id)
+    if (msg.ok) w.resolve(msg.result)
+    else w.reject(deserializeError(msg.error as SerializedError))
+    if (this.waiters.size === 0) this.idle?.()
+  }
+
+  /** The connection is gone: everything waiting fails with a named error (never a hang). */
+  private fail(cause: Error | null): void {
+    if (this.lost) return
+    const named = cause instanceof NoaError ? cause : null
+    this.lost =
+      named ??
+      Errors.DAEMON_LOST(
+        `the connection to ${describe(this.target)} was lost${cause ? ` (${cause.message})` : ''}`,
+        {},
+        cause ? { cause } : undefined,
+      )
+    const lost = this.lost
+    this.idle?.()
+    for (const [id, w] of this.waiters) {
+      this.waiters.delete(id)
+      if (named || w.what === 'hello') {
+        w.reject(lost)
+        continue
+      }
+      // An append whose answer was lost may or may not have been committed: the message says how to find out.
+      const maybe = w.what.startsWith('append')
+      w.reject(
+        Errors.DAEMON_LOST(
+          `${w.what}${w.workspace ? ` to workspace ${w.workspace}` : ''}: the connection to ${describe(this.target)} was lost before it answered${
+            maybe ? '; the append may or may not have been committed (retry it with ifLastSeq to know)' : ''
+          }`,
+          w.workspace === undefined ? { op: w.what } : { op: w.what, workspace: w.workspace },
+          cause ? { cause } : undefined,
+        ),
+      )
+    }
+  }
+
+  /**
+   * Cancels the streams, waits for every other request to be answered (or the connection to be
+   * lost), then ends the connection.
+   */
+  async close(): Promise<void> {
+    for (const [id, w] of this.waiters) {
+      if (!w.onChunk) continue
+      this.control({ op: 'cancel', ref: id })
+      this.waiters.delete(id)
+      w.reject(Errors.CLOSED('the AgentLog is closed'))
+    }
+    while (this.waiters.size > 0 && !this.lost) {
+      await new Promise<void>((resolve) => {
+        this.idle = resolve
+      })
+    }
+    this.idle = null
+    this.socket.end()
+  }
+
+  private idle: (() => void) | null = null
+}
+
+export class RemoteAgentLog extends AgentLog {
+  private conn: DaemonConnection
+  private reconnecting: Promise<DaemonConnection> | null = null
+  private closingRemote: Promise<OwnerStatus[]> | null = null
+  private readonly target: Target
+  private readonly timeoutMs: number
+
+  private constructor(
+    root: string,
+    conn: DaemonConnection,
+    target: Target,
+    timeoutMs: number,
+    checks: EntryChecks,
+  ) {
+    // No owner of its own is ever started: every method below goes to the daemon. `objects` and
+    // `checkBlobs` are kept: entries are checked here with them, as in process.
+    super(RemoteAgentLog.checkedOptions({ root, workers: 1, ...checks }), { root })
+    this.conn = conn
+    this.target = target
+    this.timeoutMs = timeoutMs
+  }
+
+  /** Connects to a daemon (see ConnectOptions); refuses with a named error when none answers. */
+  static async connect(options: ConnectOptions): Promise<RemoteAgentLog> {
+    const target = targetOf(options)
+    const timeoutMs = options.timeoutMs ?? 10_000
+    let conn: DaemonConnection
+    try {
+      conn = await DaemonConnection.open(target, timeoutMs)
+    } catch (err) {
+      throw unavailable(target, err)
+    }
+    return new RemoteAgentLog(
+      target.kind === 'unix' && target.root ? target.root : conn.info.root,
+      conn,
+      target,
+      timeoutMs,
+      entryChecks(options),
+    )
+  }
+
+  /** @internal the forwarder's constructor, given a connection it opened itself. */
+  static fromConnection(
+    root: string,
+    conn: DaemonConnection,
+    timeoutMs: number,
+    checks: EntryChecks,
+  ): RemoteAgentLog {
+    return new RemoteAgentLog(root, conn, { kind: 'unix', root, path: socketPath(root) }, timeoutMs, checks)
+  }
+
+  /** What the daemon said when this connection was made: pid, limits, transport. */
+  get daemon(): DaemonInfo {
+    return this.conn.info
+  }
+
+  /** A connection that works: the current one, or a new one after the daemon restarted. */
+  private connection(): Promise<DaemonConnection> {
+    if (this.closingRemote) return Promise.reject(Errors.CLOSED('the AgentLog is closed'))
+    if (!this.conn.lost) return Promise.resolve(this.conn)
+    this.reconnecting ??= DaemonConnection.open(this.target, this.timeoutMs).then(
+      (c) => {
+        this.conn = c
+        this.reconnecting = null
+        return c
+      },
+      (err) => {
+        this.reconnecting = null
+        throw Errors.DAEMON_LOST(
+          `${describe(this.target)} is gone and no daemon answers there now (${(err as Error).message})`,
+          {},
+          { cause: err },
+        )
+      },
+    )
+    return this.reconnecting
+  }
+
+  private async call(msg: Record<string, unknown>, workspace?: string): Promise<unknown> {
+    const conn = await this.connection()
+    return conn.request(msg, msg.op as string, undefined, workspace)
+  }
+
+  override append(workspace: string, entry: EntryInput, options?: AppendOptions): Promise<Ack> {
+    try {
+      checkWorkspace(workspace)
+      this.checkEntry(encodeBody(entry), 'the entry')
+      this.checkEntries(workspace, [entry], options, () => 'entry')
+      return this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  override appendMany(
+    workspace: string,
+    entries: readonly EntryInput[],
+    options?: AppendOptions,
+  ): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      if (!Array.isArray(entries)) throw Errors.BAD_ARGUMENT('appendMany takes an array of entries')
+      if (entries.length === 0) return Promise.resolve([])
+      entries.forEach((e, i) => {
+        this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
+      })
+      this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
+      return this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<
+        Ack[]
+      >
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  private checkEntry(body: string, what: string): void {
+    const max = this.conn.info.limits.maxEntryBytes
+    const size = utf8Bytes(body)
+    if (size > max) throw tooLarge(what, size, max, '--max-entry-bytes')
+  }
+
+  private async appendRequest(
+    msg: Record<string, unknown>,
+    workspace: string,
+    options: AppendOptions | undefined,
+  ): Promise<unknown> {
+    const signal = options?.signal
+    const ifLastSeq = checkAppendOptions(options)
+    if (ifLastSeq >= 0) msg.ifLastSeq = ifLastSeq
+    if (signal?.aborted) throw abortedError(workspace, signal)
+    const conn = await this.connection()
+    if (signal?.aborted) throw abortedError(workspace, signal)
+    if (signal) msg.cancellable = true
+    const p = conn.request(msg, msg.op as string, undefined, workspace)
+    if (!signal) return p
+    // Asked back on abort: the daemon cancels it unless a commit already took it.
+    const onAbort = () => conn.control({ op: 'cancel', ref: p.id })
+    signal.addEventListener('abort', onAbort, { once: true })
+    try {
+      return await p
+    } finally {
+      signal.removeEventListener('abort', onAbort)
+    }
+  }
+
+  override async appendAtomic(
+    batch: Readonly<Record<string, readonly EntryInput[]>>,
+  ): Promise<Record<string, Ack[]>> {
+    if (typeof batch !== 'object' || batch === null || Array.isArray(batch)) {
+      throw Errors.BAD_ARGUMENT('appendAtomic takes an object: { workspace: [entries] }')
+    }
+    for (const [workspace, entries] of Object.entries(batch)) {
+      checkWorkspace(workspace)
+      if (!Array.isArray(entries)) {
+        throw Errors.BAD_ARGUMENT(`appendAtomic: ${workspace} must map to an array of entries`)
+      }
+      entries.forEach((e, i) => {
+        this.checkEntry(encodeBody(e, `${workspace} entry ${i + 1}`), `${workspace} entry ${i + 1}`)
+      })
+      this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
+    }
+    return (await this.call({ op: 'appendAtomic', batch })) as Record<string, Ack[]>
+  }
+
+  /** The store's own appends (snapshot, fork, merge records), as the engine's same path: unix socket only. */
+  override [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      entries.forEach((e, i) => {
+        this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
+      })
+      return this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  override appendReplicated(workspace: string, lines: readonly string[]): Promise<Ack[]> {
+    try {
+      checkWorkspace(workspace)
+      if (lines.length === 0) return Promise.resolve([])
+      return this.call({ op: 'appendReplicated', ws: workspace, lines }, workspace) as Promise<Ack[]>
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  override async appendToFile(
+    file: string,
+    data: string,
+    options: Partial<RawAppendOptions> = {},
+  ): Promise<void> {
+    if (typeof file !== 'string' || !isAbsolute(file)) {
+      throw Errors.BAD_ARGUMENT(`appendToFile needs an absolute path, got ${file}`)
+    }
+    const msg: Record<string, unknown> = { op: 'appendToFile', file, data }
+    if (options.lock !== undefined) msg.lock = options.lock
+    if (options.repairTail !== undefined) msg.repairTail = options.repairTail
+    await this.call(msg)
+  }
+
+  override async releaseFile(file: string): Promise<boolean> {
+    if (typeof file !== 'string' || !isAbsolute(file)) {
+      throw Errors.BAD_ARGUMENT(`releaseFile needs an absolute path, got ${file}`)
+    }
+    return (await this.call({ op: 'releaseFile', file })) as boolean
+  }
+
+  override async *read(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry> {
+    for await (const batch of this.readBatches(workspace, options)) yield* batch
+  }
+
+  override async *readBatches(workspace: string, options: EntryReadOptions = {}): AsyncGenerator<Entry[]> {
+    const msg: Record<string, unknown> = { op: 'read', ws: workspace }
+    if (options.fromSeq !== undefined) msg.fromSeq = options.fromSeq
+    if (options.validate !== undefined) msg.validate = options.validate
+    if (options.end !== undefined) msg.end = options.end
+    yield* this.entryStream(msg, workspace, options.fromSeq ?? 1)
+  }
+
+  override async *readBytes(workspace: string, fromSeq = 1): AsyncGenerator<Buffer> {
+    for await (const chunk of this.stream({ op: 'readBytes', ws: workspace, fromSeq }, workspace)) {
+      yield Buffer.from(chunk as string, 'base64')
+    }
+  }
+
+  /**
+   * Every acknowledged entry of a workspace from `fromSeq` on, in order, as the daemon commits
+   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST or
+   * NOA_SHUTTING_DOWN the error's `details.resumeFrom` is the seq to watch again from: nothing
+   * is missed or repeated.
+   */
+  override async *watch(workspace: string, options: WatchOptions = {}): AsyncGenerator<Entry> {
+    checkWatchOptions(options)
+    checkWorkspace(workspace)
+    const msg: Record<string, unknown> = { op: 'watch', ws: workspace }
+    if (options.fromSeq !== undefined) msg.fromSeq = options.fromSeq
+    if (options.pollMs !== undefined) msg.pollMs = options.pollMs
+    if (options.signal?.aborted) return
+    for await (const batch of this.entryStream(msg, workspace, options.fromSeq ?? 1, options.signal))
+      yield* batch
+  }
+
+  /** A stream of entry batches; an error carries `details.resumeFrom`, the next seq not delivered. */
+  private async *entryStream(
+    msg: Record<string, unknown>,
+    workspace: string,
+    fromSeq: number,
+    signal?: AbortSignal,
+  ): AsyncGenerator<Entry[]> {
+    let next = fromSeq
+    try {
+      for await (const chunk of this.stream(msg, workspace, signal)) {
+        const batch = chunk as Entry[]
+        const last = batch[batch.length - 1]
+        if (last) next = last.seq + 1
+        yield batch
+      }
+    } catch (err) {
+      // Errors that end a stream without anything being wrong with the log say where to go on.
+      if (err instanceof NoaError && RESUMABLE.has(err.code) && err.details.resumeFrom === undefined) {
+        err.details.resumeFrom = next
+      }
+      throw err
+    }
+  }
+
+  /**
+   * The chunks of one stream request, granting the daemon more as they are consumed. An abort
+   * of `signal` ends it as if the daemon had ended it.
+   */
+  private async *stream(
+    msg: Record<string, unknown>,
+    workspace: string,
+    signal?: AbortSignal,
+  ): AsyncGenerator<unknown> {
+    const conn = await this.connection()
+    const window = DEFAULT_WINDOW
+    const queue: unknown[] = []
+    const state: { wake: (() => void) | null; finished: boolean; failure: Error | null } = {
+      wake: null,
+      finished: false,
+      failure: null,
+    }
+    const p = conn.request(
+      { ...msg, window },
+      msg.op as string,
+      (chunk) => {
+        queue.push(chunk)
+        state.wake?.()
+      },
+      workspace,
+    )
+    p.then(
+      () => {
+        state.finished = true
+        state.wake?.()
+      },
+      (err: Error) => {
+        state.finished = true
+        state.failure = err
+        state.wake?.()
+      },
+    )
+    const onAbort = () => {
+      if (state.finished) return
+      state.finished = true
+      conn.control({ op: 'cancel', ref: p.id })
+      conn.forget(p.id)
+      queue.length = 0
+      state.wake?.()
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
+    let consumed = 0
+    try {
+      for (;;) {
+        if (queue.length > 0) {
+          const chunk = queue.shift()
+          if (++consumed >= window / 2) {
+            conn.control({ op: 'more', ref: p.id, n: consumed })
+            consumed = 0
+          }
+          yield chunk
+          continue
+        }
+        if (state.finished) {
+          if (state.failure) throw state.failure
+          return
+        }
+        await new Promise<void>((resolve) => {
+          state.wake = resolve
+        })
+        state.wake = null
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+      if (!state.finished) {
+        // The consumer stopped early: the daemon ends the stream, its last messages are ignored.
+        conn.control({ op: 'cancel', ref: p.id })
+        conn.forget(p.id)
+      }
+    }
+  }
+
+  override async recover(workspace: string): Promise<OpenReport> {
+    return (await this.call({ op: 'recover', ws: workspace }, workspace)) as OpenReport
+  }
+
+  override async openWorkspace(workspace: string): Promise<OpenReport> {
+    checkWorkspace(workspace)
+    return (await this.call({ op: 'openWorkspace', ws: workspace }, workspace)) as OpenReport
+  }
+
+  override async release(workspace: string): Promise<boolean> {
+    checkWorkspace(workspace)
+    return (await this.call({ op: 'release', ws: workspace }, workspace)) as boolean
+  }
+
+  /** The daemon's full scan; `onProgress` is called once, when it is done (progress does not cross the wire). */
+  override async verify(workspace: string, options: VerifyOptions = {}): Promise<VerifyReport> {
+    const report = (await this.call({ op: 'verify', ws: workspace }, workspace)) as VerifyReport
+    options.onProgress?.(report.bytes, report.bytes)
+    return report
+  }
+
+  override async workspaces(): Promise<WorkspaceInfo[]> {
+    return (await this.call({ op: 'workspaces' })) as WorkspaceInfo[]
+  }
+
+  override async status(): Promise<OwnerStatus[]> {
+    return (await this.call({ op: 'status' })) as OwnerStatus[]
+  }
+
+  /**
+   * A workspace's current last seq, as the daemon knows it (it opens the workspace, creating an
+   * empty log if there is none): where a compare-and-append starts.
+   */
+  async lastSeq(workspace: string): Promise<number> {
+    checkWorkspace(workspace)
+    return ((await this.call({ op: 'lastSeq', ws: workspace }, workspace)) as { lastSeq: number }).lastSeq
+  }
+
+  /** The daemon's own counters: connections, requests in flight, request bytes held. */
+  async serverStatus(): Promise<Record<string, unknown>> {
+    return (await this.call({ op: 'serverStatus' })) as Record<string, unknown>
+  }
+
+  /** Waits for every request in flight to be answered, then closes the connection (the daemon runs on). */
+  override close(): Promise<OwnerStatus[]> {
+    this.closingRemote ??= this.conn.close().then(() => [])
+    return this.closingRemote
+  }
+
+  override get closed(): boolean {
+    return this.closingRemote !== null
+  }
+}
+
+function targetOf(options: ConnectOptions): Target {
+  if (options.port !== undefined || options.host !== undefined) {
+    if (options.port === undefined)
+      throw Errors.BAD_OPTION('connectDaemon: host needs a port', { field: 'port' })
+    let token = options.token
+    if (token === undefined && options.tokenFile !== undefined) {
+      token = readFileSync(options.tokenFile, 'utf8').split('\n')[0]?.replace(/\r$/, '')
+    }
+    if (!token)
+      throw Errors.BAD_OPTION('connectDaemon over TCP needs token or tokenFile', {
+        field: 'token',
+      })
+    return { kind: 'tcp', host: options.host ?? '127.0.0.1', port: options.port, token }
+  }
+  if (options.socket !== undefined) return { kind: 'unix', root: null, path: options.socket }
+  if (options.root !== undefined) return { kind: 'unix', root: options.root, path: socketPath(options.root) }
+  throw Errors.BAD_OPTION('connectDaemon needs root, socket, or host and port', {
+    field: 'root',
+  })
+}
+
+function unavailable(target: Target, err: unknown): Error {
+  if (err instanceof NoaError) return err
+  const code = (err as NodeJS.ErrnoException).code
+  return Errors.DAEMON_UNAVAILABLE(
+    `cannot reach ${describe(target)}: ${code === 'EACCES' ? "permission denied (the socket is its owner's only)" : (err as Error).message}`,
+    code ? { code } : {},
+    { cause: err },
+  )
+}
+
+/**
+ * Answers to a connection attempt that mean no daemon will serve it now, though one may have a
+ * moment ago: refused, reset or cut during the hello (the daemon was killed), or refused by a
+ * daemon that is draining. The serve lock then tells a dead daemon from a stopping one.
+ */
+const GONE_AT_HELLO: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'NOA_DAEMON_LOST',
+  'NOA_SHUTTING_DOWN',
+])
+
+/** How long a client waits for a daemon that holds the root but does not answer yet (starting, stopping). */
+const BUSY_WAIT_MS = 3000
+
+/**
+ * The forwarder's half: a RemoteAgentLog on the root's daemon, or null when the socket is
+ * stale (its daemon died; the socket is removed, under the serve lock) or vanished meanwhile.
+ */
+export async function connectRoot(
+  root: string,
+  options: AgentLogOptions = {},
+): Promise<RemoteAgentLog | null> {
+  const target: Target = { kind: 'unix', root, path: socketPath(root) }
+  const started = Date.now()
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const conn = await DaemonConnection.open(target, 10_000)
+      return RemoteAgentLog.fromConnection(root, conn, 10_000, entryChecks(options))
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') return null
+      if (!(typeof code === 'string' && GONE_AT_HELLO.has(code))) throw unavailable(target, err)
+    }
+    // Nobody listens on the socket, or its daemon went away or began to stop while this one
+    // connected. Whoever can take the serve lock knows no daemon is alive.
+    const lock = tryServeLock(root, false)
+    if (lock) {
+      try {
+        removeStaleSocket(root)
+      } finally {
+        lock.release()
+      }
+      return null
+    }
+    // A daemon holds the root but is not listening: starting up or shutting down. Wait a little.
+    if (Date.now() - started > BUSY_WAIT_MS) {
+      throw Errors.DAEMON_UNAVAILABLE(
+        `a daemon holds root ${root} but does not accept connections on ${socketPath(root)} (starting or stopping); try again`,
+        { root },
+      )
+    }
+    await new Promise((r) => setTimeout(r, Math.min(200, 10 * 2 ** attempt)))
+  }
+}
+
+/** A client of the daemon at a root, socket or TCP address, with the AgentLog API. */
+export function connectDaemon(options: ConnectOptions): Promise<RemoteAgentLog> {
+  return RemoteAgentLog.connect(options)
+}

@@ -1,0 +1,730 @@
+/**
+ * One client connection of the daemon: reads request lines, runs each against the AgentLog the
+ * daemon owns, and writes one answer per request (and the chunks of streams) as they complete.
+ *
+ * Memory stays bounded whatever a client does: a line is at most `maxLineBytes` (64 KiB before
+ * `hello`); a connection stops being read while it has `maxInFlight` requests in flight, while its
+ * answers are not being taken off the socket, or while all connections together have more than
+ * `maxPendingBytes` of requests in flight; a stream pulls its next chunk from the engine only when
+ * its client granted one (`window`, then `more`) and the socket is not backed up, so what a slow
+ * watcher has not read yet waits in the log file (the engine's watch follows the file from its
+ * read position), never in the daemon's memory.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto'
+import type { Socket } from 'node:net'
+import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
+import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
+import { Errors, type NoaError, serializeError } from '../engine/errors.js'
+import type { WatchOptions } from '../engine/watch.js'
+import { LineReader } from './lines.js'
+import {
+  CHUNK_BYTES,
+  CHUNK_ENTRIES,
+  DEFAULT_WINDOW,
+  HELLO_MAX_LINE,
+  HELLO_TIMEOUT_MS,
+  type Limits,
+  MAX_WINDOW,
+  OPS,
+  PROTOCOL_VERSION,
+  parseRequest,
+  protocolError,
+  type Request,
+  STREAM_OPS,
+  tooLarge,
+  utf8Bytes,
+} from './protocol.js'
+
+/** What a session needs from its daemon. */
+export interface SessionHost {
+  readonly log: AgentLog
+  readonly root: string
+  readonly limits: Limits
+  /** sha256 of the token a TCP client must present; null without a TCP listener. */
+  readonly tokenDigest: Buffer | null
+  readonly draining: boolean
+  stats(): object
+  /** Records the last seq an append through the daemon got (for lastSeq). */
+  noteSeq(workspace: string, seq: number): void
+  lastSeq(workspace: string): Promise<number>
+  /** Request bytes in flight across all sessions (the daemon's budget). */
+  pendingBytes: number
+  /** Sessions waiting for the budget to go down. */
+  readonly budgetWaiters: Set<Session>
+  ended(session: Session): void
+  /** A request settled: may let sessions waiting for the budget read again. */
+  released(): void
+}
+
+/** Why a session's socket is not being read. */
+const PAUSE_OUTPUT = 1
+const PAUSE_IN_FLIGHT = 2
+const PAUSE_BUDGET = 4
+
+/** Answers buffered in the socket past which reading stops and streams wait. */
+const OUTPUT_HIGH = 1 << 20
+
+interface InFlight {
+  op: string
+  bytes: number
+  /**
+   * Streams, and appends sent with `"cancellable": true`: what `cancel` aborts. Others have
+   * none (an AbortController and its listener per append cost more than the rest of its path).
+   */
+  abort: AbortController | null
+  /** Streams: chunks the client still accepts, and a wake-up for a stream waiting for credit. */
+  credits?: number
+  wake?: (() => void) | null
+}
+
+interface Chunk {
+  data: unknown
+}
+
+type Streamer = (req: Request, signal: AbortSignal) => AsyncGenerator<Chunk>
+
+export class Session {
+  private readonly reader = new LineReader(HELLO_MAX_LINE)
+  private state: 'hello' | 'open' | 'closed' = 'hello'
+  private readonly inFlight = new Map<number, InFlight>()
+  private streams = 0
+  private paused = 0
+  private out: string[] = []
+  private flushing = false
+  private helloTimer: NodeJS.Timeout | null
+  /** Set once the daemon drains: new requests are refused. */
+  private ending = false
+
+  constructor(
+    private readonly host: SessionHost,
+    private readonly socket: Socket,
+    readonly transport: 'unix' | 'tcp',
+  ) {
+    socket.on('data', (chunk: Buffer) => this.onData(chunk))
+    socket.on('drain', () => this.onDrain())
+    socket.on('error', () => {}) // a peer that vanished: 'close' follows
+    socket.on('close', () => this.onClose())
+    this.helloTimer = setTimeout(
+      () => this.fatal(Errors.PROTOCOL(`no hello within ${HELLO_TIMEOUT_MS / 1000} s`)),
+      HELLO_TIMEOUT_MS,
+    )
+    this.helloTimer.unref()
+  }
+
+  get requests(): number {
+    return this.inFlight.size
+  }
+
+  get openStreams(): number {
+    return this.streams
+  }
+
+  /** Answer bytes written but not yet taken by the kernel. */
+  get buffered(): number {
+    return this.socket.writableLength + this.out.reduce((n, l) => n + l.length, 0)
+  }
+
+  /** Answered before the connection is closed: too many connections, shutting down. */
+  refuse(err: NoaError): void {
+    this.fatal(err)
+  }
+
+  /**
+   * The daemon drains: streams end, new requests are refused with NOA_SHUTTING_DOWN; requests
+   * already taken go on. The connection stays open (answering refusals) until `finish`.
+   */
+  drain(): void {
+    this.ending = true
+    for (const r of this.inFlight.values()) {
+      if (r.credits !== undefined) r.abort?.abort(shuttingDown())
+    }
+  }
+
+  /** Sends what is left and ends the connection (the daemon is done with it). */
+  finish(): void {
+    if (this.state === 'closed') return
+    this.flush()
+    this.state = 'closed'
+    this.socket.end()
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.state === 'closed') return
+    try {
+      this.reader.push(chunk, (line) => this.onLine(line))
+    } catch (err) {
+      this.fatal(err)
+    }
+  }
+
+  private onLine(line: string): void {
+    if (this.state === 'closed') return
+    if (line.endsWith('\r')) line = line.slice(0, -1)
+    if (line.trim() === '') return
+    const req = parseRequest(line) // a malformed line is fatal: the caller closes the connection
+    if (this.state === 'hello') {
+      this.hello(req)
+      return
+    }
+    if (req.op === 'more') {
+      this.more(req)
+      return
+    }
+    if (req.op === 'cancel') {
+      this.cancel(req)
+      return
+    }
+    if (req.op === 'hello') throw protocolError('hello was sent twice')
+    if (this.inFlight.has(req.id)) throw protocolError(`id ${req.id} is already in flight on this connection`)
+    const bytes = line.length
+    const cancellable = STREAM_OPS.has(req.op) || req.cancellable === true
+    const r: InFlight = { op: req.op, bytes, abort: cancellable ? new AbortController() : null }
+    this.inFlight.set(req.id, r)
+    this.host.pendingBytes += bytes
+    if (this.inFlight.size >= this.host.limits.maxInFlight) this.pause(PAUSE_IN_FLIGHT)
+    if (this.host.pendingBytes > this.host.limits.maxPendingBytes) {
+      this.host.budgetWaiters.add(this)
+      this.pause(PAUSE_BUDGET)
+    }
+    if (this.host.draining || this.ending) {
+      this.settle(req.id, r, null, shuttingDown())
+      return
+    }
+    if (STREAM_OPS.has(req.op)) this.startStream(req, r)
+    else this.run(req, r)
+  }
+
+  private hello(req: Request): void {
+    if (req.op !== 'hello') {
+      const message = `the first request must be hello, got ${req.op}`
+      throw this.transport === 'tcp' ? Errors.UNAUTHORIZED(message) : Errors.PROTOCOL(message)
+    }
+    checkFields(req, ['v', 'token', 'client'])
+    if (req.v !== PROTOCOL_VERSION) {
+      throw Errors.PROTOCOL(
+        `protocol version ${JSON.stringify(req.v)} is not supported (this daemon speaks ${PROTOCOL_VERSION})`,
+        { supported: [PROTOCOL_VERSION] },
+      )
+    }
+    // The unix socket is this user's alone (0600): the token guards only the TCP listener.
+    const digest = this.transport === 'tcp' ? this.host.tokenDigest : null
+    if (digest) {
+      const given = typeof req.token === 'string' ? req.token : ''
+      // Digests of both sides: equal lengths, so the comparison takes the same time for any token.
+      const ok = timingSafeEqual(createHash('sha256').update(given).digest(), digest)
+      if (!ok || given === '') {
+        throw Errors.UNAUTHORIZED(given === '' ? 'this listener needs a token (hello.token)' : 'wrong token')
+      }
+    }
+    if (this.helloTimer) clearTimeout(this.helloTimer)
+    this.helloTimer = null
+    this.state = 'open'
+    this.reader.max = this.host.limits.maxLineBytes
+    this.send({
+      id: req.id,
+      ok: true,
+      result: {
+        v: PROTOCOL_VERSION,
+        server: 'noa',
+        pid: process.pid,
+        root: this.host.root,
+        transport: this.transport,
+        limits: this.host.limits,
+        ops: OPS,
+      },
+    })
+  }
+
+  private more(req: Request): void {
+    const r = this.inFlight.get(req.ref as number)
+    if (!r || r.credits === undefined) return // the stream ended meanwhile
+    const n = req.n ?? 1
+    if (!Number.isSafeInteger(n) || (n as number) < 1 || (n as number) > MAX_WINDOW) {
+      throw protocolError(`more.n must be an integer from 1 to ${MAX_WINDOW}, got ${JSON.stringify(n)}`)
+    }
+    r.credits = Math.min(r.credits + (n as number), MAX_WINDOW)
+    r.wake?.()
+  }
+
+  private cancel(req: Request): void {
+    const r = this.inFlight.get(req.ref as number)
+    r?.abort?.abort(Errors.ABORTED(`request ${req.ref} was cancelled by the client`))
+  }
+
+  private run(req: Request, r: InFlight): void {
+    let p: Promise<unknown>
+    try {
+      p = this.call(req, r.abort?.signal)
+    } catch (err) {
+      this.settle(req.id, r, null, err)
+      return
+    }
+    p.then(
+      (value) => this.settle(req.id, r, value ?? null, null),
+      (err) => this.settle(req.id, r, null, err),
+    )
+  }
+
+  /** A unary request against the AgentLog. Validation errors are thrown synchronously. */
+  private call(req: Request, signal: AbortSignal | undefined): Promise<unknown> {
+    const log = this.host.log
+    const limits = this.host.limits
+    switch (req.op) {
+      case 'append': {
+        checkFields(req, ['ws', 'entry', 'ifLastSeq', 'checkBlobs', 'cancellable'])
+        const ws = checkWorkspace(req.ws) // in the engine's order: the workspace, then the entry
+        const size = utf8Bytes(encodeBody(req.entry))
+        if (size > limits.maxEntryBytes)
+          throw tooLarge('the entry', size, limits.maxEntryBytes, '--max-entry-bytes')
+        return log.append(ws, req.entry as EntryInput, appendOptions(req, signal)).then((ack) => {
+          this.host.noteSeq(ws, ack.seq)
+          return ack
+        })
+      }
+      case 'appendMany': {
+        checkFields(req, ['ws', 'entries', 'ifLastSeq', 'checkBlobs', 'cancellable'])
+        const ws = checkWorkspace(req.ws)
+        const entries = this.sizedEntries(req, 'appendMany')
+        return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks))
+      }
+      case 'storeAppend': {
+        // The store's own path (its records, unchecked: it has just written them): for this
+        // user's processes only, which could write the records' files themselves anyway.
+        checkFields(req, ['ws', 'entries'])
+        this.localOnly(req.op)
+        const ws = checkWorkspace(req.ws)
+        const entries = this.sizedEntries(req, 'storeAppend')
+        return log[STORE_APPEND](ws, entries).then((acks) => this.noted(ws, acks))
+      }
+      case 'appendAtomic': {
+        checkFields(req, ['batch'])
+        const batch = req.batch
+        if (typeof batch === 'object' && batch !== null && !Array.isArray(batch)) {
+          for (const [ws, entries] of Object.entries(batch)) {
+            if (!Array.isArray(entries)) continue // the engine names it
+            entries.forEach((e, i) => {
+              const size = utf8Bytes(encodeBody(e, `${ws} entry ${i + 1}`))
+              if (size > limits.maxEntryBytes)
+                throw tooLarge(`${ws} entry ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
+            })
+          }
+        }
+        return log.appendAtomic(batch as Record<string, never[]>).then((out) => {
+          for (const [ws, acks] of Object.entries(out)) this.noted(ws, acks)
+          return out
+        })
+      }
+      case 'appendReplicated': {
+        checkFields(req, ['ws', 'lines'])
+        const lines = req.lines
+        if (!Array.isArray(lines) || !lines.every((l) => typeof l === 'string')) {
+          throw badArgument('appendReplicated.lines must be an array of strings')
+        }
+        lines.forEach((l: string, i) => {
+          const size = utf8Bytes(l)
+          if (size > limits.maxEntryBytes)
+            throw tooLarge(`line ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
+        })
+        const ws = req.ws as string
+        return log.appendReplicated(ws, lines).then((acks) => this.noted(ws, acks))
+      }
+      case 'appendToFile': {
+        checkFields(req, ['file', 'data', 'lock', 'repairTail'])
+        this.localOnly(req.op)
+        if (typeof req.data !== 'string') throw badArgument('appendToFile.data must be a string')
+        const size = utf8Bytes(req.data)
+        if (size > limits.maxEntryBytes)
+          throw tooLarge('the data', size, limits.maxEntryBytes, '--max-entry-bytes')
+        const options: { lock?: boolean; repairTail?: boolean } = {}
+        if (req.lock !== undefined) options.lock = bool(req.lock, 'appendToFile.lock')
+        if (req.repairTail !== undefined) options.repairTail = bool(req.repairTail, 'appendToFile.repairTail')
+        return log.appendToFile(req.file as string, req.data, options)
+      }
+      case 'releaseFile':
+        checkFields(req, ['file'])
+        this.localOnly(req.op)
+        return log.releaseFile(req.file as string)
+      case 'verify':
+        checkFields(req, ['ws'])
+        return log.verify(req.ws as string)
+      case 'workspaces':
+        checkFields(req, [])
+        return log.workspaces()
+      case 'recover':
+        checkFields(req, ['ws'])
+        return log.recover(req.ws as string)
+      case 'openWorkspace':
+        checkFields(req, ['ws'])
+        return log.openWorkspace(req.ws as string)
+      case 'release':
+        checkFields(req, ['ws'])
+        return log.release(req.ws as string)
+      case 'lastSeq':
+        checkFields(req, ['ws'])
+        return this.host.lastSeq(req.ws as string).then((lastSeq) => ({ lastSeq }))
+      case 'status':
+        checkFields(req, [])
+        return log.status()
+      case 'serverStatus':
+        checkFields(req, [])
+        return Promise.resolve(this.host.stats())
+      default:
+        throw protocolError(`op ${req.op} cannot be sent here`)
+    }
+  }
+
+  /** The request's `entries`, each checked and within the entry limit. */
+  private sizedEntries(req: Request, op: string): EntryInput[] {
+    const entries = req.entries
+    if (!Array.isArray(entries)) throw badArgument(`${op}.entries must be an array of entries`)
+    const max = this.host.limits.maxEntryBytes
+    entries.forEach((e, i) => {
+      const size = utf8Bytes(encodeBody(e, `entry ${i + 1}`))
+      if (size > max) throw tooLarge(`entry ${i + 1}`, size, max, '--max-entry-bytes')
+    })
+    return entries as EntryInput[]
+  }
+
+  /** Acks of appends through the daemon: their last seq is remembered (lastSeq). */
+  private noted(workspace: string, acks: Ack[]): Ack[] {
+    const last = acks[acks.length - 1]
+    if (last) this.host.noteSeq(workspace, last.seq)
+    return acks
+  }
+
+  /**
+   * Files outside the root are the client's own business only when the client is this user (the
+   * socket is 0600): a TCP client, even with the token, writes inside the root's logs only.
+   */
+  private localOnly(op: string): void {
+    if (this.transport !== 'unix') {
+      throw Errors.UNAUTHORIZED(`${op} writes files outside the root: only on the unix socket`)
+    }
+  }
+
+  private startStream(req: Request, r: InFlight): void {
+    if (this.streams >= this.host.limits.maxStreams) {
+      this.settle(
+        req.id,
+        r,
+        null,
+        Errors.TOO_MANY_CONNECTIONS(
+          `this connection has ${this.streams} streams open, the daemon's limit (noa serve --max-streams)`,
+          { limit: this.host.limits.maxStreams },
+        ),
+      )
+      return
+    }
+    let gen: AsyncGenerator<Chunk>
+    try {
+      const window = req.window ?? DEFAULT_WINDOW
+      if (!Number.isSafeInteger(window) || (window as number) < 1 || (window as number) > MAX_WINDOW) {
+        throw badArgument(
+          `${req.op}.window must be an integer from 1 to ${MAX_WINDOW}, got ${JSON.stringify(window)}`,
+        )
+      }
+      r.credits = window as number
+      gen = this.streamer(req.op)(req, (r.abort as AbortController).signal)
+    } catch (err) {
+      this.settle(req.id, r, null, err)
+      return
+    }
+    this.streams++
+    this.pump(req.id, r, gen).then(
+      (result) => {
+        this.streams--
+        this.settle(req.id, r, result, null)
+      },
+      (err) => {
+        this.streams--
+        this.settle(req.id, r, null, err)
+      },
+    )
+  }
+
+  /** Sends a stream's chunks as credit and the socket allow; its result once it ends. */
+  private async pump(id: number, r: InFlight, gen: AsyncGenerator<Chunk>): Promise<unknown> {
+    const signal = (r.abort as AbortController).signal
+    const aborted = new Promise<never>((_, reject) => {
+      const fail = () => reject(signal.reason)
+      if (signal.aborted) fail()
+      else signal.addEventListener('abort', fail, { once: true })
+    })
+    aborted.catch(() => {})
+    let sent = 0
+    try {
+      for (;;) {
+        const next = await Promise.race([gen.next(), aborted])
+        if (next.done) return { chunks: sent, ...(next.value as object) }
+        while ((r.credits as number) <= 0 || this.socket.writableLength > OUTPUT_HIGH) {
+          await Promise.race([new Promise<void>((wake) => (r.wake = wake)), aborted])
+          r.wake = null
+        }
+        this.send({ id, chunk: next.value.data })
+        r.credits = (r.credits as number) - 1
+        sent++
+      }
+    } finally {
+      // Not awaited: a generator waiting inside (a watch waiting for a commit) returns once it wakes.
+      gen.return(undefined).catch(() => {})
+    }
+  }
+
+  private streamer(op: string): Streamer {
+    const log = this.host.log
+    switch (op) {
+      case 'read':
+        return async function* (req) {
+          checkFields(req, ['ws', 'fromSeq', 'validate', 'end', 'window'])
+          const options: { fromSeq?: number; validate?: boolean; end?: number } = {}
+          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'read.fromSeq')
+          if (req.validate !== undefined) options.validate = bool(req.validate, 'read.validate')
+          if (req.end !== undefined) options.end = seqArg(req.end, 'read.end')
+          let entries = 0
+          for await (const batch of log.readBatches(req.ws as string, options)) {
+            for (const part of entryChunks(batch)) {
+              entries += part.length
+              yield { data: part }
+            }
+          }
+          return { entries }
+        }
+      case 'readBytes':
+        return async function* (req) {
+          checkFields(req, ['ws', 'fromSeq', 'window'])
+          const from = req.fromSeq === undefined ? 1 : seqArg(req.fromSeq, 'readBytes.fromSeq')
+          let bytes = 0
+          for await (const buf of log.readBytes(req.ws as string, from)) {
+            for (let i = 0; i < buf.length; i += CHUNK_BYTES) {
+              const part = buf.subarray(i, Math.min(buf.length, i + CHUNK_BYTES))
+              bytes += part.length
+              yield { data: part.toString('base64') }
+            }
+          }
+          return { bytes }
+        }
+      case 'watch':
+        return async function* (req, signal) {
+          checkFields(req, ['ws', 'fromSeq', 'pollMs', 'window'])
+          const options: WatchOptions = { signal }
+          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'watch.fromSeq')
+          if (req.pollMs !== undefined) options.pollMs = seqArg(req.pollMs, 'watch.pollMs')
+          yield* watchChunks(log.watch(req.ws as string, options), signal)
+        }
+      default:
+        throw protocolError(`op ${op} is not a stream`)
+    }
+  }
+
+  private settle(id: number, r: InFlight, result: unknown, err: unknown): void {
+    if (this.inFlight.get(id) !== r) return
+    this.inFlight.delete(id)
+    this.host.pendingBytes -= r.bytes
+    if (this.state !== 'closed') {
+      if (err) this.sendError(id, err)
+      else this.send({ id, ok: true, result })
+    }
+    if (this.inFlight.size < this.host.limits.maxInFlight) this.unpause(PAUSE_IN_FLIGHT)
+    this.host.released()
+  }
+
+  private sendError(id: number | null, err: unknown): void {
+    this.send({ id, ok: false, error: wireError(err) })
+  }
+
+  private send(msg: object): void {
+    if (this.state === 'closed') return
+    let line: string
+    try {
+      line = `${JSON.stringify(msg)}\n`
+    } catch (err) {
+      line = `${JSON.stringify({ id: (msg as { id?: unknown }).id ?? null, ok: false, error: wireError(err) })}\n`
+    }
+    this.out.push(line)
+    if (!this.flushing) {
+      this.flushing = true
+      queueMicrotask(() => this.flush())
+    }
+  }
+
+  /** Everything answered in one turn goes out in one write. */
+  private flush(): void {
+    this.flushing = false
+    if (this.out.length === 0 || this.state === 'closed') return
+    const data = this.out.length === 1 ? (this.out[0] as string) : this.out.join('')
+    this.out = []
+    this.socket.write(data)
+    if (this.socket.writableLength > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
+  }
+
+  private onDrain(): void {
+    this.unpause(PAUSE_OUTPUT)
+    for (const r of this.inFlight.values()) r.wake?.()
+  }
+
+  /** Budget freed by the daemon: read again if nothing else holds this session. */
+  budgetFreed(): void {
+    this.unpause(PAUSE_BUDGET)
+  }
+
+  private pause(reason: number): void {
+    if (this.paused === 0) this.socket.pause()
+    this.paused |= reason
+  }
+
+  private unpause(reason: number): void {
+    if ((this.paused & reason) === 0) return
+    this.paused &= ~reason
+    if (this.paused === 0 && this.state !== 'closed') this.socket.resume()
+  }
+
+  /** A protocol violation: answered with id null, then the connection is closed. */
+  private fatal(err: unknown): void {
+    if (this.state === 'closed') return
+    this.sendError(null, err)
+    this.flush()
+    this.state = 'closed'
+    for (const r of this.inFlight.values()) {
+      if (r.credits !== undefined) r.abort?.abort(err)
+    }
+    this.socket.end()
+    // A peer that never reads its socket cannot keep this one open.
+    setTimeout(() => this.socket.destroy(), 1000).unref()
+  }
+
+  /** Cuts the connection (a client that did not close its side after the daemon ended its own). */
+  destroy(): void {
+    this.socket.destroy()
+  }
+
+  private onClose(): void {
+    if (this.helloTimer) clearTimeout(this.helloTimer)
+    this.state = 'closed'
+    // Appends in flight still commit (they are with the owners); their answers have nowhere to go.
+    for (const r of this.inFlight.values()) {
+      if (r.credits !== undefined) r.abort?.abort(Errors.ABORTED('the client went away'))
+    }
+    this.host.budgetWaiters.delete(this)
+    this.host.ended(this)
+  }
+}
+
+/** Splits a read batch into chunks the protocol allows. */
+function* entryChunks(batch: Entry[]): Generator<Entry[]> {
+  if (batch.length <= CHUNK_ENTRIES) {
+    yield batch
+    return
+  }
+  for (let i = 0; i < batch.length; i += CHUNK_ENTRIES) yield batch.slice(i, i + CHUNK_ENTRIES)
+}
+
+const IDLE = Symbol('idle')
+
+/** About an entry's JSON size (its strings and some room for keys and numbers), cheaply. */
+function entrySize(e: Entry): number {
+  let n = 64
+  for (const v of Object.values(e)) if (typeof v === 'string') n += v.length
+  return n
+}
+
+/**
+ * A watch's entries, gathered into chunks: whatever the iterator has ready now goes into one
+ * chunk (up to the chunk bounds); the chunk is sent as soon as the iterator would have to wait.
+ */
+async function* watchChunks(source: AsyncIterable<Entry>, signal: AbortSignal): AsyncGenerator<Chunk> {
+  const it = source[Symbol.asyncIterator]()
+  const aborted = new Promise<never>((_, reject) => {
+    if (signal.aborted) reject(signal.reason)
+    signal.addEventListener('abort', () => reject(signal.reason), { once: true })
+  })
+  aborted.catch(() => {})
+  try {
+    let pending = it.next()
+    for (;;) {
+      const first = await Promise.race([pending, aborted])
+      if (first.done) return
+      const batch: Entry[] = [first.value]
+      let bytes = entrySize(first.value)
+      pending = it.next()
+      while (batch.length < CHUNK_ENTRIES && bytes < CHUNK_BYTES) {
+        const r = await Promise.race([
+          pending,
+          aborted,
+          new Promise<typeof IDLE>((ok) => setImmediate(ok, IDLE)),
+        ])
+        if (r === IDLE) break
+        if (r.done) {
+          yield { data: batch }
+          return
+        }
+        batch.push(r.value)
+        bytes += entrySize(r.value)
+        pending = it.next()
+      }
+      yield { data: batch }
+    }
+  } finally {
+    it.return?.(undefined)?.catch(() => {})
+  }
+}
+
+/** An error as it crosses the wire: the engine's own serialization, so clients rebuild it exactly. */
+export function wireError(err: unknown): Record<string, unknown> {
+  const s = serializeError(err) as unknown as Record<string, unknown>
+  try {
+    JSON.stringify(s.details)
+  } catch {
+    s.details = {}
+  }
+  return s
+}
+
+function shuttingDown(): NoaError {
+  return Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken')
+}
+
+function badArgument(message: string): NoaError {
+  return Errors.BAD_ARGUMENT(message)
+}
+
+/** A request's fields beyond id and op must be the op's own: a misspelled one is refused by name. */
+function checkFields(req: Request, known: readonly string[]): void {
+  for (const key of Object.keys(req)) {
+    if (key === 'id' || key === 'op' || known.includes(key)) continue
+    throw Errors.BAD_ARGUMENT(
+      `unknown field ${JSON.stringify(key)} in ${req.op} (known: ${known.join(', ') || 'none'})`,
+      { field: key },
+    )
+  }
+}
+
+function bool(v: unknown, what: string): boolean {
+  if (typeof v !== 'boolean') throw badArgument(`${what} must be true or false, got ${JSON.stringify(v)}`)
+  return v
+}
+
+function seqArg(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
+    throw badArgument(`${what} must be an integer >= 1, got ${JSON.stringify(v)}`)
+  }
+  return v
+}
+
+function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOptions | undefined {
+  if (req.cancellable !== undefined && typeof req.cancellable !== 'boolean') {
+    throw badArgument(`${req.op}.cancellable must be true or false, got ${JSON.stringify(req.cancellable)}`)
+  }
+  if (signal === undefined && req.ifLastSeq === undefined && req.checkBlobs === undefined) return undefined
+  const o: AppendOptions = {}
+  if (signal) o.signal = signal
+  if (req.checkBlobs !== undefined) o.checkBlobs = bool(req.checkBlobs, `${req.op}.checkBlobs`)
+  if (req.ifLastSeq !== undefined) {
+    const v = req.ifLastSeq
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+      throw badArgument(`${req.op}.ifLastSeq must be an integer >= 0, got ${JSON.stringify(v)}`)
+    }
+    o.ifLastSeq = v
+  }
+  return o
+}

@@ -1,0 +1,78 @@
+/**
+ * The daemon's memory stays bounded whatever its clients do: a watcher that stops reading gets
+ * no more than its window (the entries wait on disk, not in the daemon) and then resumes with
+ * nothing missed; a client that pipelines far more than the in-flight and byte budgets allow is
+ * read only as fast as its requests commit, and every one is answered, in order.
+ */
+import { describe, expect, it, onTestFinished } from 'vitest'
+import type { Entry } from '../../dist/src/index.js'
+import { connectDaemon, Daemon } from '../../dist/src/serve/index.js'
+import { tempDir } from '../helpers/index.js'
+import { LineClient } from '../helpers/serve.js'
+
+const del = (path: string) => ({ op: 'delete' as const, path })
+
+async function daemon(limits = {}): Promise<Daemon> {
+  const d = await Daemon.start({ root: tempDir(), log: { workers: 1 }, limits })
+  onTestFinished(() => d.drain())
+  return d
+}
+
+describe('noa serve bounds', () => {
+  it('holds no more than a window for a watcher that stopped reading, then delivers everything', async () => {
+    const d = await daemon()
+    const writer = await connectDaemon({ root: d.root })
+    await writer.append('w', del('first'))
+    const slow = await LineClient.open(d.socketPath)
+    await slow.hello()
+    slow.send({ id: 1, op: 'watch', ws: 'w', window: 2 })
+    expect((await slow.next()).chunk).toHaveLength(1)
+    slow.socket.pause() // reads nothing more
+    const total = 20_000
+    for (let i = 0; i < total; i += 2000) {
+      await writer.appendMany(
+        'w',
+        Array.from({ length: 2000 }, (_, k) => del(`p/${'x'.repeat(100)}/${i + k}`)),
+      )
+    }
+    // ~3 MB were appended; the daemon holds at most the one chunk left in the window for this watcher.
+    const stats = (await writer.serverStatus()) as { bufferedBytes: number; streams: number }
+    expect(stats.streams).toBe(1)
+    expect(stats.bufferedBytes).toBeLessThan(512 << 10)
+    slow.socket.resume()
+    const seqs: number[] = [1]
+    while (seqs.length < total + 1) {
+      const m = await slow.next()
+      expect(m.chunk).toBeDefined()
+      for (const e of m.chunk as Entry[]) seqs.push(e.seq)
+      slow.send({ op: 'more', ref: 1, n: 1 })
+    }
+    expect(seqs).toEqual(Array.from({ length: total + 1 }, (_, i) => i + 1))
+    await writer.close()
+  })
+
+  it('answers every pipelined request, in order, past tiny in-flight and byte budgets', async () => {
+    const d = await daemon({ maxInFlight: 8, maxPendingBytes: 4096 })
+    const c = await LineClient.open(d.socketPath)
+    await c.hello()
+    const n = 3000
+    c.send(
+      Array.from(
+        { length: n },
+        (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`,
+      ).join(''),
+    )
+    const seqById = new Map<number, number>()
+    for (let i = 0; i < n; i++) {
+      const m = await c.next()
+      expect(m.ok).toBe(true)
+      seqById.set(m.id, m.result.seq)
+    }
+    for (let i = 0; i < n; i++) expect(seqById.get(i)).toBe(i + 1)
+    const log = await connectDaemon({ root: d.root })
+    expect(await log.lastSeq('w')).toBe(n)
+    // Nothing held but the serverStatus request itself.
+    expect(((await log.serverStatus()) as { pendingBytes: number }).pendingBytes).toBeLessThan(64)
+    await log.close()
+  })
+})

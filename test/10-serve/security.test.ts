@@ -1,0 +1,109 @@
+/**
+ * Who may talk to the daemon: its socket is 0600 whatever the umask; TCP exists only with a
+ * token, from a file only its owner can read, and a connection without the right token, or with
+ * a malformed or oversized first frame, is refused and changes nothing; files outside the root
+ * are written only for clients on the unix socket.
+ */
+import { spawnSync } from 'node:child_process'
+import { chmodSync, existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { runCli, tempDir } from '../helpers/index.js'
+import { LineClient, startDaemon } from '../helpers/serve.js'
+
+const TOKEN = 'a-long-enough-secret-token-4f9c2e'
+
+function tokenFile(mode = 0o600, text = `${TOKEN}\n`): string {
+  const file = join(tempDir(), 'token')
+  writeFileSync(file, text)
+  chmodSync(file, mode)
+  return file
+}
+
+const del = (path: string) => ({ op: 'delete' as const, path })
+
+describe('noa serve security', () => {
+  it('creates its socket 0600 even under umask 000', async () => {
+    const root = tempDir()
+    const d = await startDaemon(root, [], { umask: 0 })
+    expect(statSync(d.info.socket).mode & 0o777).toBe(0o600)
+    expect(statSync(d.info.socket).isSocket()).toBe(true)
+    // Another user cannot connect (when this test runs as root, "nobody" tries).
+    if (process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0) {
+      chmodSync(root, 0o755) // let nobody reach the socket itself: its own mode must refuse
+      const r = spawnSync(
+        'setpriv',
+        [
+          '--reuid=nobody',
+          '--regid=nogroup',
+          '--clear-groups',
+          process.execPath,
+          '-e',
+          `require('net').connect(${JSON.stringify(d.info.socket)}).on('error', (e) => { console.log(e.code); process.exit(0) }).on('connect', () => { console.log('connected'); process.exit(0) })`,
+        ],
+        { encoding: 'utf8' },
+      )
+      expect(r.stdout.trim()).toBe('EACCES')
+    }
+  })
+
+  it('refuses a TCP client without the token, with a wrong one, or with a bad first frame; nothing changes', async () => {
+    const root = tempDir()
+    const d = await startDaemon(root, ['--listen', '0', '--token-file', tokenFile()])
+    const [host, port] = (d.info.tcp as string).split(':') as [string, string]
+    expect(host).toBe('127.0.0.1') // loopback unless told otherwise
+    const tcp = { host, port: Number(port) }
+    const cases: Array<[string, object | string, string]> = [
+      ['no hello', { id: 1, op: 'append', ws: 'w', entry: del('a') }, 'NOA_UNAUTHORIZED'],
+      ['no token', { id: 0, op: 'hello', v: 1 }, 'NOA_UNAUTHORIZED'],
+      ['wrong token', { id: 0, op: 'hello', v: 1, token: `${TOKEN}x` }, 'NOA_UNAUTHORIZED'],
+      ['token of another type', { id: 0, op: 'hello', v: 1, token: 42 }, 'NOA_UNAUTHORIZED'],
+      ['malformed', '{"id":0,"op":"hello",\n', 'NOA_PROTOCOL'],
+      ['oversized', `{"id":0,"op":"hello","v":1,"token":"${'x'.repeat(100_000)}"}\n`, 'NOA_TOO_LARGE'],
+      ['no newline, too long', 'y'.repeat(70_000), 'NOA_TOO_LARGE'],
+    ]
+    for (const [name, msg, code] of cases) {
+      const c = await LineClient.open(tcp)
+      c.send(msg)
+      const r = await c.next()
+      expect({ name, code: r?.error?.code, id: r?.id }).toEqual({ name, code, id: null })
+      expect(await c.next()).toBeNull() // closed
+    }
+    expect(readdirSync(root).sort()).toEqual(['noa.serve.lock', 'noa.sock'])
+    // The right token works, and appendToFile (a file outside the root) is the unix socket's only.
+    const ok = await LineClient.open(tcp)
+    await ok.hello(TOKEN)
+    expect((await ok.call({ id: 1, op: 'append', ws: 'w', entry: del('a') })).result.seq).toBe(1)
+    const outside = join(tempDir(), 'x.jsonl')
+    const refused = await ok.call({ id: 2, op: 'appendToFile', file: outside, data: 'x\n' })
+    expect(refused.error.code).toBe('NOA_UNAUTHORIZED')
+    expect(existsSync(outside)).toBe(false)
+    const local = await LineClient.open(d.info.socket)
+    await local.hello() // no token on the socket
+    expect((await local.call({ id: 1, op: 'appendToFile', file: outside, data: 'x\n' })).ok).toBe(true)
+  })
+
+  it('refuses to listen on TCP without a proper token file', () => {
+    const root = tempDir()
+    const cases: Array<[string[], RegExp]> = [
+      [['--listen', '7000'], /a TCP listener needs a token: --token-file FILE/],
+      [
+        ['--listen', '7000', '--token-file', tokenFile(0o644)],
+        /has mode 0644: others can read it; chmod 600 it/,
+      ],
+      [
+        ['--listen', '7000', '--token-file', tokenFile(0o600, 'short\n')],
+        /is 5 characters: at least 16 are needed/,
+      ],
+      [['--listen', '7000', '--token-file', join(root, 'missing')], /cannot read the token file/],
+      [['--listen', 'host:port', '--token-file', tokenFile()], /--listen takes PORT or HOST:PORT/],
+      [['--token-file', tokenFile()], /a token file is for the TCP listener: give --listen too/],
+    ]
+    for (const [args, message] of cases) {
+      const r = runCli(['serve', '--root', root, ...args])
+      expect(r.status).toBe(1)
+      expect(r.stderr).toMatch(message)
+    }
+    expect(readdirSync(root)).toEqual([])
+  })
+})

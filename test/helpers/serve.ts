@@ -1,0 +1,155 @@
+/**
+ * Helpers for the daemon's tests: a real `noa serve` in its own process, and a bare line client
+ * that speaks the wire protocol byte for byte (so tests can send what a well-behaved client
+ * never would).
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { connect, type Socket } from 'node:net'
+import { onTestFinished } from 'vitest'
+import { CLI } from './index.js'
+
+export interface DaemonProcess {
+  child: ChildProcess
+  pid: number
+  info: { root: string; socket: string; tcp: string | null; pid: number }
+  /** Everything the daemon wrote to stderr so far. */
+  stderr(): string
+  /** Sends the signal and resolves with how the process ended. */
+  stop(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
+}
+
+/** Starts `noa serve --root ROOT --json …` and resolves once it listens (its first stdout line). */
+export function startDaemon(
+  root: string,
+  args: string[] = [],
+  options: { env?: NodeJS.ProcessEnv; umask?: number } = {},
+): Promise<DaemonProcess> {
+  const argv = [CLI, 'serve', '--root', root, '--json', ...args]
+  // A umask for the daemon alone: through a shell, since Node sets none for a child.
+  const child =
+    options.umask === undefined
+      ? spawn(process.execPath, argv, {
+          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { ...process.env, ...options.env },
+        })
+      : spawn(
+          'sh',
+          ['-c', `umask ${options.umask.toString(8)} && exec "$0" "$@"`, process.execPath, ...argv],
+          {
+            stdio: ['ignore', 'pipe', 'pipe'],
+            env: { ...process.env, ...options.env },
+          },
+        )
+  let stderr = ''
+  let stdout = ''
+  child.stderr?.on('data', (d) => {
+    stderr += d
+  })
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  )
+  onTestFinished(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  return new Promise((resolve, reject) => {
+    child.stdout?.on('data', (d) => {
+      stdout += d
+      const nl = stdout.indexOf('\n')
+      if (nl < 0) return
+      const info = JSON.parse(stdout.slice(0, nl))
+      resolve({
+        child,
+        pid: child.pid as number,
+        info,
+        stderr: () => stderr,
+        stop: (signal = 'SIGTERM') => {
+          child.kill(signal)
+          return exited
+        },
+        exited,
+      })
+    })
+    exited.then(({ code, signal }) =>
+      reject(new Error(`noa serve exited (${code ?? signal}) before listening: ${stderr}`)),
+    )
+  })
+}
+
+/** A bare protocol client: sends raw lines, reads answers one at a time. */
+export class LineClient {
+  readonly socket: Socket
+  private buf = ''
+  private readonly queue: unknown[] = []
+  private waiter: ((v: unknown) => void) | null = null
+  readonly closed: Promise<void>
+
+  constructor(target: string | { host: string; port: number }) {
+    this.socket = typeof target === 'string' ? connect(target) : connect(target.port, target.host)
+    this.socket.setEncoding('utf8')
+    this.socket.on('data', (d: string) => {
+      this.buf += d
+      for (let nl = this.buf.indexOf('\n'); nl >= 0; nl = this.buf.indexOf('\n')) {
+        const line = this.buf.slice(0, nl)
+        this.buf = this.buf.slice(nl + 1)
+        this.push(JSON.parse(line))
+      }
+    })
+    this.closed = new Promise((resolve) => {
+      this.socket.on('close', () => {
+        this.push(null)
+        resolve()
+      })
+    })
+    this.socket.on('error', () => {})
+    onTestFinished(() => {
+      this.socket.destroy()
+    })
+  }
+
+  static async open(target: string | { host: string; port: number }): Promise<LineClient> {
+    const c = new LineClient(target)
+    await new Promise<void>((resolve, reject) => {
+      c.socket.once('connect', resolve)
+      c.socket.once('error', reject)
+    })
+    return c
+  }
+
+  private push(msg: unknown): void {
+    if (this.waiter) {
+      const w = this.waiter
+      this.waiter = null
+      w(msg)
+    } else this.queue.push(msg)
+  }
+
+  send(msg: object | string): void {
+    this.socket.write(typeof msg === 'string' ? msg : `${JSON.stringify(msg)}\n`)
+  }
+
+  /** The next answer, or null once the daemon closed the connection. */
+  // biome-ignore lint/suspicious/noExplicitAny: answers are checked by the tests
+  next(): Promise<any> {
+    if (this.queue.length > 0) return Promise.resolve(this.queue.shift())
+    return new Promise((resolve) => {
+      this.waiter = resolve
+    })
+  }
+
+  // biome-ignore lint/suspicious/noExplicitAny: answers are checked by the tests
+  async call(msg: object): Promise<any> {
+    this.send(msg)
+    return this.next()
+  }
+
+  async hello(token?: string): Promise<void> {
+    const r = await this.call(
+      token === undefined ? { id: 0, op: 'hello', v: 1 } : { id: 0, op: 'hello', v: 1, token },
+    )
+    if (!r?.ok) throw new Error(`hello refused: ${JSON.stringify(r)}`)
+  }
+}
