@@ -308,10 +308,6 @@ export const CASES: Record<string, (dir: string, seconds: number) => Promise<Cas
     return manyWorkspaces(dir, seconds, 100, {})
   },
 
-  async 'noa-100ws-syncfs'(dir, seconds) {
-    return manyWorkspaces(dir, seconds, 100, { durability: 'syncfs' })
-  },
-
   async 'noa-100ws-fdatasync'(dir, seconds) {
     return manyWorkspaces(dir, seconds, 100, { durability: 'fdatasync' })
   },

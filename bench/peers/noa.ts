@@ -57,15 +57,6 @@ export const noaFdatasync: Peer = {
   writer: noaWriter({ durability: 'fdatasync' }),
 }
 
-export const noaSyncfs: Peer = {
-  id: 'noa-syncfs',
-  label: "noa, durability: 'syncfs'",
-  kind: 'noa',
-  how: "noa's option: each round of commits ends with one syncfs of the whole filesystem instead of one fdatasync per workspace (flushes every dirty page on that disk, other programs' too)",
-  load() {},
-  writer: noaWriter({ durability: 'syncfs' }),
-}
-
 export const noaStore: Store = {
   id: 'noa',
   label: 'noa',

@@ -264,14 +264,10 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
         .map((id) => (grouped(id) === undefined ? '' : `${id} ${grouped(id)}`))
         .filter(Boolean)
       const noaSyncs = grouped('noa')
-      const syncfs = own('noa-syncfs')
       const fdatasync = own('noa-fdatasync')
       const modes = [
         fdatasync
           ? `one fdatasync per workspace file (\`durability: 'fdatasync'\`) ${formatValue(fdatasync.median)}${unit}`
-          : '',
-        syncfs
-          ? `one syncfs per round (\`'syncfs'\`, flushes the whole filesystem) ${formatValue(syncfs.median)}${unit}`
           : '',
         inThread
           ? `the owner on the caller's thread (\`workers: 0\`) ${formatValue(inThread.median)}${unit}`

@@ -7,7 +7,7 @@ import type { Peer, Store, Writer } from './common.js'
 import { disk, diskBatched, diskParallel, jsonlStore, nodeFs } from './files.js'
 import { hypercore, hypercoreStore } from './hypercore.js'
 import { lmdb, lmdbStore } from './lmdb.js'
-import { noa, noaFdatasync, noaInThread, noaStore, noaSyncfs } from './noa.js'
+import { noa, noaFdatasync, noaInThread, noaStore } from './noa.js'
 import { PROC_PEERS, PROCESSES, runProcs } from './procs.js'
 import { sonicBoom } from './sonic-boom.js'
 import { sqlite, sqliteBatched, sqliteStore } from './sqlite.js'
@@ -16,7 +16,6 @@ export const PEERS: readonly Peer[] = [
   noa,
   noaInThread,
   noaFdatasync,
-  noaSyncfs,
   sqlite,
   sqliteBatched,
   lmdb,
@@ -76,31 +75,13 @@ export const WORKLOADS: readonly Workload[] = [
     id: '100ws',
     title: '100 workspaces × 1 submitter',
     what: '100 workspaces, one loop each appending and awaiting its own ack; aggregate entries/s',
-    contenders: [
-      'noa',
-      'noa-inthread',
-      'noa-fdatasync',
-      'noa-syncfs',
-      ...DURABLE,
-      ...FLOORS,
-      'disk-parallel',
-      'hypercore',
-    ],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: '1000ws',
     title: '1,000 workspaces × 1 submitter',
     what: "1,000 workspaces, one loop each, so 1,000 files open at once (within noa's default fd bound, `maxOpenFiles` 4,096); aggregate entries/s",
-    contenders: [
-      'noa',
-      'noa-inthread',
-      'noa-fdatasync',
-      'noa-syncfs',
-      ...DURABLE,
-      ...FLOORS,
-      'disk-parallel',
-      'hypercore',
-    ],
+    contenders: ['noa', 'noa-inthread', 'noa-fdatasync', ...DURABLE, ...FLOORS, 'disk-parallel', 'hypercore'],
   },
   {
     id: '8proc',

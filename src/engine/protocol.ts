@@ -5,7 +5,7 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { SerializedError } from './errors.js'
 
-export type Durability = 'journal' | 'fdatasync' | 'syncfs'
+export type Durability = 'journal' | 'fdatasync'
 
 /** The piscina task that turns a pool thread into an owner for the pool's life. */
 export interface OwnerInit {

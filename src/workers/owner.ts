@@ -42,7 +42,7 @@ import {
   withRootLock,
 } from '../engine/journal-recovery.js'
 import { describeHolder } from '../engine/locks.js'
-import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
+import { SYNC_FDATASYNC, type SyncMode } from '../engine/native.js'
 import type {
   AbortMsg,
   ApplyMsg,
@@ -494,8 +494,7 @@ class Owner {
       this.createJournal(j)
     }
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
-    if (this.init.durability === 'syncfs') this.commitSyncfsRound(batches, inline)
-    else for (const batch of batches) this.commitOne(batch, inline)
+    for (const batch of batches) this.commitOne(batch, inline)
   }
 
   /** Allocates the journal in the background; commits go to the files directly meanwhile. */
@@ -540,38 +539,6 @@ class Owner {
     }
     this.finish(batch, error)
     this.flushAcks() // the serial path: the submitter is waiting for exactly this ack
-  }
-
-  /**
-   * syncfs mode: every ready file's batch is written here (page cache only), then one syncfs
-   * makes the whole round durable: one flush for many workspaces instead of one each.
-   */
-  private commitSyncfsRound(batches: Batch[], inline: boolean): void {
-    const written: Batch[] = []
-    for (const batch of batches) {
-      try {
-        this.io.write(batch.file.fd, batch.data)
-        written.push(batch)
-      } catch (err) {
-        this.finish(batch, err)
-      }
-    }
-    const first = written[0]
-    if (first === undefined) return
-    this.stats.commits++
-    if (!inline) {
-      this.submit({ kind: 'files', batches: written }, first.file.fd, EMPTY, SYNC_SYNCFS)
-      return
-    }
-    this.stats.inlineCommits++
-    let error: unknown = null
-    try {
-      this.io.syncfs(first.file.fd)
-    } catch (err) {
-      error = err
-    }
-    for (const batch of written) this.finish(batch, error)
-    this.flushAcks()
   }
 
   private submit(job: Job, fd: number, data: Buffer, mode: SyncMode): void {

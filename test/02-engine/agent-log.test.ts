@@ -200,12 +200,21 @@ describe('AgentLog append', () => {
     expect(list.every((w) => w.entries === 2 && w.lastSeq === 2)).toBe(true)
   })
 
-  it('commits in syncfs mode too', async () => {
+  it('commits in fdatasync mode too', async () => {
     const root = tempDir()
-    await withLog({ root, durability: 'syncfs' }, async (log) => {
+    await withLog({ root, durability: 'fdatasync' }, async (log) => {
       const acks = await Promise.all(Array.from({ length: 50 }, (_, i) => log.append(`w${i % 5}`, write(i))))
       expect(acks.length).toBe(50)
       expect((await log.verify('w0')).entries).toBe(10)
+      expect(existsSync(join(root, 'journal'))).toBe(false)
+    })
+  })
+
+  it("refuses the retired 'syncfs' durability by name, saying what replaced it", async () => {
+    const root = tempDir()
+    await expect(AgentLog.open({ root, durability: 'syncfs' as 'journal' })).rejects.toMatchObject({
+      code: 'NOA_BAD_OPTION',
+      message: expect.stringMatching(/'syncfs' was retired.*journal/),
     })
   })
 })

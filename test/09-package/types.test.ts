@@ -54,7 +54,7 @@ describe('public types', () => {
     expectTypeOf<ReturnType<(typeof AgentLog)['open']>>().toEqualTypeOf<Promise<AgentLog>>()
     expectTypeOf<Parameters<(typeof AgentLog)['open']>>().toEqualTypeOf<[options?: AgentLogOptions]>()
     expectTypeOf<AgentLogOptions['durability']>().toEqualTypeOf<Durability | undefined>()
-    expectTypeOf<Durability>().toEqualTypeOf<'journal' | 'fdatasync' | 'syncfs'>()
+    expectTypeOf<Durability>().toEqualTypeOf<'journal' | 'fdatasync'>()
     expectTypeOf<AppendOptions['ifLastSeq']>().toEqualTypeOf<number | undefined>()
     expectTypeOf<AppendOptions['signal']>().toEqualTypeOf<AbortSignal | undefined>()
     expectTypeOf<Ack>().toEqualTypeOf<{ seq: number; ts: number }>()
