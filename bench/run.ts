@@ -157,14 +157,6 @@ export function engineRows(results: Map<string, CaseResult[]>): BenchRow[] {
       higherIsBetter: true,
     },
     {
-      workload: '100 workspaces × 1 submitter (commit journal) against a naive design',
-      unit: 'entries/s',
-      noa: m('noa-100ws', 'rate'),
-      baseline: m('naive-100ws', 'rate'),
-      baselineName: 'naive: one fdatasync at a time',
-      higherIsBetter: true,
-    },
-    {
       workload: '1 workspace × 100 submitters, append option checkBlobs (each blob looked up)',
       unit: 'entries/s',
       noa: m('noa-1ws-100-blobcheck', 'rate'),

@@ -240,7 +240,7 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
     const x = r.stats.find((s) => s.id === id)
     return x && Number.isFinite(x.median) ? x : undefined
   }
-  const unit = r.figure.unit === 'ms' ? ' ms' : '/s'
+  const unit = r.figure.unit === 'entries/s' ? '/s' : ` ${r.figure.unit}`
   const inThread = own('noa-inthread')
   switch (r.figure.workload) {
     case 'serial': {
