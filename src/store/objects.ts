@@ -534,14 +534,7 @@ export class ObjectStore implements ObjectChecks {
    * into never makes noa read (or hang on) something outside it.
    */
   private async readRaw(id: string, what: string): Promise<Buffer> {
-    const file = this.pathOf(id)
-    this.checkDir(dirname(file))
-    let fd: number
-    try {
-      fd = openFileSync(file, READ, { what: 'object' })
-    } catch (err) {
-      throw this.missing(err, id, what)
-    }
+    const fd = this.openObject(id, what)
     let size: number
     try {
       size = fstatSync(fd).size
@@ -549,7 +542,7 @@ export class ObjectStore implements ObjectChecks {
     } finally {
       closeSync(fd)
     }
-    const handle = await openFile(file, READ, { what: 'object' }).catch((err: unknown) => {
+    const handle = await openFile(this.pathOf(id), READ, { what: 'object' }).catch((err: unknown) => {
       throw this.missing(err, id, what)
     })
     try {
@@ -626,13 +619,7 @@ export class ObjectStore implements ObjectChecks {
     }
     const what = from ? `tree ${id} (holding folder ${from.folder} of tree ${from.tree})` : `tree ${id}`
     const file = this.pathOf(id)
-    this.checkDir(dirname(file))
-    let fd: number
-    try {
-      fd = openFileSync(file, READ, { what: 'object' })
-    } catch (err) {
-      throw this.missing(err, id, what)
-    }
+    const fd = this.openObject(id, what)
     let pack: Pack
     try {
       const size = fstatSync(fd).size
@@ -681,15 +668,26 @@ export class ObjectStore implements ObjectChecks {
     return pack
   }
 
-  /** Bytes [offset, offset + length) of an object file (a folder of a large pack). */
-  private readRange(id: string, offset: number, length: number, what: string): Buffer {
+  /**
+   * An object file opened for reading: without following a symlink, checked to be a regular
+   * file, below folders checked to be real ones (unless the caller already did); a missing one
+   * is NOA_NOT_FOUND naming `what`.
+   */
+  private openObject(id: string, what: string, checkFolder = true): number {
     const file = this.pathOf(id)
-    let fd: number
+    if (checkFolder) this.checkDir(dirname(file))
     try {
-      fd = openFileSync(file, READ, { what: 'object' })
+      return openFileSync(file, READ, { what: 'object' })
     } catch (err) {
       throw this.missing(err, id, what)
     }
+  }
+
+  /** Bytes [offset, offset + length) of an object file (a folder of a large pack). */
+  private readRange(id: string, offset: number, length: number, what: string): Buffer {
+    // The folder was checked when the pack holding this range was opened.
+    const file = this.pathOf(id)
+    const fd = this.openObject(id, what, false)
     try {
       const buf = Buffer.allocUnsafe(length)
       if (readFully(fd, buf, offset) < length) {
