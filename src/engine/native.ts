@@ -22,7 +22,9 @@ export interface PoolStats {
 export const SYNC_NONE = 0
 export const SYNC_FDATASYNC = 1
 export const SYNC_SYNCFS = 2
-export type SyncMode = typeof SYNC_NONE | typeof SYNC_FDATASYNC | typeof SYNC_SYNCFS
+/** fsync: for a folder's descriptor, whose new entries fdatasync need not commit. */
+export const SYNC_FSYNC = 3
+export type SyncMode = typeof SYNC_NONE | typeof SYNC_FDATASYNC | typeof SYNC_SYNCFS | typeof SYNC_FSYNC
 
 export type CompletionHandler = (
   id: number,

@@ -15,7 +15,7 @@
  */
 import { createHash } from 'node:crypto'
 import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
-import { dirname, join } from 'node:path'
+import { dirname, join, relative } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
@@ -493,6 +493,28 @@ export class ObjectStore implements ObjectChecks {
     } finally {
       for (const t of temps) if (t) rmSync(t, { force: true })
     }
+  }
+
+  /**
+   * The objects of `objects` not stored yet, as files for an append to write beside the entries
+   * that name them (AppendOptions.files): written and made durable with those entries, in one
+   * sync of the commit journal instead of one per object before it. What is already stored is
+   * freshened, as `write` does.
+   */
+  filesFor(objects: readonly StoredObject[]): Array<{ path: string; data: Uint8Array; readOnly: boolean }> {
+    const files: Array<{ path: string; data: Uint8Array; readOnly: boolean }> = []
+    const seen = new Set<string>()
+    for (const o of objects) {
+      if (seen.has(o.id)) continue
+      seen.add(o.id)
+      const size = this.sizeOf(o.id)
+      if (size >= 0 && !(o.exact && size !== o.data.length)) {
+        this.freshen(o.id)
+        continue
+      }
+      files.push({ path: relative(this.root, this.pathOf(o.id)), data: o.data, readOnly: true })
+    }
+    return files
   }
 
   /** An object's bytes, checked against its id. `what` names it in errors (e.g. `tree <id>`). */

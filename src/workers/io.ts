@@ -4,7 +4,7 @@
  * (`AgentLog.open({ ioModule })`) whose default export wraps it, to count the fdatasyncs, record
  * every operation for the crash-state explorer, or make one fail with EIO or ENOSPC.
  */
-import { constants, openSync, renameSync, rmdirSync, unlinkSync, write } from 'node:fs'
+import { closeSync, constants, fchmodSync, fstatSync, openSync, renameSync, rmdirSync, unlinkSync, write } from 'node:fs'
 import { openError } from '../engine/files.js'
 import { loadNative, type NativeIo } from '../engine/native.js'
 
@@ -13,6 +13,12 @@ export interface LogIo extends NativeIo {
   createFile(path: string): number
   /** A descriptor for positional writes into an existing regular file (O_RDWR, never O_APPEND). */
   openPositional(path: string): number
+  /** A read-only descriptor of an existing regular file (to fdatasync it). */
+  openRead(path: string): number
+  /** A folder's descriptor, O_RDONLY|O_DIRECTORY|O_NOFOLLOW (to fsync it on the pool, or syncfs its file system). */
+  openDir(path: string): number
+  /** Clears the write bits of an open file's mode. */
+  makeReadOnly(fd: number): void
   /** Writes zeros over [offset, offset + length) (on libuv's pool: it must not stall the worker). */
   zeroFill(fd: number, offset: number, length: number): Promise<void>
   rename(from: string, to: string): void
@@ -35,10 +41,27 @@ function openChecked(path: string, flags: number): number {
 
 export function defaultIo(): LogIo {
   const native = loadNative()
+  // Descriptors opened through node:fs are closed through it too: Node tracks them, and warns
+  // when it hands out a number again that it never saw closed.
+  const fsFds = new Set<number>()
+  const open = (path: string, flags: number) => {
+    const fd = openChecked(path, flags)
+    fsFds.add(fd)
+    return fd
+  }
   return {
     ...native,
-    createFile: (path) => openChecked(path, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL),
-    openPositional: (path) => openChecked(path, constants.O_RDWR),
+    createFile: (path) => open(path, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL),
+    openPositional: (path) => open(path, constants.O_RDWR),
+    openRead: (path) => open(path, constants.O_RDONLY),
+    openDir: (path) => open(path, constants.O_RDONLY | constants.O_DIRECTORY),
+    close(fd) {
+      if (fsFds.delete(fd)) closeSync(fd)
+      else native.close(fd)
+    },
+    makeReadOnly(fd) {
+      fchmodSync(fd, fstatSync(fd).mode & 0o7777 & ~0o222)
+    },
     async zeroFill(fd, offset, length) {
       const zeros = Buffer.alloc(Math.min(ZERO_CHUNK, length))
       for (let done = 0; done < length; done += zeros.length) {

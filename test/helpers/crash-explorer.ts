@@ -414,6 +414,9 @@ export function buildModel(root: string, ops: readonly TraceOp[]): Model {
       case 'close':
         fds.delete(op.fd as number)
         break
+      case 'opendir':
+        // A folder's descriptor: its syncs are recorded as fsyncDir (or syncfs) of the folder.
+        break
       case 'write':
       case 'pwrite': {
         const f = fileOf(op)
