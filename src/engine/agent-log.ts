@@ -1241,7 +1241,9 @@ export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
     if (problem !== null) throw bad(problem)
     if (seen.has(path)) throw bad('is named twice')
     seen.add(path)
-    const out: FileWrite = { path, data }
+    // A copy the size of the file: what the caller does with its buffer later does not matter,
+    // and the message to the owner carries these bytes, not a whole pooled slab behind a view.
+    const out: FileWrite = { path, data: new Uint8Array(data) }
     if (readOnly) out.readOnly = true
     return out
   })

@@ -496,10 +496,12 @@ export class ObjectStore implements ObjectChecks {
   }
 
   /**
-   * The objects of `objects` not stored yet, as files for an append to write beside the entries
-   * that name them (AppendOptions.files): written and made durable with those entries, in one
-   * sync of the commit journal instead of one per object before it. What is already stored is
-   * freshened, as `write` does.
+   * Objects as files for an append to write beside the entries that name them
+   * (AppendOptions.files): written and made durable with those entries, in one sync of the
+   * commit journal instead of one per object before it. No object is looked up first: most are
+   * new, a lookup of a missing name in a folder being written waits for that folder's lock, and
+   * one written again gets the same bytes (content addressed), its rename freshening it for gc
+   * as `write` does.
    */
   filesFor(objects: readonly StoredObject[]): Array<{ path: string; data: Uint8Array; readOnly: boolean }> {
     const files: Array<{ path: string; data: Uint8Array; readOnly: boolean }> = []
@@ -507,11 +509,6 @@ export class ObjectStore implements ObjectChecks {
     for (const o of objects) {
       if (seen.has(o.id)) continue
       seen.add(o.id)
-      const size = this.sizeOf(o.id)
-      if (size >= 0 && !(o.exact && size !== o.data.length)) {
-        this.freshen(o.id)
-        continue
-      }
       files.push({ path: relative(this.root, this.pathOf(o.id)), data: o.data, readOnly: true })
     }
     return files

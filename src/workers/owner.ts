@@ -136,6 +136,8 @@ interface Batch {
   lastTs: number
   /** Its requests' files, written (not yet durable) before the batch goes into a round. */
   files: FileWrite[] | null
+  /** Folders holding folders placeFiles made for them: their new entries are synced with the files. */
+  parents?: string[]
 }
 
 /**
@@ -147,6 +149,8 @@ class WrittenFiles {
   constructor(
     /** Absolute paths. */
     readonly paths: readonly string[],
+    /** Folders to fsync besides each file's own: those that got a new folder for them. */
+    readonly parents: readonly string[],
   ) {}
 }
 
@@ -272,6 +276,8 @@ class Owner {
   private fileSyncError: Error | null = null
   /** Folders below the root already checked or made for written files. */
   private readonly fileDirs = new Set<string>()
+  /** Batches whose files are being written (placeFiles). */
+  private placing = 0
 
   constructor(
     private readonly init: OwnerInit,
@@ -526,9 +532,14 @@ class Owner {
         // transcript loader, say) cannot know which root's journal would have to be replayed
         // before they read; so they never depend on one.
         const direct = batch.file.kind === 'raw' || frameBytes(batch) + 512 > j.maxFrame
-        if (!this.placeFiles(batch, direct)) continue
-        if (direct) this.commitOne(batch, false)
-        else this.pending.push(batch)
+        this.placeThen(batch, direct, () => {
+          if (direct) this.commitOne(batch, false)
+          else if (batch.files === null) this.pending.push(batch)
+          else {
+            this.pending.push(batch)
+            this.startRound()
+          }
+        })
       }
       this.startRound()
       return
@@ -541,7 +552,8 @@ class Owner {
       this.createJournal(j)
     }
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
-    for (const batch of batches) if (this.placeFiles(batch, true)) this.commitOne(batch, inline)
+    for (const batch of batches)
+      this.placeThen(batch, true, () => this.commitOne(batch, inline && batch.files === null))
   }
 
   /**
@@ -552,51 +564,59 @@ class Owner {
    * frame carries their bytes, and a checkpoint syncs them before the frame is reused. On a
    * failure the batch fails untouched (files already renamed stay: nothing names them yet).
    */
-  private placeFiles(batch: Batch, durable: boolean): boolean {
-    const files = batch.files
-    if (files === null) return true
+  private async placeFiles(batch: Batch, durable: boolean): Promise<boolean> {
+    const files = batch.files as FileWrite[]
     const root = this.init.root
     const dirs = new Set<string>()
     try {
+      const writes: Array<Promise<void>> = []
       for (const f of files) {
         const target = join(root, f.path)
         const dir = dirname(target)
         if (!this.fileDirs.has(dir)) {
-          mkdirDurable(this.io, root, dir)
+          // Through the journal, a new folder's entry is synced with the files, at the
+          // checkpoint (recovery makes the folder again if a crash lost it).
+          for (const made of mkdirBelow(root, dir)) {
+            if (durable) this.io.fsyncDir(dirname(made))
+            else {
+              batch.parents ??= []
+              batch.parents.push(dirname(made))
+            }
+          }
           this.fileDirs.add(dir)
         }
-        const temp = tempPath(dir, '.tmp-')
-        const fd = this.io.createFile(temp)
-        let open = true
-        try {
-          this.io.write(fd, f.data)
-          if (f.readOnly) this.io.makeReadOnly(fd)
-          if (durable) this.io.fdatasync(fd)
-          open = false
-          this.io.close(fd)
-          try {
-            this.io.rename(temp, target)
-          } catch (err) {
-            throw openError(err, target)
-          }
-        } catch (err) {
-          if (open) this.io.close(fd)
-          try {
-            this.io.unlink(temp)
-          } catch {
-            // never created, or gone
-          }
-          throw err
-        }
         dirs.add(dir)
-        this.stats.filesWritten++
+        // Read-only from its creation (the descriptor that made it may still write it).
+        writes.push(
+          this.io.placeFile(tempPath(dir, '.tmp-'), target, f.data, f.readOnly ? 0o444 : 0o666, durable),
+        )
       }
+      // All of them at once on libuv's pool: a create can wait for the file system's journal,
+      // and this thread has rounds to run meanwhile.
+      const results = await Promise.allSettled(writes)
+      const failed = results.find((r) => r.status === 'rejected')
+      if (failed) throw (failed as PromiseRejectedResult).reason
+      this.stats.filesWritten += files.length
       if (durable) for (const d of dirs) this.io.fsyncDir(d)
     } catch (err) {
       this.finish(batch, err, true)
       return false
     }
     return true
+  }
+
+  /** Runs `then` once the batch's files are in place (at once when it has none). */
+  private placeThen(batch: Batch, durable: boolean, then: () => void): void {
+    if (batch.files === null) {
+      then()
+      return
+    }
+    this.placing++
+    void this.placeFiles(batch, durable).then((ok) => {
+      this.placing--
+      if (ok) then()
+      else if (this.closing) this.checkAllIdle()
+    })
   }
 
   /** Allocates the journal in the background; commits go to the files directly meanwhile. */
@@ -725,7 +745,10 @@ class Owner {
       this.roundDone(round, err, null)
       return
     }
-    if (this.init.inlineCommit && this.inFlight === 0 && taken.length === 1 && groups.length === 0) {
+    // Not while files are being written for other batches: those join the next round, which
+    // an inline round (this thread blocked in the fdatasync) would keep from forming.
+    const alone = taken.length === 1 && groups.length === 0 && this.placing === 0
+    if (this.init.inlineCommit && this.inFlight === 0 && alone) {
       this.stats.inlineCommits++
       this.inlineRound(j, round)
       return
@@ -783,9 +806,12 @@ class Owner {
       const files: FrameFile[] = round.batches.map((b) => b.file)
       for (const g of round.groups) if (g.pin) files.push(g.pin)
       const written: string[] = []
-      for (const b of round.batches)
+      const parents: string[] = []
+      for (const b of round.batches) {
         if (b.files) for (const f of b.files) written.push(join(this.init.root, f.path))
-      if (written.length > 0) files.push(new WrittenFiles(written))
+        if (b.parents) for (const d of b.parents) parents.push(d)
+      }
+      if (written.length > 0) files.push(new WrittenFiles(written, parents))
       j.written(round.frame, round.offset, files, round.wrapped)
       const failed = new Map<number, Error>()
       if (logErrors)
@@ -882,7 +908,11 @@ class Owner {
   /** Makes written files and their folders durable (see FILE_SYNC_LIMIT), then counts as one checkpoint target. */
   private syncWrittenFiles(groups: WrittenFiles[]): void {
     const paths = new Set<string>()
-    for (const g of groups) for (const p of g.paths) paths.add(p)
+    const parents = new Set<string>()
+    for (const g of groups) {
+      for (const p of g.paths) paths.add(p)
+      for (const d of g.parents) parents.add(d)
+    }
     const queue: Array<{ path: string; dir: boolean }> = []
     if (paths.size > FILE_SYNC_LIMIT) {
       this.stats.fileSyncfs++
@@ -893,6 +923,7 @@ class Owner {
         queue.push({ path: p, dir: false })
         dirs.add(dirname(p))
       }
+      for (const d of parents) dirs.add(d)
       for (const d of dirs) queue.push({ path: d, dir: true })
     }
     this.fileSyncs = { queue, inFlight: 0, groups, failed: null, syncfs: paths.size > FILE_SYNC_LIMIT }
@@ -965,6 +996,7 @@ class Owner {
             }
             dirs.add(dirname(p))
           }
+          for (const d of f.parents) dirs.add(d)
           f.syncedLsn = Number.POSITIVE_INFINITY
         }
       }
@@ -1750,7 +1782,7 @@ class Owner {
       this.journal.abort() // not needed any more: closing does not wait for its zero-fill
       return
     }
-    if (this.atomics.size > 0 || this.fileSyncs !== null) return
+    if (this.atomics.size > 0 || this.fileSyncs !== null || this.placing > 0) return
     for (const file of [...this.ws.values(), ...this.raw.values()]) if (!file.idle) return
     const fn = this.allIdleWaiter
     this.allIdleWaiter = null
