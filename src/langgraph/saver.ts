@@ -963,12 +963,26 @@ export class NoaSaver extends BaseCheckpointSaver {
     for (const { record } of [...pending.records.values()].reverse()) {
       if (record.checkpoint_ns === ns && record.channels[ch]?.version === version) return record.channels[ch]
     }
-    const ids = [...(t.index.checkpoints.get(ns)?.keys() ?? [])].sort().reverse()
+    // The newest checkpoint (by id) that has it. After a miss, only records applied since are
+    // read: a channel that never had a value at this version is asked for at every step.
+    const key = `${ns}\0${ch}\0${typeof version}:${version}`
+    const order = t.index.applied.get(ns) ?? []
+    const from = t.index.misses.get(key) ?? 0
+    const checked = new Set<string>()
+    const ids = order
+      .slice(from)
+      .filter((id) => !checked.has(id) && checked.add(id) !== undefined)
+      .sort()
+      .reverse()
     for (const id of ids) {
       const record = await this.record(t, ns, id)
       const c = record?.channels[ch]
-      if (c?.version === version) return c
+      if (c?.version === version) {
+        t.index.misses.delete(key)
+        return c
+      }
     }
+    t.index.misses.set(key, order.length)
     return undefined
   }
 
