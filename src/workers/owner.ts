@@ -278,6 +278,8 @@ class Owner {
   private readonly fileDirs = new Set<string>()
   /** Batches whose files are being written (placeFiles). */
   private placing = 0
+  /** Batches with files waiting for the journal being allocated. */
+  private held: Batch[] = []
 
   constructor(
     private readonly init: OwnerInit,
@@ -502,7 +504,7 @@ class Owner {
 
   private pump(): void {
     this.pumpScheduled = false
-    const batches: Batch[] = []
+    let batches: Batch[] = []
     for (const file of this.ready) {
       if (file.inFlight !== null || file.queue.length === 0) continue
       if (file.fd < 0 && !this.roomToOpen()) {
@@ -546,10 +548,22 @@ class Owner {
     }
     if (batches.length === 0) return
     // The journal pays for itself from the second commit on: a process that commits once (a
-    // one-shot `noa append`) never allocates one, nor does one that only appends to files.
+    // one-shot `noa append`) never allocates one, nor does one that only appends to files. A
+    // first commit of several workspaces at once, or with files, is no one-shot: it starts now.
     const workspaces = batches.some((b) => b.file.kind === 'ws')
-    if (j !== null && j.state === 'none' && workspaces && this.stats.commits > 0 && !this.closing) {
-      this.createJournal(j)
+    const files = batches.some((b) => b.files !== null)
+    const busy = this.stats.commits > 0 || batches.length > 1 || files
+    if (j !== null && j.state === 'none' && workspaces && busy && !this.closing) this.createJournal(j)
+    if (j !== null && j.state === 'creating' && files) {
+      // Files without the journal cost an fsync each and one per folder: batches that carry
+      // some wait for it (tens of ms, once), the others go on file by file.
+      const rest: Batch[] = []
+      for (const batch of batches) {
+        if (batch.files === null || batch.file.kind === 'raw') rest.push(batch)
+        else this.held.push(batch)
+      }
+      batches = rest
+      if (batches.length === 0) return
     }
     const inline = this.init.inlineCommit && this.inFlight === 0 && batches.length === 1
     for (const batch of batches)
@@ -622,11 +636,15 @@ class Owner {
   /** Allocates the journal in the background; commits go to the files directly meanwhile. */
   private createJournal(j: Journal): void {
     j.create(this.io).then(() => {
-      if (this.closing) {
+      if (this.closing && this.held.length === 0) {
         this.checkAllIdle()
         return
       }
+      const held = this.held
+      this.held = []
       if (j.state !== 'ready') {
+        // Held batches go file by file after all, their files fsynced first.
+        for (const batch of held) this.placeThen(batch, true, () => this.commitOne(batch, false))
         // Atomic groups waiting for it cannot be committed file by file.
         for (const item of this.pending) {
           if (!('own' in item)) continue
@@ -638,6 +656,12 @@ class Owner {
       }
       this.timer = setInterval(() => this.maybeCheckpoint(), CHECKPOINT_AGE_MS / 4)
       this.timer.unref()
+      for (const batch of held) {
+        this.placeThen(batch, false, () => {
+          this.pending.push(batch)
+          this.startRound()
+        })
+      }
       this.pump()
       this.startRound()
     })
