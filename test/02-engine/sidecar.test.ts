@@ -44,9 +44,11 @@ async function filled(root: string, n: number): Promise<void> {
 
 describe('checksum sidecar', () => {
   it('reads its records with a JS CRC32C that agrees with the native one', () => {
-    const native = (createRequire(import.meta.url)('@node-rs/crc32') as {
-      crc32c: (data: Uint8Array, initial?: number) => number
-    }).crc32c
+    const native = (
+      createRequire(import.meta.url)('@node-rs/crc32') as {
+        crc32c: (data: Uint8Array, initial?: number) => number
+      }
+    ).crc32c
     const bytes = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 131 + 7) & 0xff))
     for (let n = 0; n <= 64; n++)
       expect(crc32cSmall(bytes, n, n + 28)).toBe(native(bytes.subarray(n, n + 28)) >>> 0)
