@@ -2,8 +2,9 @@
 /**
  * Part of `npm run build`, after tsc: bundles the `noa` command (dist/src/cli/main.js and all it
  * loads) into dist/src/cli/noa.cjs with esbuild, then makes its V8 code cache,
- * dist/src/cli/noa.cjs.cache, from a warm-up run of `noa append` in this process. bin.js loads
- * them (see src/cli/launch.ts); the library's own modules are not bundled.
+ * dist/src/cli/noa.cjs.cache, from a warm-up run of `noa append` in this process, and makes
+ * bin.js with launch.js into dist/src/cli/bin.cjs, the command's CommonJS entry (package.json
+ * "bin"), which loads them (see src/cli/launch.ts). The library's own modules are not bundled.
  *
  * The bundle sits in dist/src/cli/, where the modules' `new URL('../x/y.js', import.meta.url)`
  * resolve as they do from their own folders; the build checks that each one names a file there,
@@ -61,6 +62,20 @@ if (problems.length) {
   throw new Error(`bundle-cli: ${outfile} would not run as the modules do:\n  ${problems.join('\n  ')}`)
 }
 writeFileSync(outfile, source)
+
+// The entry: bin.js and launch.js as CommonJS; main.js stays the modules' (the fallback).
+await build({
+  entryPoints: [join(cliDir, 'bin.js')],
+  outfile: join(cliDir, 'bin.cjs'),
+  bundle: true,
+  format: 'cjs',
+  platform: 'node',
+  target: 'node20',
+  external: ['./main.js'],
+  define: { 'import.meta.url': META_URL },
+  banner: { js: `var ${META_URL} = require('node:url').pathToFileURL(__filename).href;` },
+  logLevel: 'warning',
+})
 
 // The code cache holds the functions compiled by the time it is made: those of an append.
 const bundle = launch.loadBundle(`${cliDir}/`)

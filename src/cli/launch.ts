@@ -6,10 +6,12 @@
  * `node:` import gets a module facade, which made a one-entry append about twice Node's own start.
  * From the bundle, a start is one read, one deserialization, and CommonJS requires of builtins.
  *
- * This module imports nothing (builtins come from process.getBuiltinModule), so that what
- * bin.js loads before the bundle is one small file. Either file missing, the bundle older than
- * the modules it was made from (a `tsc` run since the build), or a cache made for another
- * bundle or another V8: the modules load as modules, or the bundle compiles without its cache.
+ * The command's entry is bin.cjs, which the build makes from bin.ts and this module: a start
+ * then loads no ES module at all (setting up Node's ES module loader for an entry costs several
+ * ms); bin.js, the same as a module, still runs. This module imports nothing (builtins come from
+ * process.getBuiltinModule). Either file missing, the bundle older than the modules it was made
+ * from (a `tsc` run since the build), or a cache made for another bundle or another V8: the
+ * modules load as modules, or the bundle compiles without its cache.
  */
 import type * as Fs from 'node:fs'
 import type * as Module from 'node:module'

@@ -15,7 +15,7 @@ import {
   loadBundle,
   writeCodeCache,
 } from '../../dist/src/cli/launch.js'
-import { blobOf, DIST, runCli, runMainIo, tempDir } from '../helpers/index.js'
+import { blobOf, CLI, DIST, ROOT_DIR, runCli, runMainIo, tempDir } from '../helpers/index.js'
 
 const CLI_DIR = `${join(DIST, 'cli')}/`
 
@@ -23,7 +23,12 @@ const CLI_DIR = `${join(DIST, 'cli')}/`
 const noTs = (s: string) => s.replace(/"ts":\d+/g, '"ts":T')
 
 describe('the bundled noa command', () => {
-  it('is what bin.js runs after the build, and its code cache is taken', () => {
+  it('is what the command runs after the build, and its code cache is taken', () => {
+    const pkg = JSON.parse(readFileSync(join(ROOT_DIR, 'package.json'), 'utf8')) as { bin: { noa: string } }
+    expect(join(ROOT_DIR, pkg.bin.noa)).toBe(CLI)
+    // A CommonJS entry: nothing of it is an ES module (no module loader set up at start).
+    expect(readFileSync(CLI, 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/)
+    expect(readFileSync(CLI, 'utf8')).not.toMatch(/\bimport\.meta\b|^import /m)
     const r = spawnSync(
       process.execPath,
       [
@@ -73,6 +78,22 @@ describe('the bundled noa command', () => {
     // Both ways wrote the same log: two entries, the refused lines nothing.
     const log = runCli(['log', 'w', '--root', bundled]).stdout.trim().split('\n')
     expect(log.map((l) => (JSON.parse(l) as { seq: number }).seq)).toEqual([1, 2])
+  })
+
+  it('runs the same as bin.js, the entry as an ES module (node dist/src/cli/bin.js)', () => {
+    const root = tempDir()
+    const entry = `${JSON.stringify({ op: 'write', path: 'a', blob: blobOf(1) })}\n`
+    const esm = (args: string[], input = '') =>
+      spawnSync(process.execPath, [join(CLI_DIR, 'bin.js'), ...args], { input, encoding: 'utf8' })
+    const a = esm(['append', 'w', '--root', root, '--no-blob-check'], entry)
+    expect([a.status, noTs(a.stdout), a.stderr]).toEqual([0, '{"seq":1,"ts":T}\n', ''])
+    const b = runCli(['append', 'w', '--root', root, '--no-blob-check'], { input: entry })
+    expect([b.status, noTs(b.stdout), b.stderr]).toEqual([0, '{"seq":2,"ts":T}\n', ''])
+    const bad = esm(['append', 'w', '--root', root], '{"op":"bogus"}\n')
+    expect([bad.status, bad.stderr]).toEqual([
+      1,
+      runCli(['append', 'w', '--root', root], { input: '{"op":"bogus"}\n' }).stderr,
+    ])
   })
 })
 
