@@ -49,8 +49,8 @@ for (const m of source.matchAll(new RegExp(`new URL\\(("[^"]*")\\s*,\\s*${META_U
   if (!existsSync(target)) problems.push(`new URL(${m[1]}) names ${target}, which is not there`)
 }
 // A script compiled with a code cache (vm.Script) cannot import() on Node 20 without a flag, so
-// each import() goes through the launcher's (launch.ts), an ES module in this same folder, which
-// resolves a package as the bundle would. Only a package by name, or a user's ioModule (a URL),
+// each import() goes through one the launcher (launch.ts, in bin.cjs) passes in, from this same
+// folder, so a package resolves as it would from the bundle. Only a package by name, or a user's ioModule (a URL),
 // may be imported at run time: a module of ours left to a runtime import() would be a second copy.
 source = source.replace(/\bimport\(([^)]*)\)/g, (all, arg) => {
   if (/^"[^".][^"]*"$/.test(arg) || arg === 'ioModule') return `${launch.IMPORT}(${arg})`
