@@ -442,7 +442,9 @@ export class AgentLog {
     port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
     // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
     const task = inThread
-      ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
+      ? // A literal specifier (the module OWNER_MODULE names), so the CLI's bundle carries the owner
+        // instead of loading a second copy of the engine beside its own.
+        (import('../workers/owner.js').then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
           m.default(init),
         ) as Promise<OwnerStatus>)
       : (this.pool().then((pool) => pool.run(init, { transferList: [port2] })) as Promise<OwnerStatus>)
