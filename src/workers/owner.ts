@@ -278,6 +278,8 @@ class Owner {
   private readonly fileDirs = new Set<string>()
   /** Batches whose files are being written (placeFiles). */
   private placing = 0
+  /** Folders that got a new folder for journaled files, not yet fsynced (see placeFiles). */
+  private readonly unsyncedParents = new Set<string>()
   /** Batches with files waiting for the journal being allocated. */
   private held: Batch[] = []
 
@@ -595,6 +597,7 @@ class Owner {
             else {
               batch.parents ??= []
               batch.parents.push(dirname(made))
+              this.unsyncedParents.add(dirname(made))
             }
           }
           this.fileDirs.add(dir)
@@ -611,7 +614,13 @@ class Owner {
       const failed = results.find((r) => r.status === 'rejected')
       if (failed) throw (failed as PromiseRejectedResult).reason
       this.stats.filesWritten += files.length
-      if (durable) for (const d of dirs) this.io.fsyncDir(d)
+      if (durable) {
+        // A folder made earlier for files that went through the journal may not be durable in
+        // its parent yet (its checkpoint has not come): these files need it now.
+        for (const d of this.unsyncedParents) this.io.fsyncDir(d)
+        this.unsyncedParents.clear()
+        for (const d of dirs) this.io.fsyncDir(d)
+      }
     } catch (err) {
       this.finish(batch, err, true)
       return false
