@@ -323,7 +323,8 @@ export abstract class Pack {
 
   protected parseDir(id: string, bytes: Buffer, hints: Hints | null): Dir {
     const records = Records.parse(bytes, DIR_HEAD, `folder ${id} of ${this.what}`, this.id)
-    if (hints && hints.bytes.length - hints.start < records.size * hints.width) throw this.corrupt(`the hints of folder ${id} are short`)
+    if (hints && hints.bytes.length - hints.start < records.size * hints.width)
+      throw this.corrupt(`the hints of folder ${id} are short`)
     const dir = new Dir(id, records, this, hints)
     this.loaded.set(id, dir)
     return dir
@@ -681,7 +682,10 @@ class PackV2 extends Pack {
     if (dataAt > size) throw bad(`its tables need ${dataAt} bytes, it has ${size}`)
     const bytes = head.length >= dataAt ? head : more(dataAt)
     if (bytes.length < dataAt) throw bad(`it ends at byte ${bytes.length}`)
-    const actual = createHash('sha256').update(bytes.subarray(from, hashAt)).update(bytes.subarray(sourcesAt, dataAt)).digest()
+    const actual = createHash('sha256')
+      .update(bytes.subarray(from, hashAt))
+      .update(bytes.subarray(sourcesAt, dataAt))
+      .digest()
     if (!actual.equals(bytes.subarray(hashAt, sourcesAt))) {
       throw Errors.CORRUPT_OBJECT(
         `${what} is corrupt: its tables (bytes ${from}-${dataAt - 1}) do not match their hash`,

@@ -21,7 +21,15 @@ import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
-import { type Dir, decodePack, encodedPack, PACK2_HEADER, PACK_HEADER, type Pack, packFromSorted } from './dirs.js'
+import {
+  type Dir,
+  decodePack,
+  encodedPack,
+  PACK_HEADER,
+  PACK2_HEADER,
+  type Pack,
+  packFromSorted,
+} from './dirs.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'
 import { TREE_HEADER, Tree, TreeBuilder } from './tree.js'
