@@ -270,8 +270,12 @@ export abstract class Pack {
     const id = parent.records.blobAt(i)
     const cached = this.loaded.get(id)
     if (cached) return cached
-    if (this.holds(id)) return this.inlineDir(id)
-    return this.resolve(id, this.homeOf(parent, i))
+    return this.inlineOrUndefined(id) ?? this.resolve(id, this.homeOf(parent, i))
+  }
+
+  /** Folder `id` if the pack holds it inline. */
+  protected inlineOrUndefined(id: string): Dir | undefined {
+    return this.holds(id) ? this.inlineDir(id) : undefined
   }
 
   private resolve(id: string, home: string | undefined): Dir {
@@ -582,10 +586,18 @@ class PackV2 extends Pack {
     return this.offsets
   }
 
-  protected inlineDir(id: string): Dir {
+  protected override inlineOrUndefined(id: string): Dir | undefined {
     const cached = this.loaded.get(id)
     if (cached) return cached
     const k = this.find(id)
+    return k < 0 ? undefined : this.inlineAt(k, id)
+  }
+
+  protected inlineDir(id: string): Dir {
+    return this.inlineOrUndefined(id) as Dir
+  }
+
+  private inlineAt(k: number, id: string): Dir {
     const o = this.offsetsOf()
     const offset = o[k] as number
     const length = (o[k + 1] as number) - offset
@@ -639,9 +651,12 @@ class PackV2 extends Pack {
       at = tables.writeUInt32BE(hintAt, at)
       data.push(f.bytes)
       if (!f.homes?.some((h) => h != null)) continue
-      for (const home of f.homes) {
+      const homes = f.homes
+      for (let i = 0; i < homes.length; i++) {
+        const home = homes[i]
         const k = home == null ? 0 : (sourceNo.get(home) as number)
-        tables.writeUIntBE(k, hintsBase + hintAt, width)
+        if (width === 1) tables[hintsBase + hintAt] = k
+        else tables.writeUIntBE(k, hintsBase + hintAt, width)
         hintAt += width
       }
     }
@@ -843,8 +858,11 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
     parts.push(r.recordBytes(from, to))
     for (let k = from; k < to; k++) {
       if (r.isDirAt(k)) {
+        // Kept dense (null for files and new records): a holey array would be slow to fill.
+        const at = records + k - from
         homes ??= []
-        homes[records + k - from] = base.homeAt(k)
+        while (homes.length < at) homes.push(null)
+        homes.push(base.homeAt(k))
       }
     }
     records += to - from
@@ -862,7 +880,8 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
   if (records === 0 && !isRoot) return null
   const bytes = records === 0 ? EMPTY_DIR : Buffer.concat(parts)
   if (base && bytes.length === base.records.bytes.length && bytes.equals(base.records.bytes)) return base.id
-  if (homes) (homes as Array<string | null>).length = records
+  if (homes)
+    while ((homes as Array<string | null>).length < records) (homes as Array<string | null>).push(null)
   return out.add(bytes, homes)
 }
 
