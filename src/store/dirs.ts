@@ -85,7 +85,9 @@ export class Records {
         object: id,
       })
     }
-    const ends: number[] = []
+    // A record is at least a 1-byte key and its 66-byte tail: room for every one, filled once.
+    const ends = new Uint32Array(Math.floor((bytes.length - header.length) / (TAIL + 1)))
+    let n = 0
     let pos = header.length
     while (pos < bytes.length) {
       const z = bytes.indexOf(NUL, pos)
@@ -95,10 +97,10 @@ export class Records {
           offset: pos,
         })
       }
-      ends.push(z)
+      ends[n++] = z
       pos = z + TAIL
     }
-    return new Records(bytes, Uint32Array.from(ends), header.length)
+    return new Records(bytes, n === ends.length ? ends : ends.slice(0, n), header.length)
   }
 
   get size(): number {
@@ -712,10 +714,7 @@ class PackV2 extends Pack {
     let lastHint = 0
     for (let k = 0; k < nInline; k++) {
       const e = indexAt + k * ENTRY
-      // buf.compare(target, tStart, tEnd, sStart, sEnd) orders buf's range against target's.
-      if (k > 0 && bytes.compare(bytes, e, e + 32, e - ENTRY, e - ENTRY + 32) >= 0) {
-        throw bad('its index is not sorted')
-      }
+      if (k > 0 && !ascending(bytes, e - ENTRY, e)) throw bad('its index is not sorted')
       total += bytes.readUInt32BE(e + 32)
       const hint = bytes.readUInt32BE(e + 36)
       if (hint < lastHint || hint > hintBytes) throw bad(`index entry ${k + 1} has bad hints`)
@@ -746,6 +745,14 @@ class PackV2 extends Pack {
     if (!pack.holds(id)) throw bad('it does not hold its root folder')
     return pack
   }
+}
+
+/** Whether the 32-byte id at `b` sorts after the one at `a` (48-bit prefixes as numbers first). */
+function ascending(bytes: Buffer, a: number, b: number): boolean {
+  const x = bytes.readUIntBE(a, 6)
+  const y = bytes.readUIntBE(b, 6)
+  if (x !== y) return x < y
+  return bytes.compare(bytes, a, a + 32, b, b + 32) > 0
 }
 
 /** Reads a stored pack of either format (see PackV1.decode and PackV2.decode). */
