@@ -841,13 +841,18 @@ export class ObjectStore implements ObjectChecks {
       const packs = new Set<string>()
       this.opened = packs
       try {
-        const seen = new Set<string>()
+        // Every reference is followed, not every folder once: the same folder named in two
+        // places may be found through two packs, and a reader may take either way.
+        const seen = new Set<Dir>()
         const walk = (dir: Dir) => {
-          if (seen.has(dir.id)) return
-          seen.add(dir.id)
+          seen.add(dir)
           packs.add(dir.pack.id)
           const r = dir.records
-          for (let i = 0; i < r.size; i++) if (r.isDirAt(i)) walk(dir.childAt(i))
+          for (let i = 0; i < r.size; i++) {
+            if (!r.isDirAt(i)) continue
+            const child = dir.childAt(i)
+            if (!seen.has(child)) walk(child)
+          }
         }
         walk(this.pack(id).root)
         for (const p of packs) this.pack(p).checkAll()

@@ -80,7 +80,7 @@ async function chain(snapshots: number) {
     ])
     made.push({ ...(await engine.snapshot('ws')), files: new Map(model) })
   }
-  return { root, engine, store, made }
+  return { root, engine, store, made, write, blob }
 }
 
 describe('tree packs (v2)', () => {
@@ -125,15 +125,31 @@ describe('tree packs (v2)', () => {
     expect(verify.status).toBe(0)
   })
 
-  it('gc keeps every pack a reachable tree reads from', async () => {
-    const { root, made } = await chain(6)
-    const engine = new SnapshotEngine({ root })
-    const gc = await engine.gc({ dryRun: false, graceMs: 0 })
+  it('gc keeps every pack a reachable tree reads from, and removes the packs only pruned snapshots needed', async () => {
+    const { root, engine, store, made, write, blob } = await chain(6)
+    // Three more that each change the same file: each of their packs holds only the folders on
+    // that path, which the next one makes again.
+    for (let k = 0; k < 3; k++) {
+      await write([{ path: 'p/a0/m0/f0', blob: await blob(3000 + k) }])
+      const files = new Map(made.at(-1)?.files)
+      files.set('p/a0/m0/f0', await blob(3000 + k))
+      made.push({ ...(await engine.snapshot('ws')), files })
+    }
+    await engine.prune('ws', { keepLast: 2 })
+    const kept = made.slice(-2)
+    const needed = new Set<string>()
+    for (const s of kept) for (const id of await new ObjectStore(root).treeObjects(s.tree)) needed.add(id)
+    // The kept trees read folders from packs of pruned snapshots (the first holds most of them).
+    expect(needed.has(made[0]?.tree as string)).toBe(true)
+    const gc = await new SnapshotEngine({ root }).gc({ dryRun: false, graceMs: 0 })
     expect(gc.missing).toBe(0)
-    for (const s of made)
-      expect(new Map((await new SnapshotEngine({ root }).tree(s.snapshotId as string)).entries())).toEqual(
-        s.files,
-      )
+    for (const id of needed) expect(store.has(id), id).toBe(true)
+    const gone = made.slice(0, -2).filter((s) => !needed.has(s.tree) && !store.has(s.tree))
+    expect(gone.length).toBeGreaterThan(0)
+    for (const s of kept) {
+      const tree = await new SnapshotEngine({ root }).tree(s.snapshotId as string)
+      expect(new Map(tree.entries())).toEqual(s.files)
+    }
     expect(await verifyStore(new SnapshotEngine({ root }), 'ws', { objects: true })).toEqual([])
   })
 
