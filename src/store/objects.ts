@@ -331,6 +331,8 @@ export class ObjectStore implements ObjectChecks {
   private readonly packs = new Map<string, Pack>()
   /** Packs read a folder at a time, open until the current synchronous run ends (readRange). */
   private readonly rangeFds = new Map<string, number>()
+  /** Packs whose every folder treeObjects has read and checked (once is enough: they are kept). */
+  private readonly checkedPacks = new WeakSet<Pack>()
   /** While treeObjects walks a tree: every pack asked for (the ones a reader needs kept). */
   private opened: Set<string> | null = null
 
@@ -855,7 +857,12 @@ export class ObjectStore implements ObjectChecks {
           }
         }
         walk(this.pack(id).root)
-        for (const p of packs) this.pack(p).checkAll()
+        for (const p of packs) {
+          const pack = this.pack(p)
+          if (this.checkedPacks.has(pack)) continue
+          pack.checkAll()
+          this.checkedPacks.add(pack)
+        }
       } finally {
         this.opened = null
       }
