@@ -37,7 +37,7 @@ function entryFor(i: number): EntryInput {
   return { op: 'write', path: `src/agents/module-${i % 997}/component-${i % 31}/file-${i}.ts`, blob: BLOB }
 }
 
-const CLI = fileURLToPath(new URL('../src/cli/bin.js', import.meta.url))
+const CLI = fileURLToPath(new URL('../src/cli/bin.cjs', import.meta.url))
 
 export interface ReplicateBenchOptions {
   quick: boolean

@@ -206,7 +206,7 @@ export const ENGINE_CASES = [
  * time, interleaved; the median of each and of the pairwise ratios.
  */
 export function cliStartRows(rounds: number): BenchRow[] {
-  const cli = fileURLToPath(new URL('../src/cli/bin.js', import.meta.url))
+  const cli = fileURLToPath(new URL('../src/cli/bin.cjs', import.meta.url))
   const entry = `{"op":"write","path":"a","blob":"${'ab'.repeat(32)}"}\n`
   const dir = mkdtempSync(join(tmpdir(), 'noa-bench-cli-'))
   const noa: number[] = []

@@ -127,7 +127,14 @@ int DataSync(int fd) {
   return 0;
 }
 
-enum SyncMode { kNoSync = 0, kFdatasync = 1, kSyncfs = 2 };
+enum SyncMode { kNoSync = 0, kFdatasync = 1, kSyncfs = 2, kFsync = 3 };
+
+int FullSync(int fd) {
+  while (fsync(fd) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
 
 int FsSync(int fd) {
 #ifdef NOA_NO_SYNCFS
@@ -262,6 +269,13 @@ class Instance {
         if (err != 0) {
           job->err = err;
           job->syscall = "syncfs";
+        }
+      } else if (job->mode == kFsync) {
+        // A folder's descriptor: fsync, not fdatasync, so that its new entries are committed.
+        err = FullSync(job->fd);
+        if (err != 0) {
+          job->err = err;
+          job->syscall = "fsync";
         }
       }
       if (job->err == 0) {
@@ -594,7 +608,8 @@ Napi::Value SetCompletionHandler(const Napi::CallbackInfo& info) {
 }
 
 // commit(id, fd, data, mode): on a pool thread, write all of data (a Buffer or an array of
-// Buffers), then mode 1: fdatasync(fd), mode 2: syncfs(fd), mode 0: nothing. The completion
+// Buffers), then mode 1: fdatasync(fd), mode 2: syncfs(fd), mode 3: fsync(fd) (a folder's
+// descriptor, opened O_RDONLY|O_DIRECTORY), mode 0: nothing. The completion
 // handler later receives (id, error|null).
 Napi::Value Commit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -615,9 +630,9 @@ Napi::Value Commit(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   job->mode = info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : kNoSync;
-  if (job->mode < kNoSync || job->mode > kSyncfs) {
+  if (job->mode < kNoSync || job->mode > kFsync) {
     delete job;
-    Napi::RangeError::New(env, "mode must be 0 (none), 1 (fdatasync) or 2 (syncfs)")
+    Napi::RangeError::New(env, "mode must be 0 (none), 1 (fdatasync), 2 (syncfs) or 3 (fsync)")
         .ThrowAsJavaScriptException();
     return env.Undefined();
   }

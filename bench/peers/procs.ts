@@ -23,7 +23,7 @@ export const PROCESSES = 8
 export const SHARED_WS = 'shared'
 
 const CASES_JS = fileURLToPath(new URL('./cases.js', import.meta.url))
-const NOA_CLI = fileURLToPath(new URL('../../src/cli/bin.js', import.meta.url))
+const NOA_CLI = fileURLToPath(new URL('../../src/cli/bin.cjs', import.meta.url))
 
 export interface ProcWriter {
   append(i: number): Promise<unknown>

@@ -14,7 +14,7 @@ import type { Piscina } from 'piscina'
 import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
-import { checkRoot, isInside } from './files.js'
+import { checkRoot, filePathProblem, isInside } from './files.js'
 import { recoverJournals } from './journal-recovery.js'
 import {
   existingLog,
@@ -33,6 +33,7 @@ import { checkOptionKeys } from './options.js'
 import type {
   AtomicPart,
   Durability,
+  FileWrite,
   FromOwner,
   OpenReport,
   OwnerInit,
@@ -117,6 +118,7 @@ interface Pending {
   /** While it waits for room (backpressure): what it sends then. */
   bodies?: string | string[]
   expect?: number
+  files?: FileWrite[] | null
 }
 
 /** Options of one append (append, appendMany). */
@@ -138,6 +140,15 @@ export interface AppendOptions {
    * blobs after appending leave it off.
    */
   checkBlobs?: boolean
+  /**
+   * Whole files to write beside the entries, each at `path` relative to the root (below no
+   * folder of the engine's own: agent-logs, journal, checksums): written to a temp file and
+   * renamed into place before the entries are, durable once the append resolves (in the commit
+   * journal with the entries, or fdatasynced with their folder first). What a content-addressed
+   * store needs so that an entry never names an object a crash could lose, at the cost of one
+   * sync for both. A failed append may leave them written.
+   */
+  files?: ReadonlyArray<{ path: string; data: Uint8Array; readOnly?: boolean }>
 }
 
 interface Outbox {
@@ -147,6 +158,8 @@ interface Outbox {
   ws: string[]
   counts: number[]
   bodies: string[]
+  /** Per request, its files or null; null while no request of this outbox has any. */
+  files: Array<FileWrite[] | null> | null
 }
 
 interface Owner {
@@ -352,7 +365,7 @@ export class AgentLog {
       index,
       port: null,
       task: null,
-      outbox: { ids: [], ws: [], counts: [], bodies: [], expects: null },
+      outbox: { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null },
       scheduled: false,
       failed: null,
       fds: null,
@@ -429,7 +442,9 @@ export class AgentLog {
     port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
     // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
     const task = inThread
-      ? (import(OWNER_MODULE).then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
+      ? // A literal specifier (the module OWNER_MODULE names), so the CLI's bundle carries the owner
+        // instead of loading a second copy of the engine beside its own.
+        (import('../workers/owner.js').then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
           m.default(init),
         ) as Promise<OwnerStatus>)
       : (this.pool().then((pool) => pool.run(init, { transferList: [port2] })) as Promise<OwnerStatus>)
@@ -474,11 +489,15 @@ export class AgentLog {
   }
 
   /** The store's path for its own records: no record check (see STORE_APPEND). */
-  [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+  [STORE_APPEND](
+    workspace: string,
+    entries: readonly EntryInput[],
+    options?: Pick<AppendOptions, 'files'>,
+  ): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
-      return this.submit(workspace, bodies, entries.length) as Promise<Ack[]>
+      return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -901,13 +920,16 @@ export class AgentLog {
     const owner = this.ownerOf(workspace)
     if (owner.failed) return Promise.reject(owner.failed)
     const expect = checkAppendOptions(options)
+    const files = checkFiles(options?.files)
     const signal = options?.signal
     if (signal?.aborted) return Promise.reject(abortedError(workspace, signal))
     let bytes = 0
     if (typeof bodies === 'string') bytes = bodies.length
     else for (const b of bodies) bytes += b.length
+    if (files) for (const f of files) bytes += f.data.length
     return new Promise((resolve, reject) => {
       const p: Pending = { resolve, reject, count, owner, bytes, workspace }
+      if (files) p.files = files
       const queued = this.waitingHead < this.waiting.length // FIFO: nobody overtakes a waiting append
       if (queued || (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes)) {
         p.bodies = bodies
@@ -938,6 +960,10 @@ export class AgentLog {
     if (expect >= 0 || out.expects) {
       out.expects ??= new Array(out.ids.length - 1).fill(-1)
       out.expects.push(expect)
+    }
+    if (p.files || out.files) {
+      out.files ??= new Array(out.ids.length - 1).fill(null)
+      out.files.push(p.files ?? null)
     }
     if (typeof bodies === 'string') {
       out.counts.push(1)
@@ -996,6 +1022,7 @@ export class AgentLog {
     out.ws.splice(i, 1)
     out.counts.splice(i, 1)
     out.expects?.splice(i, 1)
+    out.files?.splice(i, 1)
     return true
   }
 
@@ -1029,9 +1056,10 @@ export class AgentLog {
     owner.scheduled = false
     const out = owner.outbox
     if (out.ids.length === 0) return
-    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
     const msg: ToOwner = { t: 'append', ids: out.ids, ws: out.ws, counts: out.counts, bodies: out.bodies }
     if (out.expects) msg.expects = out.expects
+    if (out.files) msg.files = out.files
     ;(owner.port as MessagePort).postMessage(msg)
   }
 
@@ -1142,7 +1170,7 @@ export class AgentLog {
     port.close()
     owner.port = null
     owner.task = null
-    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null }
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
     owner.scheduled = false
     if (owner.fds) {
       for (let i = 0; i < owner.fds.length; i++) {
@@ -1186,7 +1214,42 @@ export function checkAppendOptions(options: AppendOptions | undefined): number {
   return ifLastSeq ?? -1
 }
 
-const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs'])
+const APPEND_OPTION_KEYS = new Set(['ifLastSeq', 'signal', 'checkBlobs', 'files'])
+
+/** An append's `files`, checked: each a relative path that stays below the root. */
+export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
+  if (files === undefined) return null
+  if (!Array.isArray(files)) throw optionError('files', 'must be an array of { path, data }', typeof files)
+  if (files.length === 0) return null
+  const seen = new Set<string>()
+  return files.map((f, i) => {
+    const where = `files[${i}]`
+    if (typeof f !== 'object' || f === null)
+      throw optionError('files', `${where} must be { path, data }`, typeof f)
+    const { path, data, readOnly } = f as { path: unknown; data: unknown; readOnly?: unknown }
+    if (typeof path !== 'string') throw optionError('files', `${where}.path must be a string`, typeof path)
+    if (!(data instanceof Uint8Array)) {
+      throw optionError('files', `${where}.data must be a Uint8Array (a Buffer)`, typeof data)
+    }
+    if (readOnly !== undefined && typeof readOnly !== 'boolean') {
+      throw optionError('files', `${where}.readOnly must be a boolean`, typeof readOnly)
+    }
+    const bad = (why: string) =>
+      Errors.BAD_OPTION(`append option files: ${where}.path ${JSON.stringify(path)} ${why}`, {
+        field: 'files',
+        path,
+      })
+    const problem = filePathProblem(path)
+    if (problem !== null) throw bad(problem)
+    if (seen.has(path)) throw bad('is named twice')
+    seen.add(path)
+    // A copy the size of the file: what the caller does with its buffer later does not matter,
+    // and the message to the owner carries these bytes, not a whole pooled slab behind a view.
+    const out: FileWrite = { path, data: new Uint8Array(data) }
+    if (readOnly) out.readOnly = true
+    return out
+  })
+}
 
 export function abortedError(workspace: string, signal: AbortSignal): NoaError {
   return Errors.ABORTED(

@@ -44,6 +44,7 @@ import {
   mkdirBelow,
   nameTooLong,
   notDirectory,
+  openError,
   openFile,
   openFileSync,
   statFile,
@@ -307,4 +308,30 @@ function statOrUndefined(path: string): Stats | undefined {
     if (code === 'ENAMETOOLONG') throw nameTooLong(path)
     throw err
   }
+}
+
+/**
+ * Writes files an append carries (AppendOptions.files, already checked) durably before the
+ * append is sent somewhere that does not take them (a `noa serve` daemon): each to a temp file,
+ * fsynced, renamed into place; then their folders fsynced.
+ */
+export async function writeFilesDurably(
+  root: string,
+  files: ReadonlyArray<{ path: string; data: Uint8Array; readOnly?: boolean }>,
+): Promise<void> {
+  const dirs = new Set<string>()
+  for (const f of files) {
+    const target = join(root, f.path)
+    const dir = dirname(target)
+    mkdirDurable(root, dir)
+    const temp = await writeTempFile(dir, f.data, { readOnly: f.readOnly === true, tempPrefix: '.tmp-' })
+    try {
+      renameSync(temp, target)
+    } catch (err) {
+      rmSync(temp, { force: true })
+      throw openError(err, target)
+    }
+    dirs.add(dir)
+  }
+  await fsyncDirs(dirs)
 }

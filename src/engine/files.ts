@@ -307,3 +307,35 @@ export function checkRoot(root: string, mustExist: boolean): void {
     })
   }
 }
+
+/**
+ * Folders below a root that only the engine writes (workspace logs, commit journals, checksum
+ * sidecars): no file an append writes beside its entries goes there.
+ */
+const ENGINE_DIRS = ['agent-logs', 'journal', 'checksums']
+const MAX_FILE_PATH_BYTES = 4096
+const MAX_SEGMENT_BYTES = 255
+
+/**
+ * Why `path` cannot name a file an append writes beside its entries (relative to the root, in
+ * a folder below it that is not the engine's, no `.`, `..` or empty segment), or null. Checked
+ * when the append is made and again when a journal record is replayed.
+ */
+export function filePathProblem(path: string): string | null {
+  if (path === '' || Buffer.byteLength(path) > MAX_FILE_PATH_BYTES)
+    return `must be 1 to ${MAX_FILE_PATH_BYTES} bytes`
+  if (path.startsWith('/')) return 'must be relative to the root'
+  const segments = path.split('/')
+  for (const seg of segments) {
+    if (seg === '' || seg === '.' || seg === '..') {
+      return 'must be a normalized path below the root (no empty, . or .. segment)'
+    }
+    if (seg.includes('\0')) return 'must not contain NUL'
+    if (Buffer.byteLength(seg) > MAX_SEGMENT_BYTES)
+      return `has a segment longer than ${MAX_SEGMENT_BYTES} bytes`
+  }
+  if (segments.length < 2 || ENGINE_DIRS.includes(segments[0] as string)) {
+    return `must be in a folder below the root other than ${ENGINE_DIRS.join(', ')}`
+  }
+  return null
+}

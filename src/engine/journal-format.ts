@@ -11,7 +11,8 @@
  *
  * A frame holds records, each the bytes appended to one file (a workspace log, or a file written
  * through `appendToFile`) at a byte offset, with that file's inode, so that replaying a record
- * into a file that was since replaced is refused rather than done. Every frame has
+ * into a file that was since replaced is refused rather than done; or a whole file an append
+ * wrote beside its entries (REC_FILE: an object of the store, say), by its path below the root. Every frame has
  * a CRC32C over all of its bytes after the checksum field, the journal's random id and a
  * log sequence number (lsn) one above its predecessor's; replay reads from the header's tail
  * while frames are valid and consecutive, so a torn frame, a frame of an earlier cycle or a
@@ -34,6 +35,14 @@ export const FLAG_END = 1
 export const FLAG_WRAP = 2
 
 export const REC_DATA = 1
+/**
+ * A whole file written with a round (an append's `files`): its target is the path relative to
+ * the root, its data the file's bytes; inode and offset are 0. Replay makes the file hold exactly
+ * these bytes (see journal-recovery.ts).
+ */
+export const REC_FILE = 2
+/** Record flag (byte 1) of a REC_FILE: the file is made read-only. */
+export const REC_READ_ONLY = 1
 
 export interface JournalHeader {
   journalId: number
@@ -92,7 +101,11 @@ export function newestHeader(slotA: Buffer, slotB: Buffer): JournalHeader | null
 }
 
 export interface JournalRecord {
-  /** A workspace name (its log is `agent-logs/<name>.log`), or an absolute path. */
+  /** REC_DATA: bytes at an offset of a log or file; REC_FILE: a whole file's bytes. */
+  type: number
+  /** REC_FILE: REC_READ_ONLY or 0. */
+  flags: number
+  /** A workspace name (its log is `agent-logs/<name>.log`), or an absolute path; REC_FILE: a path relative to the root. */
   target: string
   /** The file's inode when the record was made. */
   ino: bigint
@@ -111,6 +124,18 @@ export function recordHeader(target: string, ino: bigint): Buffer {
   buf.writeUInt8(REC_DATA, 0)
   buf.writeUInt16LE(name.length, 2)
   buf.writeBigUInt64LE(ino, 8)
+  name.copy(buf, RECORD_HEADER)
+  return buf
+}
+
+/** The header of a REC_FILE record: a whole file of `length` bytes at `path` below the root. */
+export function fileRecordHeader(path: string, length: number, readOnly: boolean): Buffer {
+  const name = Buffer.from(path, 'utf8')
+  const buf = Buffer.alloc(RECORD_HEADER + name.length)
+  buf.writeUInt8(REC_FILE, 0)
+  buf.writeUInt8(readOnly ? REC_READ_ONLY : 0, 1)
+  buf.writeUInt16LE(name.length, 2)
+  buf.writeUInt32LE(length, 4)
   name.copy(buf, RECORD_HEADER)
   return buf
 }
@@ -215,9 +240,10 @@ export function decodeFrame(buf: Buffer, journalId: number, lsn: number): Decode
     const ino = buf.readBigUInt64LE(at + 8)
     const offset = get48(buf, at + 16)
     const nameEnd = at + RECORD_HEADER + nameLen
-    if (type !== REC_DATA || offset < 0 || nameEnd + dataLen > length) return null
+    if ((type !== REC_DATA && type !== REC_FILE) || offset < 0 || nameEnd + dataLen > length) return null
     const target = buf.toString('utf8', at + RECORD_HEADER, nameEnd)
-    records.push({ target, ino, offset, data: buf.subarray(nameEnd, nameEnd + dataLen) })
+    const flags = buf.readUInt8(at + 1)
+    records.push({ type, flags, target, ino, offset, data: buf.subarray(nameEnd, nameEnd + dataLen) })
     at = nameEnd + dataLen
   }
   return { lsn, flags, length, records }

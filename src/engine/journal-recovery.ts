@@ -13,20 +13,23 @@
 import {
   closeSync,
   constants,
+  fchmodSync,
   fdatasyncSync,
   fstatSync,
   lstatSync,
   openSync,
   readdirSync,
+  readFileSync,
   readSync,
+  renameSync,
   rmSync,
   writeSync,
 } from 'node:fs'
-import { join } from 'node:path'
-import { fsyncDir } from './atomic.js'
+import { dirname, join } from 'node:path'
+import { fsyncDir, mkdirDurable, tempPath } from './atomic.js'
 import { isWorkspaceName } from './entry.js'
 import { Errors } from './errors.js'
-import { checkDirsBelow, openFileSync } from './files.js'
+import { checkDirsBelow, filePathProblem, openFileSync } from './files.js'
 import {
   DATA_START,
   decodeFrame,
@@ -36,6 +39,8 @@ import {
   type JournalHeader,
   type JournalRecord,
   newestHeader,
+  REC_FILE,
+  REC_READ_ONLY,
   SECTOR,
 } from './journal-format.js'
 import { loadNative } from './native.js'
@@ -178,9 +183,14 @@ export function applyRecords(
     skipped: [],
   }
   const open = new Map<string, Target | null>()
+  // Whole files first: the entries replayed below may name them. The last record of a path wins.
+  const files = new Map<string, JournalRecord>()
+  for (const r of scanned.records)
+    if (r.type === REC_FILE && (!only || only(r.target))) files.set(r.target, r)
+  if (files.size > 0) applyFileRecords(root, journal, [...files.values()], report)
   try {
     for (const r of scanned.records) {
-      if (only && !only(r.target)) continue
+      if (r.type === REC_FILE || (only && !only(r.target))) continue
       let t = open.get(r.target)
       if (t === undefined) {
         t = openTarget(root, journal, r, report, native)
@@ -208,6 +218,88 @@ export function applyRecords(
     for (const t of open.values()) if (t) closeSync(t.fd)
   }
   return report
+}
+
+/**
+ * Makes each file hold exactly its record's bytes, durably: a file that already does (the
+ * process wrote it, then died) is fdatasynced where it is; any other is written again to a temp
+ * file, fdatasynced and renamed into place. Then each folder is fsynced. A record whose path
+ * would leave the root, or lead through a symlink, is skipped and reported.
+ */
+function applyFileRecords(
+  root: string,
+  journal: string,
+  records: JournalRecord[],
+  report: ReplayReport,
+): void {
+  const dirs = new Set<string>()
+  for (const r of records) {
+    const problem = filePathProblem(r.target)
+    if (problem !== null) {
+      report.skipped.push({ file: r.target, reason: `not a path for a file beside entries: it ${problem}` })
+      continue
+    }
+    const file = join(root, r.target)
+    const dir = dirname(file)
+    try {
+      mkdirDurable(root, dir)
+    } catch (err) {
+      report.skipped.push({ file, reason: `its folder cannot be made: ${(err as Error).message}` })
+      continue
+    }
+    if (!sameBytes(file, r.data)) {
+      const temp = tempPath(dir, '.tmp-')
+      const fd = openSync(
+        temp,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+        0o666,
+      )
+      try {
+        let off = 0
+        while (off < r.data.length) off += writeSync(fd, r.data, off, r.data.length - off)
+        if (r.flags & REC_READ_ONLY) fchmodSync(fd, fstatSync(fd).mode & 0o7777 & ~0o222)
+        fdatasyncSync(fd)
+      } catch (err) {
+        closeSync(fd)
+        rmSync(temp, { force: true })
+        throw err
+      }
+      closeSync(fd)
+      try {
+        renameSync(temp, file)
+      } catch (err) {
+        rmSync(temp, { force: true })
+        throw Errors.JOURNAL(
+          `${journal}: cannot put back ${file} from its journal record (${(err as Error).message}); the journal is kept`,
+          { journal, file },
+        )
+      }
+    }
+    dirs.add(dir)
+    report.records++
+    report.bytes += r.data.length
+    report.files.push(file)
+  }
+  for (const d of dirs) fsyncDir(d)
+}
+
+/** Whether `file` is a regular file (not followed if a symlink) holding exactly `data`; fdatasynced if so. */
+function sameBytes(file: string, data: Buffer): boolean {
+  const st = lstatSync(file, { throwIfNoEntry: false })
+  if (!st?.isFile() || st.size !== data.length) return false
+  let fd: number
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK)
+  } catch {
+    return false
+  }
+  try {
+    if (!readFileSync(fd).equals(data)) return false
+    fdatasyncSync(fd)
+    return true
+  } finally {
+    closeSync(fd)
+  }
 }
 
 function openTarget(
@@ -314,6 +406,7 @@ export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = n
       for (const r of scanned.records) records.push({ ...r, order: order++ })
       reports.push({ journal: j.path, rounds: scanned.rounds, records: 0, bytes: 0, files: [], skipped: [] })
     }
+    // Whole files keep journal order (the stable sort leaves equal targets in it).
     records.sort((x, y) =>
       x.target < y.target ? -1 : x.target > y.target ? 1 : x.offset - y.offset || x.order - y.order,
     )

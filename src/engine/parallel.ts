@@ -26,7 +26,8 @@ import {
   type VerifyRangeReport,
 } from './scan-protocol.js'
 
-const WORKER = new URL('./scan-worker.js', import.meta.url)
+// Through the parent folder: the same file from the CLI's bundle, one folder beside this one.
+const WORKER = new URL('../engine/scan-worker.js', import.meta.url)
 
 export interface ThreadPolicy {
   /**

@@ -39,6 +39,15 @@ export interface OwnerInit {
   ioOptions?: unknown
 }
 
+/** A whole file an append writes beside its entries (AppendOptions.files). */
+export interface FileWrite {
+  /** Relative to the root, checked (checkFilePath). */
+  path: string
+  data: Uint8Array
+  /** Made read-only (write bits cleared) before it is renamed into place. */
+  readOnly?: boolean
+}
+
 /**
  * Appends, flattened so structured clone handles a few flat arrays instead of many objects.
  * Request i targets `ws[i]` with `counts[i]` bodies taken in order from `bodies`.
@@ -51,6 +60,8 @@ export interface AppendMsg {
   bodies: string[]
   /** Per request, the last seq it expects (compare-and-append) or -1; absent when none does. */
   expects?: number[]
+  /** Per request, the files it writes (or null); absent when none does. */
+  files?: Array<FileWrite[] | null>
 }
 
 /** Asks an append back (its AbortSignal fired): dropped unless already taken into a commit. */
@@ -245,6 +256,9 @@ export interface OwnerStatus {
   wraps: number
   /** Times a round found the journal full and waited for a checkpoint to free space (a sign the journal is small for the load). */
   spaceWaits: number
+  /** Files written beside entries (AppendOptions.files), and the checkpoints that made many of them durable with one syncfs. */
+  filesWritten: number
+  fileSyncfs: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

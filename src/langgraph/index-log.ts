@@ -33,12 +33,22 @@ export class ThreadIndex {
   readonly writes = new Map<string, Map<string, string>>()
   /** Blob of the `thread` file (threads whose workspace name is a hash). */
   threadBlob: string | undefined
+  /** ns → checkpoint ids in the order their records were applied (an id written again comes again). */
+  readonly applied = new Map<string, string[]>()
+  /**
+   * Channel lookups (channelAt) that found no record with the channel at that version: key →
+   * how much of `applied` they had looked through. The next lookup reads only what came since,
+   * instead of every record of the thread again at each step.
+   */
+  readonly misses = new Map<string, number>()
   private last: { ref: CheckpointRef; seq: number } | null = null
 
   reset(): void {
     this.checkpoints.clear()
     this.latest.clear()
     this.writes.clear()
+    this.applied.clear()
+    this.misses.clear()
     this.last = null
   }
 
@@ -74,6 +84,12 @@ export class ThreadIndex {
         }
         const ref: CheckpointRef = { blob: e.blob }
         m.set(p.id, ref)
+        let order = this.applied.get(p.ns)
+        if (!order) {
+          order = []
+          this.applied.set(p.ns, order)
+        }
+        order.push(p.id)
         const latest = this.latest.get(p.ns)
         if (latest === undefined || p.id > latest) this.latest.set(p.ns, p.id)
         this.last = { ref, seq: e.seq }

@@ -1,10 +1,11 @@
 /**
  * NoaSaver: a LangGraph checkpoint saver whose threads are noa workspaces (layout.ts).
  *
- * Durability: `put`, `putWrites` and `deleteThread` resolve once their blobs are fsynced in the
- * object store and their log entries are covered by an fdatasync (objects first: an entry never
- * names a missing object). Operations on one thread that arrive while its previous commit is in
- * flight go out together in the next one: one object batch, one appendMany.
+ * Durability: `put`, `putWrites` and `deleteThread` resolve once their objects and their log
+ * entries are durable together: the objects are files the append writes beside the entries
+ * (AppendOptions.files), in the same commit-journal frame, so one fdatasync covers both and an
+ * entry never names an object a crash could lose. Operations on one thread that arrive while its
+ * previous commit is in flight go out together in the next one: one append.
  *
  * Each `put` ends its commit with a `snapshot` entry whose record the saver builds itself: the
  * workspace is written only by this process while it holds the workspace's lock, and only through
@@ -42,6 +43,7 @@ import {
 } from '../adapters/names.js'
 import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters/values.js'
 import type { AgentLog } from '../engine/agent-log.js'
+import { STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
@@ -338,10 +340,16 @@ class Thread {
       return
     }
     try {
-      await saver.store.write(objects)
-      for (const [id, bytes] of trees) saver.store.stored(id, bytes)
+      // The objects go with the entries: in the same journal frame, one sync for both (the
+      // records the snapshot entries name are among them, so this is the store's own path).
+      const files = saver.store.filesFor(objects)
       const first = state.lastSeq + 1
-      const acks = await saver.log.appendMany(this.workspace, entries)
+      const acks = await saver.log[STORE_APPEND](
+        this.workspace,
+        entries,
+        files.length > 0 ? { files } : undefined,
+      )
+      for (const [id, bytes] of trees) saver.store.stored(id, bytes)
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
@@ -955,12 +963,26 @@ export class NoaSaver extends BaseCheckpointSaver {
     for (const { record } of [...pending.records.values()].reverse()) {
       if (record.checkpoint_ns === ns && record.channels[ch]?.version === version) return record.channels[ch]
     }
-    const ids = [...(t.index.checkpoints.get(ns)?.keys() ?? [])].sort().reverse()
+    // The newest checkpoint (by id) that has it. After a miss, only records applied since are
+    // read: a channel that never had a value at this version is asked for at every step.
+    const key = `${ns}\0${ch}\0${typeof version}:${version}`
+    const order = t.index.applied.get(ns) ?? []
+    const from = t.index.misses.get(key) ?? 0
+    const checked = new Set<string>()
+    const ids = order
+      .slice(from)
+      .filter((id) => !checked.has(id) && checked.add(id) !== undefined)
+      .sort()
+      .reverse()
     for (const id of ids) {
       const record = await this.record(t, ns, id)
       const c = record?.channels[ch]
-      if (c?.version === version) return c
+      if (c?.version === version) {
+        t.index.misses.delete(key)
+        return c
+      }
     }
+    t.index.misses.set(key, order.length)
     return undefined
   }
 

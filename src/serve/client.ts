@@ -19,7 +19,9 @@ import {
   type AppendOptions,
   abortedError,
   checkAppendOptions,
+  checkFiles,
 } from '../engine/agent-log.js'
+import { writeFilesDurably } from '../engine/atomic.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { deserializeError, Errors, NoaError, type SerializedError } from '../engine/errors.js'
@@ -392,7 +394,10 @@ export class RemoteAgentLog extends AgentLog {
       checkWorkspace(workspace)
       this.checkEntry(encodeBody(entry), 'the entry')
       this.checkEntries(workspace, [entry], options, () => 'entry')
-      return this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>
+      const files = checkFiles(options?.files)
+      const send = () =>
+        this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>
+      return files ? writeFilesDurably(this.root, files).then(send) : send()
     } catch (err) {
       return Promise.reject(err)
     }
@@ -411,9 +416,10 @@ export class RemoteAgentLog extends AgentLog {
         this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
       })
       this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
-      return this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<
-        Ack[]
-      >
+      const files = checkFiles(options?.files)
+      const send = () =>
+        this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<Ack[]>
+      return files ? writeFilesDurably(this.root, files).then(send) : send()
     } catch (err) {
       return Promise.reject(err)
     }
@@ -468,14 +474,24 @@ export class RemoteAgentLog extends AgentLog {
     return (await this.call({ op: 'appendAtomic', batch })) as Record<string, Ack[]>
   }
 
-  /** The store's own appends (snapshot, fork, merge records), as the engine's same path: unix socket only. */
-  override [STORE_APPEND](workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+  /**
+   * The store's own appends (snapshot, fork, merge records), as the engine's same path: unix
+   * socket only. Files go to the disk here, durably, before the entries go to the daemon: the
+   * client shares the root's file system, and the daemon's journal never sees them.
+   */
+  override [STORE_APPEND](
+    workspace: string,
+    entries: readonly EntryInput[],
+    options?: Pick<AppendOptions, 'files'>,
+  ): Promise<Ack[]> {
     try {
       checkWorkspace(workspace)
       entries.forEach((e, i) => {
         this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
       })
-      return this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>
+      const files = checkFiles(options?.files)
+      const send = () => this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>
+      return files ? writeFilesDurably(this.root, files).then(send) : send()
     } catch (err) {
       return Promise.reject(err)
     }

@@ -15,7 +15,7 @@
  */
 import { createHash, hash } from 'node:crypto'
 import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
-import { dirname, join, sep } from 'node:path'
+import { dirname, join, relative, sep } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
@@ -514,6 +514,25 @@ export class ObjectStore implements ObjectChecks {
     } finally {
       for (const t of temps) if (t) rmSync(t, { force: true })
     }
+  }
+
+  /**
+   * Objects as files for an append to write beside the entries that name them
+   * (AppendOptions.files): written and made durable with those entries, in one sync of the
+   * commit journal instead of one per object before it. No object is looked up first: most are
+   * new, a lookup of a missing name in a folder being written waits for that folder's lock, and
+   * one written again gets the same bytes (content addressed), its rename freshening it for gc
+   * as `write` does.
+   */
+  filesFor(objects: readonly StoredObject[]): Array<{ path: string; data: Uint8Array; readOnly: boolean }> {
+    const files: Array<{ path: string; data: Uint8Array; readOnly: boolean }> = []
+    const seen = new Set<string>()
+    for (const o of objects) {
+      if (seen.has(o.id)) continue
+      seen.add(o.id)
+      files.push({ path: relative(this.root, this.pathOf(o.id)), data: o.data, readOnly: true })
+    }
+    return files
   }
 
   /** An object's bytes, checked against its id. `what` names it in errors (e.g. `tree <id>`). */

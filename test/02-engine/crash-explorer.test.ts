@@ -161,6 +161,7 @@ describe('crash-state explorer: atomic batches across workers', () => {
         root,
         traceDir,
         acks: rec.acks,
+        fileAcks: [],
         errors: [],
         stats: { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 1, spaceWaits: 0 },
         workspaces: [a, b],

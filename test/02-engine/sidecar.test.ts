@@ -14,6 +14,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs'
+import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { crc32c, crc32cSmall } from '../../dist/src/engine/crc.js'
@@ -43,10 +44,32 @@ async function filled(root: string, n: number): Promise<void> {
 
 describe('checksum sidecar', () => {
   it('reads its records with a JS CRC32C that agrees with the native one', () => {
+    const native = (
+      createRequire(import.meta.url)('@node-rs/crc32') as {
+        crc32c: (data: Uint8Array, initial?: number) => number
+      }
+    ).crc32c
     const bytes = Buffer.from(Array.from({ length: 300 }, (_, i) => (i * 131 + 7) & 0xff))
     for (let n = 0; n <= 64; n++)
-      expect(crc32cSmall(bytes, n, n + 28)).toBe(crc32c(bytes.subarray(n, n + 28)))
+      expect(crc32cSmall(bytes, n, n + 28)).toBe(native(bytes.subarray(n, n + 28)) >>> 0)
     expect(crc32cSmall(Buffer.from('123456789'), 0, 9)).toBe(0xe3069283) // the CRC-32C check value
+    // crc32c sums a process's first 64 KiB with the table and the rest natively, continuing either way.
+    const big = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 7919 + 3) & 0xff))
+    for (const [from, to] of [
+      [0, 0],
+      [0, 1],
+      [5, 4095],
+      [0, 65_536],
+      [0, 4096],
+      [100, 70_000],
+    ] as const) {
+      const part = big.subarray(from, to)
+      expect(crc32c(part)).toBe(native(part) >>> 0)
+      const seed = native(big.subarray(0, 77)) >>> 0
+      expect(crc32c(part, seed)).toBe(native(part, seed) >>> 0)
+      // a run summed in a small piece then a large one (an owner's block) is the whole run's CRC
+      expect(crc32c(big.subarray(to), crc32c(big.subarray(0, to)))).toBe(native(big) >>> 0)
+    }
   })
 
   it('covers the whole log after a clean close, block by block', async () => {

@@ -230,15 +230,18 @@ describe('NoaSaver', () => {
         a: 1,
       })
       // Someone appends to the thread's workspace after the saver read the log, before its entries go.
-      const write = saver.store.write.bind(saver.store)
-      saver.store.write = async (objects) => {
-        await write(objects)
-        saver.store.write = write
-        await log.append('lg.r', { op: 'write', path: 'intruder', blob: '1'.repeat(64) })
+      // (filesFor runs just before the saver appends: an append made there is queued first.)
+      const filesFor = saver.store.filesFor.bind(saver.store)
+      let intruder: Promise<unknown> = Promise.resolve()
+      saver.store.filesFor = (objects) => {
+        saver.store.filesFor = filesFor
+        intruder = log.append('lg.r', { op: 'write', path: 'intruder', blob: '1'.repeat(64) })
+        return filesFor(objects)
       }
       await expect(saver.put(c1, checkpoint({ a: 2 }, { a: 2 }), meta(1), { a: 2 })).rejects.toMatchObject({
         code: 'NOA_CONFLICT',
       })
+      await intruder
       await expectConsistent(root, 'lg.r')
       const c3 = await saver.put(c1, checkpoint({ a: 3 }, { a: 3 }), meta(2), { a: 3 })
       expect((await saver.getTuple(c3))?.checkpoint.channel_values).toEqual({ a: 3 })

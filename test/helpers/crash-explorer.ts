@@ -80,11 +80,22 @@ export interface WorkloadOptions {
   dist?: string
 }
 
+/** A file written beside an acknowledged entry (AppendOptions.files). */
+export interface FileAck {
+  /** Relative to the root. */
+  path: string
+  /** Its bytes, base64 (the workload is kept as JSON). */
+  data: string
+  /** The operation counter when its append's ack was observed. */
+  c: number
+}
+
 export interface WorkloadResult {
   seed: number
   root: string
   traceDir: string
   acks: AckRecord[]
+  fileAcks: FileAck[]
   /** Unexpected rejections of the uncrashed run (there should be none). */
   errors: string[]
   stats: {
@@ -105,6 +116,11 @@ export const BLOB = 'ab'.repeat(32)
  * The io options of a recorded run and a way to stamp acknowledgements: the counter read when
  * an ack is observed is the number of operations that had completed by then.
  */
+/** The operation counter of a recording (see `recording`). */
+function counterOf(rec: { ioOptions: { sab: SharedArrayBuffer } }): Int32Array {
+  return new Int32Array(rec.ioOptions.sab)
+}
+
 export function recording(traceDir: string, extra: Record<string, unknown> = {}) {
   const sab = new SharedArrayBuffer(16)
   const counter = new Int32Array(sab)
@@ -127,6 +143,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T
   const rec = recording(o.traceDir)
   const acks = rec.acks
+  const fileAcks: FileAck[] = []
   const errors: string[] = []
   const stats = { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 0, spaceWaits: 0 }
   // Paths make every entry recognizable; the padding makes lines long enough that a 256 KiB
@@ -184,7 +201,28 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
         const n = 1 + Math.floor(rand() * 8)
         for (let i = 0; i < n; i++) {
           const ws = pick(workspaces)
-          const e = entry(ws, `p${tag++}`)
+          const t = tag++
+          const e = entry(ws, `p${t}`)
+          if (rand() < 0.3) {
+            // With a file beside it, in a folder of its own now and then (made for it).
+            const file = {
+              path: `objects/${(t % 7).toString(16).padStart(2, '0')}/o${t}`,
+              data: Buffer.from(`file ${t} ${pad(Math.floor(rand() * 1500))}`),
+              readOnly: true,
+            }
+            track(
+              log.append(ws, e, { files: [file] }).then((a) => {
+                stamp(ws, a.seq, e.path)
+                fileAcks.push({
+                  path: file.path,
+                  data: file.data.toString('base64'),
+                  c: Atomics.load(counterOf(rec), 0),
+                })
+              }),
+              'append with a file',
+            )
+            continue
+          }
           track(
             log.append(ws, e).then((a) => stamp(ws, a.seq, e.path)),
             'append',
@@ -281,6 +319,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
     root: o.root,
     traceDir: o.traceDir,
     acks,
+    fileAcks,
     errors,
     stats,
     workspaces,
@@ -413,6 +452,9 @@ export function buildModel(root: string, ops: readonly TraceOp[]): Model {
       }
       case 'close':
         fds.delete(op.fd as number)
+        break
+      case 'opendir':
+        // A folder's descriptor: its syncs are recorded as fsyncDir (or syncfs) of the folder.
         break
       case 'write':
       case 'pwrite': {
@@ -754,6 +796,8 @@ function fstatIno(path: string): bigint {
 export interface Recovered {
   /** Per workspace: the log after recovery (missing log: empty). */
   logs: Map<string, Buffer>
+  /** Files written beside acknowledged entries (relative path) → bytes after recovery, or null. */
+  files: Map<string, Buffer | null>
   /** Bytes the replay wrote, and torn tails cut. */
   replayed: number
   cut: number
@@ -768,10 +812,27 @@ export interface Recovered {
  * Then each log is checked against its checksum sidecar, as verify does: a sidecar record lost
  * or torn by the crash leaves its block unchecked, but no recorded block may mismatch.
  */
-export function recoverState(dir: string, workspaces: readonly string[], m: RecoveryModules): Recovered {
-  const out: Recovered = { logs: new Map(), replayed: 0, cut: 0, checksummed: 0, damaged: [], error: null }
+export function recoverState(
+  dir: string,
+  workspaces: readonly string[],
+  m: RecoveryModules,
+  files: readonly string[] = [],
+): Recovered {
+  const out: Recovered = {
+    logs: new Map(),
+    files: new Map(),
+    replayed: 0,
+    cut: 0,
+    checksummed: 0,
+    damaged: [],
+    error: null,
+  }
   try {
     for (const r of m.recoverJournals(dir)) out.replayed += r.bytes
+    for (const f of files) {
+      const path = join(dir, f)
+      out.files.set(f, existsSync(path) ? readFileSync(path) : null)
+    }
     const jdir = join(dir, 'journal')
     const left = existsSync(jdir)
       ? readdirSync(jdir).filter((n) => n.endsWith('.jnl') || n.endsWith('.jnl.tmp'))
@@ -824,6 +885,8 @@ interface Expected {
   acked: Map<string, Array<{ c: number; seq: number; path: string }>>
   /** appendAtomic batches: per workspace part, its first and last seq. */
   batches: Map<string, Array<{ ws: string; first: number; last: number }>>
+  /** Files written beside acknowledged entries, with the counter of their ack. */
+  files: Array<{ path: string; data: Buffer; c: number }>
 }
 
 function lineCount(buf: Buffer): number {
@@ -868,7 +931,13 @@ export function expectations(w: WorkloadResult): { expected: Expected; problems:
   }
   for (const list of acked.values()) list.sort((x, y) => x.c - y.c)
   if (existsSync(join(w.root, 'journal'))) problems.push('the journal folder is left after the final close')
-  return { expected: { final, acked, batches }, problems }
+  const files = (w.fileAcks ?? []).map((f) => ({ path: f.path, data: Buffer.from(f.data, 'base64'), c: f.c }))
+  for (const f of files) {
+    const path = join(w.root, f.path)
+    if (!existsSync(path) || !readFileSync(path).equals(f.data))
+      problems.push(`final ${f.path} is not what was written`)
+  }
+  return { expected: { final, acked, batches, files }, problems }
 }
 
 /** What a recovered state is checked on: its logs reduced to entry counts. */
@@ -880,10 +949,18 @@ export interface Outcome {
   entries: Map<string, number>
   /** Logs that are not a prefix of the final log, described. */
   notPrefix: string[]
+  /** Acknowledged files (relative path) → their recovered bytes, or null when missing. */
+  files: Map<string, Buffer | null>
 }
 
 export function outcomeOf(ex: Expected, rec: Recovered): Outcome {
-  const out: Outcome = { error: rec.error, damaged: rec.damaged, entries: new Map(), notPrefix: [] }
+  const out: Outcome = {
+    error: rec.error,
+    damaged: rec.damaged,
+    entries: new Map(),
+    notPrefix: [],
+    files: rec.files,
+  }
   for (const [ws, log] of rec.logs) {
     const final = ex.final.get(ws) ?? Buffer.alloc(0)
     if (log.length > final.length || !final.subarray(0, log.length).equals(log)) {
@@ -914,6 +991,13 @@ export function checkState(ex: Expected, k: number, o: Outcome): string[] {
     }
     if (need > have)
       problems.push(`${ws}: seq ${need} was acknowledged at or before op ${k}, the log has ${have}`)
+  }
+  for (const f of ex.files) {
+    if (f.c > k) continue
+    const got = o.files.get(f.path)
+    if (!got)
+      problems.push(`${f.path} was written beside an entry acknowledged at or before op ${k}, and is missing`)
+    else if (!got.equals(f.data)) problems.push(`${f.path} holds other bytes than were acknowledged`)
   }
   for (const [b, parts] of ex.batches) {
     const whole = parts.filter((p) => (entries.get(p.ws) ?? 0) >= p.last).length
@@ -1041,7 +1125,12 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
             const f = state.files.get(join(w.root, 'agent-logs', `${ws}.log`))
             before.set(ws, f ? agreeingLines(f.data, expected.final.get(ws) as Buffer) : 0)
           }
-          const rec = recoverState(dir, w.workspaces, o.modules)
+          const rec = recoverState(
+            dir,
+            w.workspaces,
+            o.modules,
+            expected.files.map((f) => f.path),
+          )
           rmSync(dir, { recursive: true, force: true })
           done = { outcome: outcomeOf(expected, rec), before }
           seen.set(state.key, done)

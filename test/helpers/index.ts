@@ -12,7 +12,8 @@ import { onTestFinished } from 'vitest'
 
 export const ROOT_DIR = fileURLToPath(new URL('../..', import.meta.url))
 export const DIST = join(ROOT_DIR, 'dist', 'src')
-export const CLI = join(DIST, 'cli', 'bin.js')
+/** The command as installed (package.json "bin"): the CommonJS entry the build makes. */
+export const CLI = join(DIST, 'cli', 'bin.cjs')
 
 /** A fresh directory, removed when the current test ends. */
 export function tempDir(prefix = 'noa-test-'): string {

@@ -4,7 +4,7 @@ import { Errors, NoaError, rewrap } from '../../engine/errors.js'
 import { checkRoot } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
-import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readAll, write } from '../io.js'
+import { type CliIo, invalidUtf8, isClosedPipeError, jsonLines, readInput, write } from '../io.js'
 import { meter, percent, rate } from '../progress.js'
 
 export const spec = command({
@@ -57,7 +57,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       `noa append: reading JSONL entries for ${workspace} from stdin until Ctrl-D (one per line, e.g. {"op":"delete","path":"src/old.ts"}; noa append --help for the format)\n`,
     )
   }
-  const bytes = await readAll(io.stdin)
+  const bytes = await readInput(io)
   // Validate everything before anything is written.
   const refuse = (line: number, reason: string, details: { offset?: number } = {}) =>
     Errors.BAD_ENTRY(`stdin:${line}: ${reason}; nothing was written`, { line, ...details })

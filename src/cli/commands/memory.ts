@@ -19,7 +19,7 @@ import {
   subcommand,
   UsageError,
 } from '../args.js'
-import { type CliIo, json, readAll, write } from '../io.js'
+import { type CliIo, json, readInput, write } from '../io.js'
 
 const DIR_OPTION = {
   dir: {
@@ -176,7 +176,7 @@ export function run(args: string[], io: CliIo): Promise<number> {
 async function save(args: string[], io: CliIo): Promise<number> {
   const { values, store } = parse(SPECS.save, args)
   if (values.name === undefined) throw new UsageError('--name is required', USAGE.save)
-  const body = await readAll(io.stdin)
+  const body = await readInput(io)
   const bad = findInvalidUtf8(body)
   if (bad) {
     throw Errors.BAD_ARGUMENT(

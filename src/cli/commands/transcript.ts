@@ -22,7 +22,7 @@ import { checkMessage, checkUsage } from '../../transcript/validate.js'
 import { lastUuid, messages, parseBoundaryMeta } from '../../transcript/view.js'
 import { TranscriptWriter } from '../../transcript/writer.js'
 import { type GroupSpec, JSON_OPTION, parseCommand, runSubcommand, subcommand } from '../args.js'
-import { type CliIo, readAll, write } from '../io.js'
+import { type CliIo, readInput, write } from '../io.js'
 
 const SHOW = 'usage: noa transcript show <file> [--norma] [--json]'
 const RESUME = 'usage: noa transcript resume <dir> <sessionId> [--norma] [--json]'
@@ -344,7 +344,7 @@ async function append(args: string[], io: CliIo): Promise<number> {
   const agentId = values.agent
   if (agentId !== undefined) checkTranscriptId(agentId, 'agent id')
   // Everything is checked before anything is written.
-  const inputs = parseInput(await readAll(io.stdin))
+  const inputs = parseInput(await readInput(io))
   const file = transcriptPath(dir, sessionId, agentId)
   // Continue the file's chain; a corrupt file is refused here rather than appended to.
   const existing = await loadTranscript(file)
