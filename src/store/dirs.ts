@@ -18,8 +18,11 @@
  * the root's id (its bytes do not hash to that name; each folder in it is checked against its
  * own id when read). Thousands of small files with an fsync each would cost far more than the
  * encoding saved; a pack is one sequential write. A pack holds the folders it made inline and,
- * for each subfolder it reuses, the pack that holds that subfolder inline (a ref), so any
- * folder is found in one hop from the pack of its parent:
+ * for each subfolder it keeps from its base, the pack that holds that subfolder inline, so any
+ * folder is found in one hop from the pack of its parent, and a snapshot never opens the packs
+ * of the folders it keeps. noa writes the second pack format (PackV2 below: the source packs
+ * listed once, a number per kept subfolder); the first (PackV1: a 130-byte ref line per kept
+ * subfolder, which at 100k paths made a 1,000-entry snapshot write and read ~14k refs) is read:
  *
  *     noa-tree-pack 1\n
  *     <inline count> <ref count>\n
@@ -28,11 +31,12 @@
  *     <folder id> <pack id>\n              one per ref
  *     <the inline folders' encodings, back to back>
  */
-import { createHash } from 'node:crypto'
+import { createHash, hash } from 'node:crypto'
 import { Errors } from '../engine/errors.js'
 
 export const DIR_HEADER = 'noa-tree 2\n'
 export const PACK_HEADER = 'noa-tree-pack 1\n'
+export const PACK2_HEADER = 'noa-tree-pack 2\n'
 const DIR_HEAD = Buffer.from(DIR_HEADER, 'latin1')
 const NUL = 0
 const LF = 0x0a
@@ -60,7 +64,7 @@ export function comparePaths(a: string, b: string): number {
 }
 
 export function sha256hex(data: Uint8Array | string): string {
-  return createHash('sha256').update(data).digest('hex')
+  return hash('sha256', data, 'hex')
 }
 
 /**
@@ -81,7 +85,9 @@ export class Records {
         object: id,
       })
     }
-    const ends: number[] = []
+    // A record is at least a 1-byte key and its 66-byte tail: room for every one, filled once.
+    const ends = new Uint32Array(Math.floor((bytes.length - header.length) / (TAIL + 1)))
+    let n = 0
     let pos = header.length
     while (pos < bytes.length) {
       const z = bytes.indexOf(NUL, pos)
@@ -91,10 +97,10 @@ export class Records {
           offset: pos,
         })
       }
-      ends.push(z)
+      ends[n++] = z
       pos = z + TAIL
     }
-    return new Records(bytes, Uint32Array.from(ends), header.length)
+    return new Records(bytes, n === ends.length ? ends : ends.slice(0, n), header.length)
   }
 
   get size(): number {
@@ -170,6 +176,8 @@ export class Dir {
     readonly id: string,
     readonly records: Records,
     readonly pack: Pack,
+    /** Per record, the pack its subfolder is in (pack.sourceAt), or null: every one is in `pack`. */
+    readonly hints: Hints | null = null,
   ) {}
 
   get size(): number {
@@ -178,8 +186,11 @@ export class Dir {
 
   /** The subfolder with this name, or undefined. */
   child(name: string): Dir | undefined {
-    const id = this.records.find(Buffer.from(`${name}/`, 'utf8'))
-    return id === undefined ? undefined : this.pack.dir(id)
+    const r = this.records
+    if (r.size === 0) return undefined
+    const key = Buffer.from(`${name}/`, 'utf8')
+    const i = r.lowerBound(key)
+    return r.isAt(i, key) ? this.childAt(i) : undefined
   }
 
   /** The file's blob, or undefined. */
@@ -189,8 +200,20 @@ export class Dir {
 
   /** The subfolder record i names (the record is a folder's). */
   childAt(i: number): Dir {
-    return this.pack.dir(this.records.blobAt(i))
+    return this.pack.childOf(this, i)
   }
+
+  /** The pack that holds subfolder record i, as this folder's pack says (not opened). */
+  homeAt(i: number): string {
+    return this.pack.homeOf(this, i)
+  }
+}
+
+/** A folder's per-record source numbers: 0 = in the folder's own pack, k = the pack's source k. */
+interface Hints {
+  bytes: Buffer
+  start: number
+  width: number
 }
 
 /** Where packs come from: the object store (synchronous reads, checked as they are made). */
@@ -198,66 +221,91 @@ export interface PackSource {
   pack(id: string, from: { tree: string; folder: string }): Pack
 }
 
-/** Where an inline folder's bytes are: in memory (a pack just built) or at a range of the file. */
-type Inline = Buffer | { offset: number; length: number }
-
 /**
- * A pack: folders inline (by id) and refs (folder id → the pack holding it inline). Folders
- * are decoded on first use and kept; a folder read from a file is checked against its id.
+ * A pack: the folders it holds inline, found by id, and for every other folder its trees reach,
+ * the pack to look in. Folders are decoded on first use and kept; a folder read from a file is
+ * checked against its id.
  */
-export class Pack {
-  private readonly loaded = new Map<string, Dir>()
+export abstract class Pack {
+  protected readonly loaded = new Map<string, Dir>()
 
   constructor(
     readonly id: string,
-    private readonly inline: Map<string, Inline>,
-    readonly refs: ReadonlyMap<string, string>,
-    private readonly source: PackSource | null,
-    /** Reads [offset, offset + length) of the pack's data (a stored pack). */
-    private readonly read: ((offset: number, length: number) => Buffer) | null,
-    private readonly what: string,
+    protected readonly source: PackSource | null,
+    protected readonly what: string,
   ) {}
 
   /** Whether the pack holds this folder inline. */
-  holds(id: string): boolean {
-    return this.inline.has(id)
-  }
+  abstract holds(id: string): boolean
 
-  get inlineIds(): IterableIterator<string> {
-    return this.inline.keys()
-  }
+  /** Folder `id`, which the pack holds inline. */
+  protected abstract inlineDir(id: string): Dir
+
+  /** The pack named for the subfolder record i of `parent` (a folder of this pack), unopened. */
+  abstract homeOf(parent: Dir, i: number): string
+
+  /** The packs this one names for folders it does not hold (v1: one per ref, deduplicated). */
+  abstract get sources(): readonly string[]
+
+  /** Ids of the folders held inline. */
+  abstract inlineIds(): Iterable<string>
 
   get root(): Dir {
     return this.dir(this.id)
   }
 
-  /** The pack that holds folder `id` inline: this one, or the one its ref names. */
-  home(id: string): Pack {
-    if (this.inline.has(id)) return this
-    const ref = this.refs.get(id)
-    if (ref === undefined || this.source === null) {
+  /** Folder `id`: held here, or where its ref or hint says (v1 packs name folders by id). */
+  dir(id: string): Dir {
+    const cached = this.loaded.get(id)
+    if (cached) return cached
+    if (this.holds(id)) return this.inlineDir(id)
+    return this.resolve(id, this.refOf(id))
+  }
+
+  /** A v1 pack's ref for a folder it does not hold (undefined: none; v2 packs hint by position). */
+  protected refOf(_id: string): string | undefined {
+    return undefined
+  }
+
+  /** The subfolder record i of `parent` names: held here, or in the pack its hint names. */
+  childOf(parent: Dir, i: number): Dir {
+    const id = parent.records.blobAt(i)
+    const cached = this.loaded.get(id)
+    if (cached) return cached
+    return this.inlineOrUndefined(id) ?? this.resolve(id, this.homeOf(parent, i))
+  }
+
+  /** Folder `id` if the pack holds it inline. */
+  protected inlineOrUndefined(id: string): Dir | undefined {
+    return this.holds(id) ? this.inlineDir(id) : undefined
+  }
+
+  private resolve(id: string, home: string | undefined): Dir {
+    if (home === undefined || this.source === null) {
       throw Errors.CORRUPT_OBJECT(
         `${this.what}: folder ${id} is neither in the pack nor named by one of its refs`,
         { object: this.id },
       )
     }
-    const pack = this.source.pack(ref, { tree: this.id, folder: id })
-    if (pack.holds(id)) return pack
+    // The home may be this pack's own name when the tree came back to one stored before: the
+    // stored pack of that name is then another object than this one, just built.
+    const pack = this.source.pack(home, { tree: this.id, folder: id })
+    if (pack !== this && pack.holds(id)) return pack.inlineDir(id)
     // Two packs can hold the same tree (two writers built it from different bases, and the
     // later write found the object there): the ref was made against the other one. The folder
     // is in that tree all the same (ids are content), so look for it there.
     const found = pack === this ? undefined : pack.search(id)
     if (found) return found
     throw Errors.CORRUPT_OBJECT(
-      `${this.what}: its ref to folder ${id} names tree ${ref}, which does not hold it`,
+      `${this.what}: its ref to folder ${id} names tree ${home}, which does not hold it`,
       { object: this.id },
     )
   }
 
-  /** The pack holding folder `id` inline, found by a walk of this pack's tree; undefined if none. */
-  private search(id: string): Pack | undefined {
+  /** Folder `id`, found by a walk of this pack's tree; undefined if none. */
+  private search(id: string): Dir | undefined {
     const seen = new Set<string>()
-    const walk = (dir: Dir): Pack | undefined => {
+    const walk = (dir: Dir): Dir | undefined => {
       const r = dir.records
       for (let i = 0; i < r.size; i++) {
         if (!r.isDirAt(i)) continue
@@ -265,7 +313,7 @@ export class Pack {
         if (seen.has(child)) continue
         seen.add(child)
         const d = dir.childAt(i)
-        if (child === id) return d.pack
+        if (child === id) return d
         const hit = walk(d)
         if (hit) return hit
       }
@@ -274,53 +322,102 @@ export class Pack {
     return walk(this.root)
   }
 
-  /** Folder `id`, read from this pack or the one its ref names. */
-  dir(id: string): Dir {
-    const cached = this.loaded.get(id)
-    if (cached) return cached
-    const inline = this.inline.get(id)
-    if (inline === undefined) return this.home(id).dir(id)
-    let bytes: Buffer
-    if (Buffer.isBuffer(inline)) {
-      bytes = inline
-    } else {
-      bytes = (this.read as NonNullable<typeof this.read>)(inline.offset, inline.length)
-      const actual = sha256hex(bytes)
-      if (actual !== id) {
-        throw Errors.CORRUPT_OBJECT(
-          `${this.what} is corrupt: its folder ${id} hashes to ${actual} (bytes ${inline.offset}-${inline.offset + inline.length - 1} of its data)`,
-          { object: this.id },
-        )
-      }
-    }
-    const dir = new Dir(id, Records.parse(bytes, DIR_HEAD, `folder ${id} of ${this.what}`, this.id), this)
+  /** Reads and checks every folder held inline (verify: damage where no tree walk looks). */
+  checkAll(): void {
+    for (const id of this.inlineIds()) this.dir(id)
+  }
+
+  protected parseDir(id: string, bytes: Buffer, hints: Hints | null): Dir {
+    const records = Records.parse(bytes, DIR_HEAD, `folder ${id} of ${this.what}`, this.id)
+    if (hints && hints.bytes.length - hints.start < records.size * hints.width)
+      throw this.corrupt(`the hints of folder ${id} are short`)
+    const dir = new Dir(id, records, this, hints)
     this.loaded.set(id, dir)
     return dir
   }
 
-  /** The stored form of the pack. */
-  encode(): Buffer {
-    const parts: Buffer[] = []
-    let index = ''
-    let offset = 0
-    for (const [id, inline] of this.inline) {
-      const bytes = Buffer.isBuffer(inline) ? inline : this.dir(id).records.bytes
-      index += `${id} ${offset} ${bytes.length}\n`
-      offset += bytes.length
-      parts.push(bytes)
+  protected corrupt(why: string): Error {
+    return Errors.CORRUPT_OBJECT(`${this.what} is corrupt: ${why}`, { object: this.id })
+  }
+
+  protected checked(id: string, bytes: Buffer, range: string): Buffer {
+    const actual = sha256hex(bytes)
+    if (actual !== id) throw this.corrupt(`its folder ${id} hashes to ${actual} (${range})`)
+    return bytes
+  }
+}
+
+/** Where an inline folder's bytes are: at a range of the file. */
+interface Range {
+  offset: number
+  length: number
+}
+
+/**
+ * The first pack format (`noa-tree-pack 1`, read, no longer written): one ref line per
+ * subfolder kept from the base, naming the pack that holds it.
+ */
+class PackV1 extends Pack {
+  private refIds: string[] | null = null
+
+  constructor(
+    id: string,
+    private readonly inline: Map<string, Range>,
+    private readonly refs: ReadonlyMap<string, string>,
+    source: PackSource | null,
+    private readonly read: (offset: number, length: number) => Buffer,
+    what: string,
+  ) {
+    super(id, source, what)
+  }
+
+  holds(id: string): boolean {
+    return this.inline.has(id)
+  }
+
+  inlineIds(): Iterable<string> {
+    return this.inline.keys()
+  }
+
+  protected override refOf(id: string): string | undefined {
+    return this.refs.get(id)
+  }
+
+  homeOf(parent: Dir, i: number): string {
+    const id = parent.records.blobAt(i)
+    if (this.inline.has(id)) return this.id
+    const ref = this.refs.get(id)
+    if (ref === undefined) {
+      throw Errors.CORRUPT_OBJECT(
+        `${this.what}: folder ${id} is neither in the pack nor named by one of its refs`,
+        { object: this.id },
+      )
     }
-    for (const [id, pack] of this.refs) index += `${id} ${pack}\n`
-    return Buffer.concat([
-      Buffer.from(`${PACK_HEADER}${this.inline.size} ${this.refs.size}\n${index}`, 'latin1'),
-      ...parts,
-    ])
+    return ref
+  }
+
+  get sources(): readonly string[] {
+    this.refIds ??= [...new Set(this.refs.values())]
+    return this.refIds
+  }
+
+  protected inlineDir(id: string): Dir {
+    const cached = this.loaded.get(id)
+    if (cached) return cached
+    const at = this.inline.get(id) as Range
+    const bytes = this.checked(
+      id,
+      this.read(at.offset, at.length),
+      `bytes ${at.offset}-${at.offset + at.length - 1} of its data`,
+    )
+    return this.parseDir(id, bytes, null)
   }
 
   /**
    * Parses a stored pack's index. `head` holds the file's first bytes; `more(n)` returns its
    * first n bytes when the index is longer than `head`.
    */
-  static decodeIndex(
+  static decode(
     id: string,
     head: Buffer,
     more: (n: number) => Buffer,
@@ -328,11 +425,11 @@ export class Pack {
     readAt: (offset: number, length: number) => Buffer,
     what: string,
     size?: number,
-  ): Pack {
+  ): PackV1 {
     const bad = (why: string) => Errors.CORRUPT_OBJECT(`${what} is not a tree pack: ${why}`, { object: id })
     let bytes = head
     const counts = bytes.indexOf(LF, PACK_HEADER.length)
-    if (bytes.toString('latin1', 0, PACK_HEADER.length) !== PACK_HEADER || counts < 0) throw bad('no header')
+    if (counts < 0) throw bad('no header')
     const m = /^(\d+) (\d+)$/.exec(bytes.toString('latin1', PACK_HEADER.length, counts))
     if (!m) throw bad('bad counts')
     const nInline = Number(m[1])
@@ -340,7 +437,7 @@ export class Pack {
     if (nInline < 1) throw bad('no root folder')
     // Each index line is at most 64 + 1 + 64 + 1 bytes.
     const maxEnd = counts + 1 + (nInline + nRefs) * 130
-    const inline = new Map<string, Inline>()
+    const inline = new Map<string, Range>()
     const refs = new Map<string, string>()
     let pos = counts + 1
     let total = 0
@@ -372,34 +469,335 @@ export class Pack {
         { object: id },
       )
     }
-    return new Pack(id, inline, refs, source, (offset, length) => readAt(dataStart + offset, length), what)
+    return new PackV1(id, inline, refs, source, (offset, length) => readAt(dataStart + offset, length), what)
   }
 }
 
-/** A pack being built: the folders made so far, and refs to the subfolders reused. */
-class PackBuilder {
-  readonly inline = new Map<string, Buffer>()
-  readonly refs = new Map<string, string>()
-  /** Folders reused, with the pack that holds each inline. */
-  readonly reused = new Map<string, Pack>()
+/** Bytes of one index entry of a v2 pack: folder id, length of its bytes, start of its hints. */
+const ENTRY = 40
 
-  /** Adds a folder; returns its id. */
-  add(bytes: Buffer): string {
+/**
+ * The pack format noa writes (`noa-tree-pack 2`): the packs it takes folders from are listed
+ * once, and each folder it holds says, per record, which of them holds that subfolder. So a
+ * snapshot writes a byte or two per subfolder it keeps (not a 130-byte ref), and a fresh
+ * process opens only the packs on the paths it reads: one hop from the pack of the parent.
+ *
+ *     noa-tree-pack 2\n
+ *     <inline count> <source count> <hint width> <hint bytes>\n
+ *     <32 bytes: SHA-256 of the counts line and the three tables below>
+ *     sources   <source count> × 32-byte pack ids
+ *     index     <inline count> × (32-byte folder id, u32 BE length, u32 BE hint start),
+ *               sorted by id (looked up by binary search, in place); the folders' bytes follow
+ *               in the same order, back to back, so each offset is the sum of the lengths before
+ *     hints     per folder, either nothing (every subfolder it names is in this pack) or one
+ *               big-endian number of <hint width> bytes per record: 0 for a file or a subfolder
+ *               held here, k for the pack sources[k - 1]
+ *     data      the folders' encodings
+ *
+ * The folders' bytes are checked against their ids as they are read; everything else is
+ * covered by the hash after the counts, checked when the pack is opened.
+ */
+class PackV2 extends Pack {
+  private offsets: Float64Array | null = null
+  private srcIds: string[] | null = null
+
+  private constructor(
+    id: string,
+    /** The counts line through the hints (the bytes the meta hash covers, and the tables). */
+    private readonly meta: Buffer,
+    private readonly sourcesAt: number,
+    private readonly nSources: number,
+    private readonly indexAt: number,
+    private readonly nInline: number,
+    private readonly hintsAt: number,
+    private readonly hintBytes: number,
+    private readonly width: number,
+    source: PackSource | null,
+    /** Reads [offset, offset + length) of the data (null: in `data`, made here, not checked). */
+    private readonly read: ((offset: number, length: number) => Buffer) | null,
+    private readonly data: Buffer | null,
+    what: string,
+  ) {
+    super(id, source, what)
+  }
+
+  /** The index entry of folder `id`, or -1. */
+  private find(id: string): number {
+    // Ids are uniform: their first 48 bits almost always decide, compared as numbers.
+    const want = Number.parseInt(id.slice(0, 12), 16)
+    const m = this.meta
+    let lo = 0
+    let hi = this.nInline
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      const at = this.indexAt + mid * ENTRY
+      const got = m.readUIntBE(at, 6)
+      if (got < want) lo = mid + 1
+      else if (got > want) hi = mid
+      else {
+        const full = m.toString('hex', at, at + 32)
+        if (full === id) return mid
+        if (full < id) lo = mid + 1
+        else hi = mid
+      }
+    }
+    return -1
+  }
+
+  holds(id: string): boolean {
+    return this.find(id) >= 0
+  }
+
+  *inlineIds(): Iterable<string> {
+    for (let k = 0; k < this.nInline; k++) {
+      const at = this.indexAt + k * ENTRY
+      yield this.meta.toString('hex', at, at + 32)
+    }
+  }
+
+  get sources(): readonly string[] {
+    if (!this.srcIds) {
+      const out: string[] = []
+      for (let k = 0; k < this.nSources; k++) {
+        const at = this.sourcesAt + k * 32
+        out.push(this.meta.toString('hex', at, at + 32))
+      }
+      this.srcIds = out
+    }
+    return this.srcIds
+  }
+
+  homeOf(parent: Dir, i: number): string {
+    const h = parent.hints
+    if (h === null) return this.id
+    const at = h.start + i * h.width
+    const k = h.width === 1 ? (h.bytes[at] as number) : h.bytes.readUIntBE(at, h.width)
+    if (k === 0) return this.id
+    if (k > this.nSources) throw this.corrupt(`folder ${parent.id} names source ${k} of ${this.nSources}`)
+    return this.sources[k - 1] as string
+  }
+
+  private offsetsOf(): Float64Array {
+    if (!this.offsets) {
+      const o = new Float64Array(this.nInline + 1)
+      for (let k = 0; k < this.nInline; k++) {
+        o[k + 1] = (o[k] as number) + this.meta.readUInt32BE(this.indexAt + k * ENTRY + 32)
+      }
+      this.offsets = o
+    }
+    return this.offsets
+  }
+
+  protected override inlineOrUndefined(id: string): Dir | undefined {
+    const cached = this.loaded.get(id)
+    if (cached) return cached
+    const k = this.find(id)
+    return k < 0 ? undefined : this.inlineAt(k, id)
+  }
+
+  protected inlineDir(id: string): Dir {
+    return this.inlineOrUndefined(id) as Dir
+  }
+
+  private inlineAt(k: number, id: string): Dir {
+    const o = this.offsetsOf()
+    const offset = o[k] as number
+    const length = (o[k + 1] as number) - offset
+    const bytes = this.data
+      ? this.data.subarray(offset, offset + length)
+      : this.checked(
+          id,
+          (this.read as NonNullable<typeof this.read>)(offset, length),
+          `bytes ${offset}-${offset + length - 1} of its data`,
+        )
+    const e = this.indexAt + k * ENTRY
+    const start = this.meta.readUInt32BE(e + 36)
+    const end = k + 1 < this.nInline ? this.meta.readUInt32BE(e + ENTRY + 36) : this.hintBytes
+    const hints = end > start ? { bytes: this.meta, start: this.hintsAt + start, width: this.width } : null
+    const dir = this.parseDir(id, bytes, hints)
+    if (hints && end - start !== dir.size * this.width) {
+      this.loaded.delete(id)
+      throw this.corrupt(`folder ${id} has ${end - start} bytes of hints for ${dir.size} records`)
+    }
+    return dir
+  }
+
+  /** Encodes a pack: `folders` by id, each with its bytes and, per record, its source (or null). */
+  static encode(folders: Map<string, { bytes: Buffer; homes: Array<string | null> | null }>): Buffer {
+    const ids = [...folders.keys()].sort()
+    const sourceNo = new Map<string, number>()
+    for (const id of ids) {
+      for (const home of folders.get(id)?.homes ?? []) {
+        if (home != null && !sourceNo.has(home)) {
+          sourceNo.set(home, sourceNo.size + 1)
+        }
+      }
+    }
+    const width = sourceNo.size < 0x100 ? 1 : sourceNo.size < 0x10000 ? 2 : 4
+    let hintBytes = 0
+    for (const id of ids) {
+      const f = folders.get(id) as { homes: Array<string | null> | null }
+      if (f.homes?.some((h) => h != null)) hintBytes += f.homes.length * width
+    }
+    const counts = Buffer.from(`${ids.length} ${sourceNo.size} ${width} ${hintBytes}\n`, 'latin1')
+    const tables = Buffer.alloc(sourceNo.size * 32 + ids.length * ENTRY + hintBytes)
+    let at = 0
+    for (const s of sourceNo.keys()) at += tables.write(s, at, 'hex')
+    let hintAt = 0
+    const hintsBase = sourceNo.size * 32 + ids.length * ENTRY
+    const data: Buffer[] = []
+    for (const id of ids) {
+      const f = folders.get(id) as { bytes: Buffer; homes: Array<string | null> | null }
+      at += tables.write(id, at, 'hex')
+      at = tables.writeUInt32BE(f.bytes.length, at)
+      at = tables.writeUInt32BE(hintAt, at)
+      data.push(f.bytes)
+      if (!f.homes?.some((h) => h != null)) continue
+      const homes = f.homes
+      for (let i = 0; i < homes.length; i++) {
+        const home = homes[i]
+        const k = home == null ? 0 : (sourceNo.get(home) as number)
+        if (width === 1) tables[hintsBase + hintAt] = k
+        else tables.writeUIntBE(k, hintsBase + hintAt, width)
+        hintAt += width
+      }
+    }
+    const hash = createHash('sha256').update(counts).update(tables).digest()
+    return Buffer.concat([Buffer.from(PACK2_HEADER, 'latin1'), counts, hash, tables, ...data])
+  }
+
+  /**
+   * Reads a v2 pack. `head` holds the file's first bytes; `more(n)` its first n bytes when the
+   * tables are longer than `head`; `readAt` reads a range of the file (null: `head` is the whole
+   * pack, just built, and its folders are not checked again).
+   */
+  static decode(
+    id: string,
+    head: Buffer,
+    more: (n: number) => Buffer,
+    source: PackSource | null,
+    readAt: ((offset: number, length: number) => Buffer) | null,
+    what: string,
+    size: number,
+  ): PackV2 {
+    const bad = (why: string) => Errors.CORRUPT_OBJECT(`${what} is not a tree pack: ${why}`, { object: id })
+    const from = PACK2_HEADER.length
+    const nl = head.indexOf(LF, from)
+    if (nl < 0 || nl - from > 64) throw bad('no counts')
+    const m = /^(\d+) (\d+) ([124]) (\d+)$/.exec(head.toString('latin1', from, nl))
+    if (!m) throw bad('bad counts')
+    const nInline = Number(m[1])
+    const nSources = Number(m[2])
+    const width = Number(m[3])
+    const hintBytes = Number(m[4])
+    if (nInline < 1) throw bad('no root folder')
+    const hashAt = nl + 1
+    const sourcesAt = hashAt + 32
+    const indexAt = sourcesAt + nSources * 32
+    const hintsAt = indexAt + nInline * ENTRY
+    const dataAt = hintsAt + hintBytes
+    if (dataAt > size) throw bad(`its tables need ${dataAt} bytes, it has ${size}`)
+    const bytes = head.length >= dataAt ? head : more(dataAt)
+    if (bytes.length < dataAt) throw bad(`it ends at byte ${bytes.length}`)
+    const actual = createHash('sha256')
+      .update(bytes.subarray(from, hashAt))
+      .update(bytes.subarray(sourcesAt, dataAt))
+      .digest()
+    if (!actual.equals(bytes.subarray(hashAt, sourcesAt))) {
+      throw Errors.CORRUPT_OBJECT(
+        `${what} is corrupt: its tables (bytes ${from}-${dataAt - 1}) do not match their hash`,
+        { object: id },
+      )
+    }
+    // Past the hash, only a writer's fault can break these; a reader's lookups rely on them.
+    let total = 0
+    let lastHint = 0
+    for (let k = 0; k < nInline; k++) {
+      const e = indexAt + k * ENTRY
+      if (k > 0 && !ascending(bytes, e - ENTRY, e)) throw bad('its index is not sorted')
+      total += bytes.readUInt32BE(e + 32)
+      const hint = bytes.readUInt32BE(e + 36)
+      if (hint < lastHint || hint > hintBytes) throw bad(`index entry ${k + 1} has bad hints`)
+      lastHint = hint
+    }
+    if (dataAt + total !== size) {
+      throw Errors.CORRUPT_OBJECT(
+        `${what} is corrupt: the pack has ${size} bytes, its index accounts for ${dataAt + total}`,
+        { object: id },
+      )
+    }
+    const meta = bytes.subarray(0, dataAt)
+    const pack = new PackV2(
+      id,
+      meta,
+      sourcesAt,
+      nSources,
+      indexAt,
+      nInline,
+      hintsAt,
+      hintBytes,
+      width,
+      source,
+      readAt ? (offset, length) => readAt(dataAt + offset, length) : null,
+      readAt ? null : bytes.subarray(dataAt),
+      what,
+    )
+    if (!pack.holds(id)) throw bad('it does not hold its root folder')
+    return pack
+  }
+}
+
+/** Whether the 32-byte id at `b` sorts after the one at `a` (48-bit prefixes as numbers first). */
+function ascending(bytes: Buffer, a: number, b: number): boolean {
+  const x = bytes.readUIntBE(a, 6)
+  const y = bytes.readUIntBE(b, 6)
+  if (x !== y) return x < y
+  return bytes.compare(bytes, a, a + 32, b, b + 32) > 0
+}
+
+/** Reads a stored pack of either format (see PackV1.decode and PackV2.decode). */
+export function decodePack(
+  id: string,
+  head: Buffer,
+  more: (n: number) => Buffer,
+  source: PackSource,
+  readAt: (offset: number, length: number) => Buffer,
+  what: string,
+  size: number,
+): Pack {
+  const magic = head.toString('latin1', 0, PACK_HEADER.length)
+  if (magic === PACK2_HEADER) return PackV2.decode(id, head, more, source, readAt, what, size)
+  if (magic === PACK_HEADER) return PackV1.decode(id, head, more, source, readAt, what, size)
+  throw Errors.CORRUPT_OBJECT(`${what} is not a tree pack: no header`, { object: id })
+}
+
+/** A pack being built: the folders made so far, with the pack of each subfolder they keep. */
+class PackBuilder {
+  readonly folders = new Map<string, { bytes: Buffer; homes: Array<string | null> | null }>()
+
+  /** Adds a folder (`homes`: per record, the pack of a subfolder kept from the base); returns its id. */
+  add(bytes: Buffer, homes: Array<string | null> | null = null): string {
     const id = sha256hex(bytes)
-    if (!this.inline.has(id)) this.inline.set(id, bytes)
+    if (!this.folders.has(id)) this.folders.set(id, { bytes, homes })
     return id
   }
 
   finish(rootId: string, source: PackSource | null, what: string): Pack {
-    // The root first (a reader checks it is the pack's name), then the rest as made.
-    const inline = new Map<string, Inline>([[rootId, this.inline.get(rootId) as Buffer]])
-    for (const [id, bytes] of this.inline) if (id !== rootId) inline.set(id, bytes)
-    const refs = new Map<string, string>()
-    for (const [id, pack] of this.reused) if (!inline.has(id)) refs.set(id, pack.id)
-    const pack = new Pack(rootId, inline, refs, source, null, what)
-    // The reused folders are already decoded in their own packs: share them.
+    const bytes = PackV2.encode(this.folders)
+    const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+    built.set(pack, bytes)
     return pack
   }
+}
+
+/** The encodings of packs just built (to store them without encoding again). */
+const built = new WeakMap<Pack, Buffer>()
+
+/** The stored form of a pack this process built. */
+export function encodedPack(pack: Pack): Buffer {
+  const bytes = built.get(pack)
+  if (!bytes) throw new Error(`pack ${pack.id} was read, not built: it is stored already`)
+  return bytes
 }
 
 const EMPTY_DIR = DIR_HEAD
@@ -459,16 +857,22 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
   const n = r?.size ?? 0
   let i = 0
   let records = 0
+  // Per record, the pack holding a subfolder kept from the base, as the base's pack names it
+  // (not opened: a fresh process reads only the folders on the changed paths).
+  let homes: Array<string | null> | null = null
   const reuse = (from: number, to: number) => {
     if (to <= from || !r || !base) return
     parts.push(r.recordBytes(from, to))
-    records += to - from
     for (let k = from; k < to; k++) {
       if (r.isDirAt(k)) {
-        const id = r.blobAt(k)
-        if (!out.reused.has(id)) out.reused.set(id, base.pack.home(id))
+        // Kept dense (null for files and new records): a holey array would be slow to fill.
+        const at = records + k - from
+        homes ??= []
+        while (homes.length < at) homes.push(null)
+        homes.push(base.homeAt(k))
       }
     }
+    records += to - from
   }
   for (const [key, value] of edits) {
     const j = r ? r.lowerBound(key, i) : 0
@@ -483,12 +887,14 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
   if (records === 0 && !isRoot) return null
   const bytes = records === 0 ? EMPTY_DIR : Buffer.concat(parts)
   if (base && bytes.length === base.records.bytes.length && bytes.equals(base.records.bytes)) return base.id
-  return out.add(bytes)
+  if (homes)
+    while ((homes as Array<string | null>).length < records) (homes as Array<string | null>).push(null)
+  return out.add(bytes, homes)
 }
 
 /**
  * A tree built from `base` (a folder tree, or undefined: empty) and path changes: the new
- * folders in a pack (named by the new root), refs to the subfolders kept from the base.
+ * folders in a pack (named by the new root), naming the packs of the subfolders kept from the base.
  */
 export function buildPack(
   base: Dir | undefined,
@@ -498,13 +904,13 @@ export function buildPack(
   const out = new PackBuilder()
   const rootId = rebuild(base, groupChanges(changes), out, true) as string
   // Nothing changed: the base's own pack (a tree's root is its pack's).
-  if (!out.inline.has(rootId)) return (base as Dir).pack
+  if (!out.folders.has(rootId)) return (base as Dir).pack
   return out.finish(rootId, source, `tree ${rootId}`)
 }
 
 /**
  * A tree built whole from sorted (path, blob) pairs (a flat tree's records, say): every folder
- * inline, no refs.
+ * inline, no sources.
  */
 export function packFromSorted(entries: Iterable<[string, string]>): Pack {
   const out = new PackBuilder()

@@ -13,15 +13,23 @@
  * deltas over a full tree) and checks the result against the name, so the guarantee is the
  * same: a damaged object, or a damaged link of its chain, is an error naming the tree.
  */
-import { createHash } from 'node:crypto'
+import { createHash, hash } from 'node:crypto'
 import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
-import { dirname, join, relative } from 'node:path'
+import { dirname, join, relative, sep } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
-import { type Dir, PACK_HEADER, Pack, packFromSorted } from './dirs.js'
+import {
+  type Dir,
+  decodePack,
+  encodedPack,
+  PACK_HEADER,
+  PACK2_HEADER,
+  type Pack,
+  packFromSorted,
+} from './dirs.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'
 import { TREE_HEADER, Tree, TreeBuilder } from './tree.js'
@@ -135,7 +143,8 @@ export type SnapshotRecordInput = Omit<SnapshotRecord, 'id'>
 export type BlobSource = Uint8Array | string | AsyncIterable<Uint8Array | string>
 
 export function sha256(data: Uint8Array | string): string {
-  return createHash('sha256').update(data).digest('hex')
+  // One call, not a Hash object: about twice as fast for the small objects a snapshot hashes.
+  return hash('sha256', data, 'hex')
 }
 
 /** A well-formed object id (64 lowercase hex) or a NOA_BAD_ARGUMENT naming `what`. */
@@ -320,6 +329,12 @@ export class ObjectStore implements ObjectChecks {
   private readonly pending = new Map<string, Pack>()
   /** Packs read or written lately (their folders stay decoded). */
   private readonly packs = new Map<string, Pack>()
+  /** Packs read a folder at a time, open until the current synchronous run ends (readRange). */
+  private readonly rangeFds = new Map<string, number>()
+  /** Packs whose every folder treeObjects has read and checked (once is enough: they are kept). */
+  private readonly checkedPacks = new WeakSet<Pack>()
+  /** While treeObjects walks a tree: every pack asked for (the ones a reader needs kept). */
+  private opened: Set<string> | null = null
 
   /** `root` is the noa root (the folder holding `agent-logs/`). */
   constructor(root: string) {
@@ -328,7 +343,8 @@ export class ObjectStore implements ObjectChecks {
   }
 
   pathOf(id: string): string {
-    return join(this.dir, id.slice(0, 2), id.slice(2))
+    // `dir` is already normal and an id is hex: plain concatenation is what join would give.
+    return `${this.dir}${sep}${id.slice(0, 2)}${sep}${id.slice(2)}`
   }
 
   /**
@@ -467,7 +483,12 @@ export class ObjectStore implements ObjectChecks {
       if (todo.has(o.id)) continue
       const size = this.sizeOf(o.id)
       if (size < 0 || (o.exact && size !== o.data.length)) todo.set(o.id, o)
-      else this.freshen(o.id)
+      else {
+        this.freshen(o.id)
+        // A tree that came back to one stored before: the stored pack of that name is the one
+        // readers will open, so the one just built must not stand in for it.
+        this.pending.delete(o.id)
+      }
     }
     if (todo.size === 0) return
     const entries = [...todo.values()]
@@ -591,7 +612,7 @@ export class ObjectStore implements ObjectChecks {
       pack = packFromSorted(Tree.decode('', bytes as Buffer).entries())
     }
     this.pending.set(pack.id, pack)
-    return { id: pack.id, data: pack.encode(), exact: false }
+    return { id: pack.id, data: packBytes(pack), exact: false }
   }
 
   /** Stores a tree built by `built` (see treeObject); returns its id. */
@@ -613,7 +634,7 @@ export class ObjectStore implements ObjectChecks {
     }
     const pack = packFromSorted(tree.entries())
     if (pack.id !== tree.id) throw new Error(`tree ${tree.id} re-encodes as ${pack.id}`)
-    await this.write([{ id: pack.id, data: pack.encode(), exact: false }])
+    await this.write([{ id: pack.id, data: encodedPack(pack), exact: false }])
   }
 
   /** Records that a tree from treeObject is now stored, and keeps it for the next reads. */
@@ -630,6 +651,7 @@ export class ObjectStore implements ObjectChecks {
 
   /** PackSource: a stored pack, read synchronously (its index now, its folders when used). */
   pack(id: string, from?: { tree: string; folder: string }): Pack {
+    this.opened?.add(id)
     const cached = this.packs.get(id)
     if (cached) {
       this.packs.delete(id)
@@ -655,7 +677,7 @@ export class ObjectStore implements ObjectChecks {
       }
       if (size <= WHOLE_PACK) {
         const all = readAt(0, size)
-        pack = Pack.decodeIndex(
+        pack = decodePack(
           id,
           all,
           () => all,
@@ -667,7 +689,7 @@ export class ObjectStore implements ObjectChecks {
       } else {
         const head = readAt(0, Math.min(size, 64 << 10))
         let index = head
-        pack = Pack.decodeIndex(
+        pack = decodePack(
           id,
           head,
           (n) => {
@@ -702,23 +724,33 @@ export class ObjectStore implements ObjectChecks {
     }
   }
 
-  /** Bytes [offset, offset + length) of an object file (a folder of a large pack). */
+  /**
+   * Bytes [offset, offset + length) of an object file (a folder of a large pack). A snapshot
+   * reads hundreds of folders from the same few packs in one synchronous run: the file stays
+   * open until that run is over (an open per folder cost more than the reads).
+   */
   private readRange(id: string, offset: number, length: number, what: string): Buffer {
-    // The folder was checked when the pack holding this range was opened.
     const file = this.pathOf(id)
-    const fd = this.openObject(id, what, false)
-    try {
-      const buf = Buffer.allocUnsafe(length)
-      if (readFully(fd, buf, offset) < length) {
-        throw Errors.CORRUPT_OBJECT(`${what} is corrupt: ${file} is too short`, {
-          object: id,
-          file,
-        })
-      }
-      return buf
-    } finally {
-      closeSync(fd)
+    let fd = this.rangeFds.get(id)
+    if (fd === undefined) {
+      // The folder was checked when the pack holding this range was opened.
+      fd = this.openObject(id, what, false)
+      if (this.rangeFds.size === 0) setImmediate(() => this.closeRangeFds())
+      this.rangeFds.set(id, fd)
     }
+    const buf = Buffer.allocUnsafe(length)
+    if (readFully(fd, buf, offset) < length) {
+      throw Errors.CORRUPT_OBJECT(`${what} is corrupt: ${file} is too short`, {
+        object: id,
+        file,
+      })
+    }
+    return buf
+  }
+
+  private closeRangeFds(): void {
+    for (const fd of this.rangeFds.values()) closeSync(fd)
+    this.rangeFds.clear()
   }
 
   private rememberPack(pack: Pack): void {
@@ -753,7 +785,8 @@ export class ObjectStore implements ObjectChecks {
     } finally {
       closeSync(fd)
     }
-    return head.toString('latin1') === PACK_HEADER
+    const magic = head.toString('latin1')
+    return magic === PACK2_HEADER || magic === PACK_HEADER
   }
 
   async getTree(id: string): Promise<Tree> {
@@ -816,25 +849,43 @@ export class ObjectStore implements ObjectChecks {
   }
 
   /**
-   * The objects a stored tree is made of. A folder tree: its pack, then every other pack its
-   * folders are read from (all its folders are read and checked). A flat tree: its own object,
+   * The objects a stored tree is made of. A folder tree: its pack, then every other pack a
+   * reader opens to find its folders (all its folders are read and checked, and every folder
+   * those packs hold, so damage where no path leads is found too). A flat tree: its own object,
    * then the bases of its delta chain down to a whole tree (headers only). A missing one is
    * NOA_NOT_FOUND naming it.
    */
   async treeObjects(id: string): Promise<string[]> {
     checkObjectId(id, 'tree id')
     if (this.isPack(id)) {
-      const packs = new Set<string>([id])
-      const seen = new Set<string>()
-      const walk = (dir: Dir) => {
-        if (seen.has(dir.id)) return
-        seen.add(dir.id)
-        packs.add(dir.pack.id)
-        const r = dir.records
-        for (let i = 0; i < r.size; i++) if (r.isDirAt(i)) walk(dir.childAt(i))
+      // The walk is synchronous: no other read can add to the set while it runs.
+      const packs = new Set<string>()
+      this.opened = packs
+      try {
+        // Every reference is followed, not every folder once: the same folder named in two
+        // places may be found through two packs, and a reader may take either way.
+        const seen = new Set<Dir>()
+        const walk = (dir: Dir) => {
+          seen.add(dir)
+          packs.add(dir.pack.id)
+          const r = dir.records
+          for (let i = 0; i < r.size; i++) {
+            if (!r.isDirAt(i)) continue
+            const child = dir.childAt(i)
+            if (!seen.has(child)) walk(child)
+          }
+        }
+        walk(this.pack(id).root)
+        for (const p of packs) {
+          const pack = this.pack(p)
+          if (this.checkedPacks.has(pack)) continue
+          pack.checkAll()
+          this.checkedPacks.add(pack)
+        }
+      } finally {
+        this.opened = null
       }
-      walk(this.pack(id).root)
-      return [...packs]
+      return [id, ...[...packs].filter((p) => p !== id)]
     }
     const out: string[] = []
     let at = id
@@ -978,8 +1029,11 @@ export class ObjectStore implements ObjectChecks {
    */
   private checkDir(d: string): boolean {
     if (this.knownDirs.has(d)) return true
-    if (checkDirsBelow(this.root, d) !== null) return false
+    // Below a folder already checked, only the last component is left to check.
+    const up = dirname(d)
+    if (checkDirsBelow(this.knownDirs.has(up) ? up : this.root, d) !== null) return false
     this.knownDirs.add(d)
+    this.knownDirs.add(up)
     return true
   }
 
@@ -1043,6 +1097,18 @@ function readFully(fd: number, buf: Buffer, position: number): number {
     got += n
   }
   return got
+}
+
+/**
+ * The stored form of a tree's pack: as built, or (a tree that did not change, whose pack was read)
+ * every folder of it in one new pack of the same name.
+ */
+function packBytes(pack: Pack): Buffer {
+  try {
+    return encodedPack(pack)
+  } catch {
+    return encodedPack(packFromSorted(Tree.ofPack(pack).entries()))
+  }
 }
 
 function sliceOf(all: Buffer, offset: number, length: number, what: string, id: string): Buffer {

@@ -242,8 +242,8 @@ export class TreeBuilder {
 
   /**
    * The tree as it stands, stored per folder: the folders that changed, in a pack named by the
-   * new root, with refs to the base's folders it keeps. On a flat base (the format before) every
-   * folder is new. `source` finds the packs those refs name (the object store).
+   * new root, naming the pack of each folder it keeps from the base. On a flat base (the format
+   * before) every folder is new. `source` finds the packs named (the object store).
    */
   buildPack(source: PackSource | null): Pack {
     this.check()

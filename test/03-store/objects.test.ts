@@ -151,11 +151,12 @@ describe('trees stored per folder', () => {
 
   it('write only the folders on the changed paths, reuse the rest by hash, and read back exactly', async () => {
     const { root, store, ids } = await chain(4)
-    for (const s of ids) expect(head(store, s.tree).startsWith('noa-tree-pack 1\n')).toBe(true)
+    for (const s of ids) expect(head(store, s.tree).startsWith('noa-tree-pack 2\n')).toBe(true)
     // The first pack holds every folder (root, src, d0…d19); each later one the root, src and
-    // d3, with refs to the 19 folders it kept.
-    expect(head(store, ids[0]?.tree as string).split('\n')[1]).toBe('22 0')
-    for (const s of ids.slice(1)) expect(head(store, s.tree).split('\n')[1]).toBe('3 19')
+    // d3, and names once the pack the 19 folders it kept are in (the first), with one hint
+    // byte per record of src.
+    expect(head(store, ids[0]?.tree as string).split('\n')[1]).toBe('22 0 1 0')
+    for (const s of ids.slice(1)) expect(head(store, s.tree).split('\n')[1]).toBe('3 1 1 20')
     const fresh = new SnapshotEngine({ root })
     for (const [k, s] of ids.entries()) {
       const tree = await fresh.tree(s.snapshotId as string)
