@@ -25,6 +25,12 @@ export interface RunCaseOptions {
   dir?: string
   /** Kill the child after this long (default: 10 × seconds + 120 s). */
   timeoutMs?: number
+  /**
+   * After removing the trial's folder, flush the file system (sync) before the next trial: a
+   * trial that made thousands of files leaves their removal to be written back, which would
+   * otherwise land in the next contender's timed window.
+   */
+  settle?: boolean
 }
 
 export function runCase(name: string, seconds: number, options: RunCaseOptions = {}): CaseResult {
@@ -44,6 +50,7 @@ export function runCase(name: string, seconds: number, options: RunCaseOptions =
     return JSON.parse(r.stdout.trim().split('\n').pop() as string) as CaseResult
   } finally {
     if (options.dir === undefined) rmSync(dir, { recursive: true, force: true })
+    if (options.settle) spawnSync('sync')
   }
 }
 

@@ -52,7 +52,7 @@ function noaContender(): Contender {
       const pool = process.env.UV_THREADPOOL_SIZE ?? '4'
       return {
         saver,
-        how: `blobs fsynced (libuv pool of ${pool}), then one appendMany per commit`,
+        how: `objects written beside the entries (libuv pool of ${pool}), one journal fdatasync per commit for both`,
         close: () => saver.close(),
       }
     },
@@ -61,7 +61,7 @@ function noaContender(): Contender {
 
 export const CONTENDERS: Record<string, Contender> = {
   noa: noaContender(),
-  /** The same with libuv's pool at 64 threads: the object store's fsyncs run there, 4 at a time by default. */
+  /** The same with libuv's pool at 64 threads: the owner writes the objects' files there, 4 at a time by default. */
   'noa-uv64': noaContender(),
   /** SqliteSaver as it ships: WAL with better-sqlite3's default synchronous (NORMAL: no fsync per commit). */
   sqlite: sqliteContender('default'),

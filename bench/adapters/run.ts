@@ -69,7 +69,7 @@ function main(): void {
       const saved = process.env.UV_THREADPOOL_SIZE
       if (id === 'noa-uv64') process.env.UV_THREADPOOL_SIZE = '64'
       try {
-        return runCase(`adapters-${w.id}-${id}`, seconds, { script: CASE, args: [w.id, id] })
+        return runCase(`adapters-${w.id}-${id}`, seconds, { script: CASE, args: [w.id, id], settle: true })
       } finally {
         if (saved === undefined) delete process.env.UV_THREADPOOL_SIZE
         else process.env.UV_THREADPOOL_SIZE = saved
