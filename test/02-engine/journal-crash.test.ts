@@ -103,6 +103,15 @@ function losePageCache(root: string): number {
   return cut
 }
 
+/** Adds one run's acknowledgements to those of the runs before it. */
+function mergeAcked(acked: Acked, got: Acked): void {
+  for (const [ws, seen] of got) {
+    const all = acked.get(ws) ?? new Map<number, string>()
+    for (const [seq, path] of seen) all.set(seq, path)
+    acked.set(ws, all)
+  }
+}
+
 async function checkLogs(root: string, acked: Acked): Promise<void> {
   for (const [ws, seen] of acked) {
     const paths: string[] = []
@@ -123,11 +132,7 @@ describe('commit journal crash safety (SIGKILL)', () => {
       let cuts = 0
       for (let round = 0; round < 3; round++) {
         const got = await runAndKill(root, mode, 300 + Math.floor(Math.random() * 500))
-        for (const [ws, seen] of got) {
-          const all = acked.get(ws) ?? new Map<number, string>()
-          for (const [seq, path] of seen) all.set(seq, path)
-          acked.set(ws, all)
-        }
+        mergeAcked(acked, got)
         cuts += losePageCache(root)
         // A second process: noa verify replays the dead journals before it reads.
         const verify = runCli(['verify', '--root', root])
@@ -147,11 +152,7 @@ describe('commit journal crash safety (SIGKILL)', () => {
     let cuts = 0
     for (let round = 0; round < 2; round++) {
       const got = await runAndKill(root, 'files', 200 + Math.floor(Math.random() * 300))
-      for (const [ws, seen] of got) {
-        const all = acked.get(ws) ?? new Map<number, string>()
-        for (const [seq, path] of seen) all.set(seq, path)
-        acked.set(ws, all)
-      }
+      mergeAcked(acked, got)
       cuts += losePageCache(root)
       const verify = runCli(['verify', '--root', root])
       expect(verify.status, verify.stderr).toBe(0)
