@@ -140,6 +140,20 @@ const MUTANTS: Mutant[] = [
       { file: 'workers/owner.js', from: 'if (kept || this.pins.size > 0)', to: 'if (kept)' },
     ],
   },
+  {
+    name: 'a checkpoint frees frames whose files written beside entries are not synced',
+    edits: [
+      {
+        file: 'workers/owner.js',
+        from: 'while (fs.inFlight < FILE_SYNCS_IN_FLIGHT && fs.queue.length > 0) {',
+        to: 'fs.queue.length = 0;\n        while (fs.inFlight < FILE_SYNCS_IN_FLIGHT && fs.queue.length > 0) {',
+      },
+    ],
+  },
+  {
+    name: 'recovery does not put back the files written beside entries',
+    edits: [{ file: 'engine/journal-recovery.js', from: 'if (files.size > 0)', to: 'if (false)' }],
+  },
 ]
 
 /** A copy of dist/ with one mutation, runnable in place (its package.json, node_modules, addon). */
