@@ -394,10 +394,10 @@ export class RemoteAgentLog extends AgentLog {
       checkWorkspace(workspace)
       this.checkEntry(encodeBody(entry), 'the entry')
       this.checkEntries(workspace, [entry], options, () => 'entry')
-      const files = checkFiles(options?.files)
-      const send = () =>
-        this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>
-      return files ? writeFilesDurably(this.root, files).then(send) : send()
+      return this.afterFiles(
+        options,
+        () => this.appendRequest({ op: 'append', ws: workspace, entry }, workspace, options) as Promise<Ack>,
+      )
     } catch (err) {
       return Promise.reject(err)
     }
@@ -416,13 +416,28 @@ export class RemoteAgentLog extends AgentLog {
         this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
       })
       this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
-      const files = checkFiles(options?.files)
-      const send = () =>
-        this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<Ack[]>
-      return files ? writeFilesDurably(this.root, files).then(send) : send()
+      return this.afterFiles(
+        options,
+        () =>
+          this.appendRequest({ op: 'appendMany', ws: workspace, entries }, workspace, options) as Promise<
+            Ack[]
+          >,
+      )
     } catch (err) {
       return Promise.reject(err)
     }
+  }
+
+  /**
+   * Sends an append once its files (AppendOptions.files) are durable on the root's file system,
+   * which this client shares with the daemon: the daemon's journal never carries them.
+   */
+  private afterFiles<T>(
+    options: Pick<AppendOptions, 'files'> | undefined,
+    send: () => Promise<T>,
+  ): Promise<T> {
+    const files = checkFiles(options?.files)
+    return files ? writeFilesDurably(this.root, files).then(send) : send()
   }
 
   private checkEntry(body: string, what: string): void {
@@ -476,8 +491,7 @@ export class RemoteAgentLog extends AgentLog {
 
   /**
    * The store's own appends (snapshot, fork, merge records), as the engine's same path: unix
-   * socket only. Files go to the disk here, durably, before the entries go to the daemon: the
-   * client shares the root's file system, and the daemon's journal never sees them.
+   * socket only (files as for any append: see afterFiles).
    */
   override [STORE_APPEND](
     workspace: string,
@@ -489,9 +503,10 @@ export class RemoteAgentLog extends AgentLog {
       entries.forEach((e, i) => {
         this.checkEntry(encodeBody(e, `entry ${i + 1}`), `entry ${i + 1}`)
       })
-      const files = checkFiles(options?.files)
-      const send = () => this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>
-      return files ? writeFilesDurably(this.root, files).then(send) : send()
+      return this.afterFiles(
+        options,
+        () => this.call({ op: 'storeAppend', ws: workspace, entries }, workspace) as Promise<Ack[]>,
+      )
     } catch (err) {
       return Promise.reject(err)
     }

@@ -134,6 +134,33 @@ describe('transparent forwarding to noa serve', () => {
     expect((await d.stop()).code).toBe(0)
   })
 
+  it('writes the files of an append (option files) on a served root before the daemon commits it', async () => {
+    const served = tempDir()
+    const d = await startDaemon(served)
+    const remote = await AgentLog.open({ root: served })
+    expect(remote).toBeInstanceOf(RemoteAgentLog)
+    try {
+      const data = Buffer.from('object bytes')
+      const [ack] = await remote.appendMany('f', [{ op: 'write', path: 'a', blob: BLOB }], {
+        files: [{ path: 'objects/ab/cd', data, readOnly: true }],
+      })
+      expect(ack?.seq).toBe(1)
+      const file = join(served, 'objects', 'ab', 'cd')
+      expect(readFileSync(file).equals(data)).toBe(true)
+      expect(lstatSync(file).mode & 0o222).toBe(0)
+      await remote.append('f', { op: 'write', path: 'b', blob: BLOB }, { files: [{ path: 'x/y', data }] })
+      expect(readFileSync(join(served, 'x', 'y')).equals(data)).toBe(true)
+      const bad = await remote
+        .append('f', { op: 'write', path: 'c', blob: BLOB }, { files: [{ path: '../out', data }] })
+        .catch((e) => e)
+      expect(bad.code).toBe('NOA_BAD_OPTION')
+      expect((await remote.workspaces()).find((w) => w.workspace === 'f')?.lastSeq).toBe(2)
+    } finally {
+      await remote.close()
+    }
+    expect((await d.stop()).code).toBe(0)
+  })
+
   it('runs every noa command on a served root through the daemon, which holds the locks', async () => {
     const root = tempDir()
     await startDaemon(root)
