@@ -44,6 +44,18 @@ const SLASH = 0x2f
 /** NUL + 64 hex + LF after the key. */
 export const TAIL = 66
 
+/** The buffer keyBytes writes to (grown as needed). */
+let scratch = Buffer.allocUnsafe(1024)
+
+/**
+ * A key's UTF-8 bytes, to search a folder with: a view of one shared buffer, valid until the
+ * next call (a lookup uses it at once; Buffer.from would allocate per lookup).
+ */
+function keyBytes(key: string): Buffer {
+  if (scratch.length < 3 * key.length) scratch = Buffer.allocUnsafe(3 * key.length)
+  return scratch.subarray(0, scratch.write(key, 0, 'utf8'))
+}
+
 /** Orders paths by code point, which is the order of their UTF-8 bytes. */
 export function comparePaths(a: string, b: string): number {
   if (a === b) return 0
@@ -172,6 +184,9 @@ export class Records {
 
 /** One folder of a stored tree: its records, and the pack that holds it (to find its subfolders). */
 export class Dir {
+  /** Subfolders found so far, by record (a folder's content never changes). */
+  private kids: Array<Dir | undefined> | null = null
+
   constructor(
     readonly id: string,
     readonly records: Records,
@@ -188,19 +203,29 @@ export class Dir {
   child(name: string): Dir | undefined {
     const r = this.records
     if (r.size === 0) return undefined
-    const key = Buffer.from(`${name}/`, 'utf8')
+    const key = keyBytes(`${name}/`)
     const i = r.lowerBound(key)
     return r.isAt(i, key) ? this.childAt(i) : undefined
   }
 
   /** The file's blob, or undefined. */
   file(name: string): string | undefined {
-    return this.records.find(Buffer.from(name, 'utf8'))
+    return this.records.find(keyBytes(name))
   }
 
   /** The subfolder record i names (the record is a folder's). */
   childAt(i: number): Dir {
-    return this.pack.childOf(this, i)
+    const known = this.kids?.[i]
+    if (known) return known
+    const dir = this.pack.childOf(this, i)
+    // Kept only when found where this folder's pack says: a folder found by a search (two
+    // packs holding one tree) is looked up again, so that every pack a reader opens to find
+    // it is asked for each time (treeObjects lists them for gc).
+    if (dir.pack === this.pack || dir.pack.id === this.homeAt(i)) {
+      this.kids ??= new Array<Dir | undefined>(this.size)
+      this.kids[i] = dir
+    }
+    return dir
   }
 
   /** The pack that holds subfolder record i, as this folder's pack says (not opened). */
@@ -246,6 +271,13 @@ export abstract class Pack {
 
   /** The packs this one names for folders it does not hold (v1: one per ref, deduplicated). */
   abstract get sources(): readonly string[]
+
+  /**
+   * Where subfolder record i of `parent` (a folder of this pack) is, as a number: 0 for this
+   * pack, k for sources[k - 1]. A pack built on this one maps these numbers to its own once
+   * per source, instead of a pack id string per record.
+   */
+  abstract localSourceAt(parent: Dir, i: number): number
 
   /** Ids of the folders held inline. */
   abstract inlineIds(): Iterable<string>
@@ -359,6 +391,7 @@ interface Range {
  */
 class PackV1 extends Pack {
   private refIds: string[] | null = null
+  private sourceIndex: Map<string, number> | null = null
 
   constructor(
     id: string,
@@ -399,6 +432,13 @@ class PackV1 extends Pack {
   get sources(): readonly string[] {
     this.refIds ??= [...new Set(this.refs.values())]
     return this.refIds
+  }
+
+  localSourceAt(parent: Dir, i: number): number {
+    const home = this.homeOf(parent, i)
+    if (home === this.id) return 0
+    this.sourceIndex ??= new Map(this.sources.map((s, k) => [s, k + 1]))
+    return this.sourceIndex.get(home) as number
   }
 
   protected inlineDir(id: string): Dir {
@@ -568,13 +608,17 @@ class PackV2 extends Pack {
   }
 
   homeOf(parent: Dir, i: number): string {
+    const k = this.localSourceAt(parent, i)
+    return k === 0 ? this.id : (this.sources[k - 1] as string)
+  }
+
+  localSourceAt(parent: Dir, i: number): number {
     const h = parent.hints
-    if (h === null) return this.id
+    if (h === null) return 0
     const at = h.start + i * h.width
     const k = h.width === 1 ? (h.bytes[at] as number) : h.bytes.readUIntBE(at, h.width)
-    if (k === 0) return this.id
     if (k > this.nSources) throw this.corrupt(`folder ${parent.id} names source ${k} of ${this.nSources}`)
-    return this.sources[k - 1] as string
+    return k
   }
 
   private offsetsOf(): Float64Array {
@@ -599,7 +643,17 @@ class PackV2 extends Pack {
     return this.inlineOrUndefined(id) as Dir
   }
 
-  private inlineAt(k: number, id: string): Dir {
+  /**
+   * Folders of a pack just built, with the record ends its builder already knows (no parse):
+   * the next snapshot on this tree reads them.
+   */
+  adopt(folders: ReadonlyMap<string, { ends: Uint32Array | null }>): void {
+    for (const [id, f] of folders) {
+      if (f.ends && !this.loaded.has(id)) this.inlineAt(this.find(id), id, f.ends)
+    }
+  }
+
+  private inlineAt(k: number, id: string, ends?: Uint32Array): Dir {
     const o = this.offsetsOf()
     const offset = o[k] as number
     const length = (o[k + 1] as number) - offset
@@ -614,7 +668,11 @@ class PackV2 extends Pack {
     const start = this.meta.readUInt32BE(e + 36)
     const end = k + 1 < this.nInline ? this.meta.readUInt32BE(e + ENTRY + 36) : this.hintBytes
     const hints = end > start ? { bytes: this.meta, start: this.hintsAt + start, width: this.width } : null
-    const dir = this.parseDir(id, bytes, hints)
+    let dir: Dir
+    if (ends) {
+      dir = new Dir(id, new Records(bytes, ends, DIR_HEAD.length), this, hints)
+      this.loaded.set(id, dir)
+    } else dir = this.parseDir(id, bytes, hints)
     if (hints && end - start !== dir.size * this.width) {
       this.loaded.delete(id)
       throw this.corrupt(`folder ${id} has ${end - start} bytes of hints for ${dir.size} records`)
@@ -622,48 +680,56 @@ class PackV2 extends Pack {
     return dir
   }
 
-  /** Encodes a pack: `folders` by id, each with its bytes and, per record, its source (or null). */
-  static encode(folders: Map<string, { bytes: Buffer; homes: Array<string | null> | null }>): Buffer {
+  /**
+   * Encodes a pack: `folders` by id, each with its bytes and (when it keeps subfolders from
+   * other packs) per record its source number, 1-based into `sources`, 0 for none.
+   */
+  static encode(folders: ReadonlyMap<string, BuiltFolder>, sources: readonly string[]): Buffer {
     const ids = [...folders.keys()].sort()
-    const sourceNo = new Map<string, number>()
-    for (const id of ids) {
-      for (const home of folders.get(id)?.homes ?? []) {
-        if (home != null && !sourceNo.has(home)) {
-          sourceNo.set(home, sourceNo.size + 1)
-        }
-      }
-    }
-    const width = sourceNo.size < 0x100 ? 1 : sourceNo.size < 0x10000 ? 2 : 4
+    const nSources = sources.length
+    const width = nSources < 0x100 ? 1 : nSources < 0x10000 ? 2 : 4
     let hintBytes = 0
+    let dataBytes = 0
     for (const id of ids) {
-      const f = folders.get(id) as { homes: Array<string | null> | null }
-      if (f.homes?.some((h) => h != null)) hintBytes += f.homes.length * width
+      const f = folders.get(id) as BuiltFolder
+      if (f.hints) hintBytes += f.hints.length * width
+      dataBytes += f.bytes.length
     }
-    const counts = Buffer.from(`${ids.length} ${sourceNo.size} ${width} ${hintBytes}\n`, 'latin1')
-    const tables = Buffer.alloc(sourceNo.size * 32 + ids.length * ENTRY + hintBytes)
-    let at = 0
-    for (const s of sourceNo.keys()) at += tables.write(s, at, 'hex')
-    let hintAt = 0
-    const hintsBase = sourceNo.size * 32 + ids.length * ENTRY
-    const data: Buffer[] = []
+    const counts = `${ids.length} ${nSources} ${width} ${hintBytes}\n`
+    const hashAt = PACK2_HEADER.length + counts.length
+    const sourcesAt = hashAt + 32
+    const indexAt = sourcesAt + nSources * 32
+    const hintsAt = indexAt + ids.length * ENTRY
+    const dataAt = hintsAt + hintBytes
+    // One buffer, written in place: a snapshot's pack holds thousands of folders.
+    const out = Buffer.allocUnsafe(dataAt + dataBytes)
+    out.write(PACK2_HEADER, 0, 'latin1')
+    out.write(counts, PACK2_HEADER.length, 'latin1')
+    let at = sourcesAt
+    for (const s of sources) at += out.write(s, at, 'hex')
+    let hint = 0
+    let data = dataAt
     for (const id of ids) {
-      const f = folders.get(id) as { bytes: Buffer; homes: Array<string | null> | null }
-      at += tables.write(id, at, 'hex')
-      at = tables.writeUInt32BE(f.bytes.length, at)
-      at = tables.writeUInt32BE(hintAt, at)
-      data.push(f.bytes)
-      if (!f.homes?.some((h) => h != null)) continue
-      const homes = f.homes
-      for (let i = 0; i < homes.length; i++) {
-        const home = homes[i]
-        const k = home == null ? 0 : (sourceNo.get(home) as number)
-        if (width === 1) tables[hintsBase + hintAt] = k
-        else tables.writeUIntBE(k, hintsBase + hintAt, width)
-        hintAt += width
+      const f = folders.get(id) as BuiltFolder
+      out.write(id, at, 'hex')
+      out.writeUInt32BE(f.bytes.length, at + 32)
+      out.writeUInt32BE(hint, at + 36)
+      at += ENTRY
+      const h = f.hints
+      if (h) {
+        let p = hintsAt + hint
+        if (width === 1) for (let i = 0; i < h.length; i++) out[p++] = h[i] as number
+        else for (let i = 0; i < h.length; i++, p += width) out.writeUIntBE(h[i] as number, p, width)
+        hint += h.length * width
       }
+      data += f.bytes.copy(out, data)
     }
-    const hash = createHash('sha256').update(counts).update(tables).digest()
-    return Buffer.concat([Buffer.from(PACK2_HEADER, 'latin1'), counts, hash, tables, ...data])
+    createHash('sha256')
+      .update(out.subarray(PACK2_HEADER.length, hashAt))
+      .update(out.subarray(sourcesAt, dataAt))
+      .digest()
+      .copy(out, hashAt)
+    return out
   }
 
   /**
@@ -771,20 +837,74 @@ export function decodePack(
   throw Errors.CORRUPT_OBJECT(`${what} is not a tree pack: no header`, { object: id })
 }
 
-/** A pack being built: the folders made so far, with the pack of each subfolder they keep. */
-class PackBuilder {
-  readonly folders = new Map<string, { bytes: Buffer; homes: Array<string | null> | null }>()
+/** A folder made for a pack: its bytes, its source number per record (or null), its record ends. */
+interface BuiltFolder {
+  bytes: Buffer
+  hints: Uint32Array | null
+  ends: Uint32Array | null
+}
 
-  /** Adds a folder (`homes`: per record, the pack of a subfolder kept from the base); returns its id. */
-  add(bytes: Buffer, homes: Array<string | null> | null = null): string {
+/**
+ * A pack being built: the folders made so far, and the packs their kept subfolders are in,
+ * numbered as the pack will list them.
+ */
+class PackBuilder {
+  readonly folders = new Map<string, BuiltFolder>()
+  private readonly sourceNo = new Map<string, number>()
+  /** Per base pack: its own source numbers (0 = itself) mapped to this pack's, -1 until asked. */
+  private readonly mapped = new Map<Pack, Int32Array>()
+  private chunk: Buffer = Buffer.allocUnsafe(0)
+  private used = 0
+
+  /** Adds a folder; returns its id. */
+  add(bytes: Buffer, hints: Uint32Array | null = null, ends: Uint32Array | null = null): string {
     const id = sha256hex(bytes)
-    if (!this.folders.has(id)) this.folders.set(id, { bytes, homes })
+    if (!this.folders.has(id)) this.folders.set(id, { bytes, hints, ends })
     return id
   }
 
+  /** This pack's number for the pack that `pack` numbers `local` (0: `pack` itself). */
+  sourceOf(pack: Pack, local: number): number {
+    let map = this.mapped.get(pack)
+    if (!map) {
+      map = new Int32Array(pack.sources.length + 1).fill(-1)
+      this.mapped.set(pack, map)
+    }
+    let no = map[local] as number
+    if (no < 0) {
+      const id = local === 0 ? pack.id : (pack.sources[local - 1] as string)
+      no = this.sourceNo.get(id) ?? this.sourceNo.size + 1
+      this.sourceNo.set(id, no)
+      map[local] = no
+    }
+    return no
+  }
+
+  /**
+   * Room for `n` bytes of a folder being written: folders are written back to back into
+   * chunks (one allocation for many folders), then copied into the pack once.
+   */
+  room(n: number): Buffer {
+    if (this.used + n > this.chunk.length) {
+      this.chunk = Buffer.allocUnsafe(Math.max(n, Math.min(1 << 20, 2 * this.chunk.length + (64 << 10))))
+      this.used = 0
+    }
+    return this.chunk
+  }
+
+  get at(): number {
+    return this.used
+  }
+
+  /** Keeps bytes [at, end) of the current chunk (the folder just written). */
+  keep(end: number): void {
+    this.used = end
+  }
+
   finish(rootId: string, source: PackSource | null, what: string): Pack {
-    const bytes = PackV2.encode(this.folders)
+    const bytes = PackV2.encode(this.folders, [...this.sourceNo.keys()])
     const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+    pack.adopt(this.folders)
     built.set(pack, bytes)
     return pack
   }
@@ -835,61 +955,81 @@ function groupChanges(changes: Iterable<[string, string | null]>): Node {
   return root
 }
 
-const keyOrder = (a: [Buffer, unknown], b: [Buffer, unknown]) => Buffer.compare(a[0], b[0])
+interface Edit {
+  /** A file's name, or a subfolder's name and `/`. */
+  key: string
+  /** Its blob or subfolder id; null: removed. */
+  value: string | null
+}
+
+const editOrder = (a: Edit, b: Edit) => comparePaths(a.key, b.key)
 
 /**
  * The folder `base` (undefined: none yet) with the changes of `node` applied; its new id, or
- * null when it ends up empty. Unchanged runs of the base's records are copied as bytes.
+ * null when it ends up empty. The folder is written in place: runs of the base's records it
+ * keeps are copied as bytes (with their record ends, and for kept subfolders the number of the
+ * pack that holds them), the changed records between them written from their strings.
  */
 function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: boolean): string | null {
-  const edits: Array<[Buffer, string | null]> = []
-  for (const [name, value] of node.files) edits.push([Buffer.from(name, 'utf8'), value])
+  const edits: Edit[] = []
+  for (const [name, value] of node.files) edits.push({ key: name, value })
   for (const [name, sub] of node.dirs) {
     const childBase = base?.child(name)
     const id = rebuild(childBase, sub, out, false)
     if (childBase && id === childBase.id) continue // changed back to what it was
-    edits.push([Buffer.from(`${name}/`, 'utf8'), id])
+    edits.push({ key: `${name}/`, value: id })
   }
   if (edits.length === 0 && base) return base.id
-  edits.sort(keyOrder)
-  const parts: Buffer[] = [DIR_HEAD]
-  const r = base?.records
-  const n = r?.size ?? 0
-  let i = 0
-  let records = 0
-  // Per record, the pack holding a subfolder kept from the base, as the base's pack names it
-  // (not opened: a fresh process reads only the folders on the changed paths).
-  let homes: Array<string | null> | null = null
-  const reuse = (from: number, to: number) => {
+  if (edits.length > 1) edits.sort(editOrder)
+  const r = base && base.size > 0 ? base.records : undefined
+  const n = r ? r.size : 0
+  // At most the base's bytes and every edit as a new record (UTF-8: ≤ 3 bytes per UTF-16 unit).
+  let bound = (r ? r.bytes.length : 0) + DIR_HEAD.length
+  for (const e of edits) bound += 3 * e.key.length + TAIL
+  const buf = out.room(bound)
+  const start = out.at
+  let pos = start + DIR_HEAD.copy(buf, start)
+  const ends = new Uint32Array(n + edits.length)
+  let hints: Uint32Array | null = null
+  let count = 0
+  const keep = (from: number, to: number) => {
     if (to <= from || !r || !base) return
-    parts.push(r.recordBytes(from, to))
-    for (let k = from; k < to; k++) {
-      if (r.isDirAt(k)) {
-        // Kept dense (null for files and new records): a holey array would be slow to fill.
-        const at = records + k - from
-        homes ??= []
-        while (homes.length < at) homes.push(null)
-        homes.push(base.homeAt(k))
+    const src = r.start(from)
+    const shift = pos - start - src
+    pos += r.bytes.copy(buf, pos, src, r.start(to))
+    const b = r.bytes
+    const rends = r.ends
+    for (let k = from; k < to; k++, count++) {
+      const z = rends[k] as number
+      ends[count] = z + shift
+      if (b[z - 1] === SLASH) {
+        hints ??= new Uint32Array(ends.length)
+        hints[count] = out.sourceOf(base.pack, base.pack.localSourceAt(base, k))
       }
     }
-    records += to - from
   }
-  for (const [key, value] of edits) {
-    const j = r ? r.lowerBound(key, i) : 0
-    reuse(i, j)
-    if (value !== null) {
-      parts.push(key, Buffer.from(`\0${value}\n`, 'latin1'))
-      records++
+  let i = 0
+  for (const e of edits) {
+    let key: Buffer | null = null
+    if (r) {
+      key = keyBytes(e.key)
+      const j = r.lowerBound(key, i)
+      keep(i, j)
+      i = r.isAt(j, key) ? j + 1 : j
     }
-    i = r?.isAt(j, key) ? j + 1 : j
+    if (e.value === null) continue
+    pos += key ? key.copy(buf, pos) : buf.write(e.key, pos, 'utf8')
+    ends[count++] = pos - start
+    buf[pos++] = NUL
+    pos += buf.write(e.value, pos, 'latin1')
+    buf[pos++] = LF
   }
-  reuse(i, n)
-  if (records === 0 && !isRoot) return null
-  const bytes = records === 0 ? EMPTY_DIR : Buffer.concat(parts)
+  keep(i, n)
+  if (count === 0 && !isRoot) return null
+  const bytes = buf.subarray(start, pos)
   if (base && bytes.length === base.records.bytes.length && bytes.equals(base.records.bytes)) return base.id
-  if (homes)
-    while ((homes as Array<string | null>).length < records) (homes as Array<string | null>).push(null)
-  return out.add(bytes, homes)
+  out.keep(pos)
+  return out.add(bytes, hints ? (hints as Uint32Array).subarray(0, count) : null, ends.subarray(0, count))
 }
 
 /**
