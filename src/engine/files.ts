@@ -202,9 +202,11 @@ export const READ_WRITE_CREATE = O_RDWR | O_CREAT
  * it is a file, a NOA_NOT_REGULAR_FILE naming what it is otherwise.
  */
 export function statFile(path: string, what = 'file'): Stats | undefined {
-  let st: Stats
+  let st: Stats | undefined
   try {
-    st = lstatSync(path)
+    // A missing file is the common answer (a blob lookup): no exception made for it.
+    st = lstatSync(path, { throwIfNoEntry: false })
+    if (st === undefined) return undefined
   } catch (err) {
     const code = errnoOf(err)
     if (code === 'ENOENT') return undefined

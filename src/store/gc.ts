@@ -174,6 +174,7 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
   }
   const remove = (item: GcItem) => {
     if (!dryRun) {
+      if (item.kind === 'object') engine.store.forget(item.name)
       try {
         unlinkSync(item.path)
       } catch (err) {

@@ -62,6 +62,16 @@ const PACK_CACHE = 256
 /** A pack up to this size is read whole at once; a larger one a folder at a time. */
 const WHOLE_PACK = 1 << 20
 
+/**
+ * Objects this process stored lately (written, or found there and freshened), per object
+ * folder: a snapshot takes the blobs it names among them as stored without a lookup each.
+ * Only for KNOWN_MS after the write: gc never removes an object younger than its grace period
+ * (an hour by default), and this process's own gc forgets what it removes.
+ */
+const KNOWN_MS = 10 * 60 * 1000
+const KNOWN_MAX = 200_000
+const knownStored = new Map<string, Map<string, number>>()
+
 /** An object to store under `id`; `exact` when `data` itself hashes to `id` (not a delta). */
 export interface StoredObject {
   id: string
@@ -355,6 +365,49 @@ export class ObjectStore implements ObjectChecks {
     return this.sizeOf(checkObjectId(id)) >= 0
   }
 
+  /**
+   * Whether an object is stored, taking the objects this process stored in the last minutes
+   * (any ObjectStore of the same folder) as stored without looking: a snapshot checks every
+   * blob it takes in, most of them just put by the same host.
+   */
+  hasLately(id: string): boolean {
+    const at = this.known().get(id)
+    if (at !== undefined) {
+      if (performance.now() - at < KNOWN_MS) return true
+      this.known().delete(id)
+    }
+    return this.has(id)
+  }
+
+  /** Forgets that an object is stored (gc removed it). */
+  forget(id: string): void {
+    this.known().delete(id)
+  }
+
+  private known(): Map<string, number> {
+    let map = knownStored.get(this.dir)
+    if (!map) {
+      map = new Map()
+      knownStored.set(this.dir, map)
+    }
+    return map
+  }
+
+  private markStored(ids: Iterable<string>): void {
+    const map = this.known()
+    const now = performance.now()
+    for (const id of ids) {
+      map.delete(id) // kept in the order of their writes, the oldest first out
+      map.set(id, now)
+    }
+    if (map.size > KNOWN_MAX) {
+      for (const id of map.keys()) {
+        map.delete(id)
+        if (map.size <= KNOWN_MAX / 2) break
+      }
+    }
+  }
+
   /** ObjectChecks (for AgentLog.open({ objects })): whether a blob is stored. */
   hasBlob(hash: string): boolean {
     return this.has(hash)
@@ -397,6 +450,7 @@ export class ObjectStore implements ObjectChecks {
       if (this.sizeOf(id) === size) {
         rmSync(temp.path, { force: true })
         this.freshen(id)
+        this.markStored([id])
         return id
       }
       this.ensureDir(dirname(target))
@@ -406,6 +460,7 @@ export class ObjectStore implements ObjectChecks {
       throw err
     }
     fsyncDir(dirname(target))
+    this.markStored([id])
     return id
   }
 
@@ -490,7 +545,10 @@ export class ObjectStore implements ObjectChecks {
         this.pending.delete(o.id)
       }
     }
-    if (todo.size === 0) return
+    if (todo.size === 0) {
+      this.markStored(objects.map((o) => o.id))
+      return
+    }
     const entries = [...todo.values()]
     const temps: string[] = new Array(entries.length)
     try {
@@ -514,6 +572,7 @@ export class ObjectStore implements ObjectChecks {
     } finally {
       for (const t of temps) if (t) rmSync(t, { force: true })
     }
+    this.markStored(objects.map((o) => o.id))
   }
 
   /**

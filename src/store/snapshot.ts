@@ -792,7 +792,7 @@ export class SnapshotEngine {
       if (paths) paths.push(path)
       else byBlob.set(blob, [path])
     }
-    const missing = [...byBlob.keys()].filter((b) => !this.store.has(b))
+    const missing = [...byBlob.keys()].filter((b) => !this.store.hasLately(b))
     if (missing.length === 0) return []
     const seqs = await writeSeqs(this.root, workspace, s.since, s.seq, new Set(missing))
     const out: MissingBlob[] = []

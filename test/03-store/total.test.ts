@@ -175,6 +175,29 @@ describe('blobs that are not stored', () => {
     expect(runCli(['verify', '--root', root]).status).toBe(0) // without --objects, blobs are not looked up
   })
 
+  it('a snapshot takes blobs this process stored as stored, and still names one gc removed or one never stored', async () => {
+    const { root, log, engine } = await setup()
+    const other = new ObjectStore(root) // another store of the same folder: what it wrote counts
+    const kept = await other.putBlob('kept')
+    await log.append('ws', { op: 'write', path: 'kept', blob: kept })
+    const collected = await other.putBlob('collected') // named by no entry yet: gc may take it
+    const gc = await new SnapshotEngine({ root }).gc({ dryRun: false, graceMs: 0 })
+    expect(gc.removed).toBe(1)
+    expect(other.has(collected)).toBe(false)
+    await log.appendMany('ws', [{ op: 'write', path: 'collected', blob: collected }, w('never', 5)])
+    const s = await engine.snapshot('ws')
+    expect(s.missingBlobs.map((m) => [m.path, m.seq])).toEqual([
+      ['collected', 2],
+      ['never', 3],
+    ])
+    // A fresh process knows nothing stored: it looks each one up, and says the same.
+    await log.appendMany('ws', [w('never2', 6), { op: 'write', path: 'kept2', blob: kept }])
+    await log.close()
+    const cli = runCli(['snapshot', 'ws', '--json', '--root', root])
+    expect(cli.status).toBe(0)
+    expect(JSON.parse(cli.stdout).missingBlobs.map((m: { path: string }) => m.path)).toEqual(['never2'])
+  })
+
   it('log.append checks blobs on request through the objects the log was opened with', async () => {
     const root = tempDir()
     const store = new ObjectStore(root)
