@@ -257,6 +257,7 @@ export function sidecarSeek(
       join(dirname(dir), SIDECAR_DIR, `${basename(file, '.log')}.sum`),
       st.ino,
       Number(st.size),
+      true,
     )
   } catch {
     return null // unreadable: the search without it is just as right

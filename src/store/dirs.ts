@@ -304,7 +304,9 @@ export abstract class Pack {
     const id = parent.records.blobAt(i)
     const cached = this.loaded.get(id)
     if (cached) return cached
-    return this.inlineOrUndefined(id) ?? this.resolve(id, this.homeOf(parent, i))
+    // The hint first: a cold snapshot finds most folders it reads in other packs.
+    const home = this.homeOf(parent, i)
+    return (home === this.id ? this.inlineOrUndefined(id) : undefined) ?? this.resolve(id, home)
   }
 
   /** Folder `id` if the pack holds it inline. */
@@ -322,7 +324,8 @@ export abstract class Pack {
     // The home may be this pack's own name when the tree came back to one stored before: the
     // stored pack of that name is then another object than this one, just built.
     const pack = this.source.pack(home, { tree: this.id, folder: id })
-    if (pack !== this && pack.holds(id)) return pack.inlineDir(id)
+    const there = pack === this ? undefined : pack.inlineOrUndefined(id)
+    if (there) return there
     // Two packs can hold the same tree (two writers built it from different bases, and the
     // later write found the object there): the ref was made against the other one. The folder
     // is in that tree all the same (ids are content), so look for it there.
@@ -372,9 +375,12 @@ export abstract class Pack {
     return Errors.CORRUPT_OBJECT(`${this.what} is corrupt: ${why}`, { object: this.id })
   }
 
-  protected checked(id: string, bytes: Buffer, range: string): Buffer {
+  protected checked(id: string, bytes: Buffer, offset: number): Buffer {
     const actual = sha256hex(bytes)
-    if (actual !== id) throw this.corrupt(`its folder ${id} hashes to ${actual} (${range})`)
+    if (actual !== id) {
+      const range = `bytes ${offset}-${offset + bytes.length - 1} of its data`
+      throw this.corrupt(`its folder ${id} hashes to ${actual} (${range})`)
+    }
     return bytes
   }
 }
@@ -445,11 +451,7 @@ class PackV1 extends Pack {
     const cached = this.loaded.get(id)
     if (cached) return cached
     const at = this.inline.get(id) as Range
-    const bytes = this.checked(
-      id,
-      this.read(at.offset, at.length),
-      `bytes ${at.offset}-${at.offset + at.length - 1} of its data`,
-    )
+    const bytes = this.checked(id, this.read(at.offset, at.length), at.offset)
     return this.parseDir(id, bytes, null)
   }
 
@@ -659,11 +661,7 @@ class PackV2 extends Pack {
     const length = (o[k + 1] as number) - offset
     const bytes = this.data
       ? this.data.subarray(offset, offset + length)
-      : this.checked(
-          id,
-          (this.read as NonNullable<typeof this.read>)(offset, length),
-          `bytes ${offset}-${offset + length - 1} of its data`,
-        )
+      : this.checked(id, (this.read as NonNullable<typeof this.read>)(offset, length), offset)
     const e = this.indexAt + k * ENTRY
     const start = this.meta.readUInt32BE(e + 36)
     const end = k + 1 < this.nInline ? this.meta.readUInt32BE(e + ENTRY + 36) : this.hintBytes

@@ -510,7 +510,7 @@ export function damagedBlocksIn(
     const st = fstatSync(fd, { bigint: true })
     let sidecar: ReturnType<typeof readSidecar>
     try {
-      sidecar = readSidecar(sidecarPath(root, workspace), st.ino, Number(st.size))
+      sidecar = readSidecar(sidecarPath(root, workspace), st.ino, Number(st.size), true)
     } catch {
       return [] // unreadable: the log is read by its lines alone, as without one
     }

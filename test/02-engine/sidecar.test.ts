@@ -177,6 +177,50 @@ describe('checksum sidecar', () => {
     expect(seekSeq(file, 3050)).toBe(more.at[3050])
   })
 
+  it('a reader that keeps the sidecar decoded reads only records appended since, and all of it once it was rewritten', async () => {
+    const root = tempDir()
+    await filled(root, 3000)
+    const file = join(root, 'agent-logs', 'w.log')
+    const sum = sidecarPath(root, 'w')
+    const st = () => statSync(file, { bigint: true })
+    const whole = () => readSidecar(sum, st().ino, Number(st().size))
+    const kept = () => readSidecar(sum, st().ino, Number(st().size), true)
+    const first = whole()
+    expect(kept()).toEqual(first)
+    expect(kept()).toEqual(first)
+    // The owner appends records for the blocks it commits.
+    const log = await AgentLog.open({ root, workers: 1 })
+    await log.appendMany(
+      'w',
+      Array.from({ length: 2000 }, (_, i) => write(3000 + i)),
+    )
+    await log.close()
+    const grown = whole()
+    expect(grown?.blocks.length).toBeGreaterThan(first?.blocks.length as number)
+    expect(kept()).toEqual(grown)
+    // Rewritten: its last record another one (a bad CRC), then more appended: read whole again.
+    const good = readFileSync(sum)
+    const bad = Buffer.from(good)
+    bad[bad.length - 5] = (bad[bad.length - 5] as number) ^ 0x01
+    writeFileSync(sum, Buffer.concat([bad, good.subarray(32, 64)]))
+    expect(kept()).toEqual(whole())
+    expect(kept()?.blocks.length).toBe((grown?.blocks.length as number) - 1)
+    // Cut to its header and grown again with only the first record.
+    writeFileSync(sum, good.subarray(0, 32))
+    expect(kept()?.blocks).toEqual([])
+    writeFileSync(sum, good.subarray(0, 64))
+    expect(kept()).toEqual(whole())
+    expect(kept()?.blocks.length).toBe(1)
+    // Another file under the name (another inode), and the log cut short: read whole.
+    rmSync(sum)
+    writeFileSync(sum, good)
+    expect(kept()).toEqual(whole())
+    const text = readFileSync(file)
+    writeFileSync(file, text.subarray(0, (first?.blocks[1]?.offset as number) + 10))
+    expect(kept()).toEqual(whole())
+    expect(kept()?.blocks.length).toBe(1)
+  })
+
   it('ignores a stale, foreign or damaged sidecar, and the seek is still right', async () => {
     const root = tempDir()
     await filled(root, 3000)
