@@ -42,7 +42,7 @@ import {
   snapshotEntry,
 } from './objects.js'
 import { lastSeqOf } from './records.js'
-import { type NoEffect, type ReplayProgress, replaySegment, type Skipped } from './replay.js'
+import { type ChangeMark, type NoEffect, type ReplayProgress, replaySegment, type Skipped } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
 
 export interface SnapshotEngineOptions {
@@ -222,6 +222,9 @@ export interface ResolvedRef {
   seq: number
 }
 
+/** Blobs whose last write a snapshot keeps while it replays (past this, it reads again). */
+const WRITES_KEPT = 100_000
+
 const REF_RE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(\d+))?$/
 
 export class SnapshotEngine {
@@ -371,10 +374,19 @@ export class SnapshotEngine {
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
       await log.openWorkspace(workspace) // takes the workspace's lock, cuts a torn tail
+      // The seq of each blob's last write, kept while the segment is small: a blob found
+      // missing is named with it without reading the segment again.
+      let writes: Map<string, number> | null = new Map()
+      const track = (_path: string, blob: string | null, mark: ChangeMark) => {
+        if (writes === null || mark.op !== 'write') return
+        writes.set(blob as string, mark.seq)
+        if (writes.size > WRITES_KEPT) writes = null
+      }
       const s = await this.computeState(workspace, {
         onProgress: options.onProgress,
         strict: options.strict,
         skipDamaged: options.skipDamaged,
+        track,
       }).catch((err) => {
         throw suggestSkip(err, workspace)
       })
@@ -394,7 +406,7 @@ export class SnapshotEngine {
           entry: null,
         }
       }
-      const missingBlobs = await this.missingBlobs(workspace, s)
+      const missingBlobs = await this.missingBlobs(workspace, s, writes)
       const record = await this.storeSnapshot(
         {
           workspace,
@@ -697,6 +709,7 @@ export class SnapshotEngine {
       until?: number
       onProgress?: ReplayOptions['onProgress']
       skipDamaged?: boolean
+      track?: (path: string, value: string | null, mark: ChangeMark) => void
     },
   ): Promise<State> {
     const file = existingLog(this.root, workspace)
@@ -717,6 +730,7 @@ export class SnapshotEngine {
       strict: options.strict,
       onProgress: options.onProgress,
       skipDamaged: options.skipDamaged,
+      track: options.track,
     })
     return {
       builder,
@@ -783,8 +797,15 @@ export class SnapshotEngine {
     }
   }
 
-  /** Blobs the replay put in the tree that are not stored, each with the seq that wrote it. */
-  private async missingBlobs(workspace: string, s: State): Promise<MissingBlob[]> {
+  /**
+   * Blobs the replay put in the tree that are not stored, each with the seq that wrote it
+   * (`writes`: each blob's last write in the segment, when kept; else the segment is read again).
+   */
+  private async missingBlobs(
+    workspace: string,
+    s: State,
+    writes: ReadonlyMap<string, number> | null,
+  ): Promise<MissingBlob[]> {
     const byBlob = new Map<string, string[]>()
     for (const [path, blob] of s.builder.touched()) {
       if (blob === null) continue
@@ -794,7 +815,7 @@ export class SnapshotEngine {
     }
     const missing = [...byBlob.keys()].filter((b) => !this.store.hasLately(b))
     if (missing.length === 0) return []
-    const seqs = await writeSeqs(this.root, workspace, s.since, s.seq, new Set(missing))
+    const seqs = writes ?? (await writeSeqs(this.root, workspace, s.since, s.seq, new Set(missing)))
     const out: MissingBlob[] = []
     for (const blob of missing) {
       for (const path of byBlob.get(blob) ?? [])
