@@ -102,9 +102,14 @@ export async function fsyncDirs(dirs: Iterable<string>): Promise<void> {
   )
 }
 
-/** A fresh name for a temp file in `dir` (random, so concurrent writers never share one). */
+// Random per thread and counted within it, so concurrent writers never share a name; drawing
+// fresh random bytes for every temp file cost more than writing a small one.
+const TEMP_SALT = randomBytes(6).toString('hex')
+let tempCount = 0
+
+/** A fresh name for a temp file in `dir` (unique to this thread, so concurrent writers never share one). */
 export function tempPath(dir: string, prefix: string, suffix = '.tmp'): string {
-  return join(dir, `${prefix}${randomBytes(6).toString('hex')}${suffix}`)
+  return join(dir, `${prefix}${TEMP_SALT}${(tempCount++).toString(36)}${suffix}`)
 }
 
 /** Clears the write bits of the mode the file got (the umask already took its share). */

@@ -68,7 +68,7 @@ import {
   SIDECAR_DIR,
   sidecarPath,
 } from '../engine/sidecar.js'
-import { type LogIo, loadIo } from './io.js'
+import { type LogIo, loadIo, type PlacedFile } from './io.js'
 import { type FrameFile, Journal } from './journal.js'
 
 const EMPTY = Buffer.alloc(0)
@@ -585,7 +585,7 @@ class Owner {
     const root = this.init.root
     const dirs = new Set<string>()
     try {
-      const writes: Array<Promise<void>> = []
+      const places: PlacedFile[] = []
       for (const f of files) {
         const target = join(root, f.path)
         const dir = dirname(target)
@@ -604,15 +604,11 @@ class Owner {
         }
         dirs.add(dir)
         // Read-only from its creation (the descriptor that made it may still write it).
-        writes.push(
-          this.io.placeFile(tempPath(dir, '.tmp-'), target, f.data, f.readOnly ? 0o444 : 0o666, durable),
-        )
+        places.push({ temp: tempPath(dir, '.tmp-'), target, data: f.data, mode: f.readOnly ? 0o444 : 0o666 })
       }
-      // All of them at once on libuv's pool: a create can wait for the file system's journal,
-      // and this thread has rounds to run meanwhile.
-      const results = await Promise.allSettled(writes)
-      const failed = results.find((r) => r.status === 'rejected')
-      if (failed) throw (failed as PromiseRejectedResult).reason
+      // Off this thread: a create can wait for the file system's journal, and this thread has
+      // rounds to run meanwhile.
+      await this.io.placeFiles(places, durable)
       this.stats.filesWritten += files.length
       if (durable) {
         // A folder made earlier for files that went through the journal may not be durable in
