@@ -4,7 +4,18 @@
  * (`AgentLog.open({ ioModule })`) whose default export wraps it, to count the fdatasyncs, record
  * every operation for the crash-state explorer, or make one fail with EIO or ENOSPC.
  */
-import { closeSync, constants, openSync, renameSync, rmdirSync, unlinkSync, write } from 'node:fs'
+import {
+  closeSync,
+  constants,
+  fdatasyncSync,
+  openSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  unlinkSync,
+  write,
+  writeSync,
+} from 'node:fs'
 import { openError } from '../engine/files.js'
 import { loadNative, type NativeIo } from '../engine/native.js'
 
@@ -30,6 +41,8 @@ export interface LogIo extends NativeIo {
    * files renamed before it stay.
    */
   placeFiles(files: readonly PlacedFile[], durable: boolean): Promise<void>
+  /** placeFiles on the calling thread (blocking it): for a few files when nothing else waits. */
+  placeFilesSync(files: readonly PlacedFile[], durable: boolean): void
 }
 
 export interface PlacedFile {
@@ -38,7 +51,6 @@ export interface PlacedFile {
   data: Uint8Array
   mode: number
 }
-
 
 export type IoWrapper = (io: LogIo, options: unknown) => LogIo | Promise<LogIo>
 
@@ -127,6 +139,32 @@ export function defaultIo(): LogIo {
       return Promise.allSettled(jobs).then((results) => {
         for (const r of results) if (r.status === 'rejected') throw r.reason
       })
+    },
+    placeFilesSync(files, durable) {
+      for (const f of files) {
+        let fd: number
+        try {
+          fd = openSync(
+            f.temp,
+            constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+            f.mode,
+          )
+        } catch (err) {
+          throw openError(err, f.temp)
+        }
+        try {
+          try {
+            for (let done = 0; done < f.data.length; ) done += writeSync(fd, f.data, done)
+            if (durable) fdatasyncSync(fd)
+          } finally {
+            closeSync(fd)
+          }
+          renameSync(f.temp, f.target)
+        } catch (err) {
+          rmSync(f.temp, { force: true })
+          throw openError(err, f.target)
+        }
+      }
     },
     unlink: (path) => unlinkSync(path),
     rmdir(path) {
