@@ -61,7 +61,7 @@ import {
   snapshotEntry,
 } from '../store/objects.js'
 import { recorded, SnapshotEngine } from '../store/snapshot.js'
-import { Tree, TreeBuilder } from '../store/tree.js'
+import { TreeBuilder } from '../store/tree.js'
 import { type CheckpointRef, ThreadIndex } from './index-log.js'
 import {
   CHECKPOINT_FORMAT,

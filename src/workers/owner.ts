@@ -1408,7 +1408,7 @@ class Owner {
   /** A workspace's part is built and held: once all of this owner's are, the caller hears of them. */
   private prepared(batch: Batch): void {
     const a = this.atomics.get(batch.atomic as number)
-    if (!a || a.state !== 'preparing') {
+    if (a?.state !== 'preparing') {
       this.release(batch)
       return
     }
@@ -1450,9 +1450,9 @@ class Owner {
   private atomicCommit(msg: AtomicCommitMsg): void {
     const a = this.atomics.get(msg.batch)
     const j = this.journal
-    if (!a || a.state !== 'prepared' || j === null || j.state === 'failed') {
+    if (a?.state !== 'prepared' || j === null || j.state === 'failed') {
       const err =
-        !a || a.state !== 'prepared'
+        a?.state !== 'prepared'
           ? Errors.JOURNAL(`atomic batch ${msg.batch} is not prepared here`)
           : j === null
             ? Errors.BAD_OPTION("appendAtomic needs the commit journal (durability: 'journal')", {
@@ -1483,7 +1483,7 @@ class Owner {
   /** Another owner committed the batch: write the held parts, and make them durable after. */
   private apply(msg: ApplyMsg): void {
     const a = this.atomics.get(msg.batch)
-    if (!a || a.state !== 'prepared') {
+    if (a?.state !== 'prepared') {
       this.post({
         t: 'reply',
         id: msg.id,
