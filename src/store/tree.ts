@@ -26,6 +26,7 @@ import {
   type Pack,
   type PackSource,
   packFromSorted,
+  packFromSortedTwice,
   Records,
 } from './dirs.js'
 
@@ -34,6 +35,15 @@ export { comparePaths }
 export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
 const BLOB_RE = /^[0-9a-f]{64}$/
+const WIDE_UNIT = /[\ud800-\uffff]/
+/** A path removed from the base (TreeBuilder's slot for it). */
+const REMOVED = -1
+
+/** Node's own latin1 codecs (what `toString`/`write` call after their argument checks); not in @types/node. */
+type SliceBuffer = Buffer & {
+  latin1Slice(start: number, end: number): string
+  latin1Write(s: string, offset: number, length: number): number
+}
 
 /** A lone surrogate cannot be written as UTF-8: such a path would silently change in a tree. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -178,7 +188,19 @@ export const EMPTY_TREE: Tree = Tree.ofPack(packFromSorted([]))
  */
 export class TreeBuilder {
   readonly base: Tree
-  private readonly changes = new Map<string, string | null>()
+  /**
+   * Path → the slot of its blob in `slab` (REMOVED: removed from the base). A replay sets the
+   * same paths over and over: a blob kept as a string per path would be promoted to the old
+   * generation and left as garbage by the next write of that path, and with 100k paths that
+   * garbage, not the tree, sets the peak heap. A slot is rewritten in place instead.
+   */
+  private readonly changes = new Map<string, number>()
+  /** 64 latin1 bytes per slot: the blob's characters, which are ASCII (see `set`). */
+  private slab: SliceBuffer = Buffer.allocUnsafe(64 * 1024) as SliceBuffer
+  private slots = 0
+  private readonly free: number[] = []
+  /** Values that are not 64 ASCII characters, by slot, kept as given (`check` refuses them). */
+  private odd: Map<number, string> | null = null
   private readonly baseEmpty: boolean
 
   constructor(base: Tree = EMPTY_TREE) {
@@ -186,29 +208,69 @@ export class TreeBuilder {
     this.baseEmpty = base.isEmpty
   }
 
+  private blobAt(slot: number): string {
+    if (this.odd !== null) {
+      const v = this.odd.get(slot)
+      if (v !== undefined) return v
+    }
+    return this.slab.latin1Slice(slot * 64, slot * 64 + 64)
+  }
+
+  private newSlot(): number {
+    const reused = this.free.pop()
+    if (reused !== undefined) return reused
+    if ((this.slots + 1) * 64 > this.slab.length) {
+      const bigger = Buffer.allocUnsafe(this.slab.length * 2) as SliceBuffer
+      this.slab.copy(bigger, 0, 0, this.slots * 64)
+      this.slab = bigger
+    }
+    return this.slots++
+  }
+
+  private freeSlot(slot: number): void {
+    this.odd?.delete(slot)
+    this.free.push(slot)
+  }
+
   get(path: string): string | undefined {
     const v = this.changes.get(path)
-    if (v !== undefined) return v === null ? undefined : v
+    if (v !== undefined) return v === REMOVED ? undefined : this.blobAt(v)
     return this.baseEmpty ? undefined : this.base.get(path)
   }
 
   has(path: string): boolean {
-    return this.get(path) !== undefined
+    const v = this.changes.get(path)
+    if (v !== undefined) return v !== REMOVED
+    return !this.baseEmpty && this.base.has(path)
   }
 
   set(path: string, blob: string): void {
-    this.changes.set(path, blob)
+    let slot = this.changes.get(path)
+    if (slot === undefined || slot === REMOVED) {
+      slot = this.newSlot()
+      this.changes.set(path, slot)
+    } else this.odd?.delete(slot)
+    // 64 characters in 64 UTF-8 bytes are ASCII, which latin1 keeps exactly; anything else (no
+    // blob a log holds) is kept as the string it is.
+    if (blob.length === 64 && Buffer.byteLength(blob, 'utf8') === 64) {
+      this.slab.latin1Write(blob, slot * 64, 64)
+    } else {
+      this.odd ??= new Map()
+      this.odd.set(slot, blob)
+    }
   }
 
   /** Removes a path; the caller has checked that it exists. */
   remove(path: string): void {
+    const slot = this.changes.get(path)
+    if (slot !== undefined && slot !== REMOVED) this.freeSlot(slot)
     if (this.baseEmpty) this.changes.delete(path)
-    else this.changes.set(path, null)
+    else this.changes.set(path, REMOVED)
   }
 
   /** Paths touched since the base, with their value now (null: removed). */
-  touched(): IterableIterator<[string, string | null]> {
-    return this.changes.entries()
+  *touched(): IterableIterator<[string, string | null]> {
+    for (const [k, v] of this.changes) yield [k, v === REMOVED ? null : this.blobAt(v)]
   }
 
   get touchedCount(): number {
@@ -218,13 +280,16 @@ export class TreeBuilder {
   /** The same changes over another base holding the same files (a folder form of a flat view). */
   withBase(base: Tree): TreeBuilder {
     const b = new TreeBuilder(base)
-    for (const [k, v] of this.changes) b.changes.set(k, v)
+    for (const [k, v] of this.touched()) {
+      if (v === null) b.changes.set(k, REMOVED)
+      else b.set(k, v)
+    }
     return b
   }
 
   /** Refuses paths and blobs that cannot be stored in a tree (replay checks little per entry). */
   check(): void {
-    for (const [k, v] of this.changes) {
+    for (const [k, v] of this.touched()) {
       if (!isWellFormedPath(k)) {
         throw Errors.REPLAY(
           `path ${JSON.stringify(k)} holds a lone UTF-16 surrogate and cannot be stored in a tree`,
@@ -248,21 +313,50 @@ export class TreeBuilder {
   buildPack(source: PackSource | null): Pack {
     this.check()
     const base = this.base
-    if (base.root) return buildPack(base.root, this.changes, source)
-    if (this.baseEmpty) return buildPack(undefined, this.changes, source)
+    // From nothing (a full replay), every folder is new: one pass over the sorted paths writes
+    // each folder once, instead of grouping every path into a map per folder first. (With no
+    // change at all, the base's own pack, as below.)
+    if (this.baseEmpty && this.changes.size > 0) {
+      const keys = this.sortedKeys()
+      return packFromSortedTwice(() => this.filesOf(keys))
+    }
+    if (base.root) return buildPack(base.root, this.touched(), source)
     return packFromSorted(Tree.decode('', this.encode()).entries())
+  }
+
+  /** A touched path's value now (null: removed). */
+  private valueOf(path: string): string | null {
+    const v = this.changes.get(path) as number
+    return v === REMOVED ? null : this.blobAt(v)
+  }
+
+  /** The paths touched, in byte order. */
+  private sortedKeys(): string[] {
+    const keys = [...this.changes.keys()]
+    // Without a unit at or above U+D800 the code unit order (the built-in sort, compared
+    // natively) is the code point order; comparePaths differs only between such units.
+    if (keys.some((k) => WIDE_UNIT.test(k))) keys.sort(comparePaths)
+    else keys.sort()
+    return keys
+  }
+
+  /** The files (path, blob) at sorted touched paths `keys` (the base is empty). */
+  private *filesOf(keys: readonly string[]): Generator<[string, string]> {
+    for (const k of keys) {
+      const v = this.valueOf(k)
+      if (v) yield [k, v]
+    }
   }
 
   /** The flat canonical bytes of the tree as it stands (the listing; trees are stored per folder). */
   encode(): Buffer {
     this.check()
-    const keys = [...this.changes.keys()]
-    keys.sort(comparePaths)
+    const keys = this.sortedKeys()
     const base = this.base
     if (this.baseEmpty) {
       let text = TREE_HEADER
       for (const k of keys) {
-        const v = this.changes.get(k)
+        const v = this.valueOf(k)
         if (v) text += `${k}\0${v}\n`
       }
       return Buffer.from(text, 'utf8')
@@ -279,7 +373,7 @@ export class TreeBuilder {
         pending = ''
         parts.push(base.recordBytes(i, j))
       }
-      const v = this.changes.get(k)
+      const v = this.valueOf(k)
       if (v) pending += `${k}\0${v}\n`
       i = base.isAt(j, key) ? j + 1 : j
     }
