@@ -38,6 +38,9 @@ const BLOB_RE = /^[0-9a-f]{64}$/
 const WIDE_UNIT = /[\ud800-\uffff]/
 /** A path removed from the base (TreeBuilder's slot for it). */
 const REMOVED = -1
+/** TreeBuilder's blob slots per page: 16384 × 64 bytes, a megabyte. */
+const PAGE_BITS = 14
+const PAGE_SLOTS = 1 << PAGE_BITS
 
 /** Node's own latin1 codecs (what `toString`/`write` call after their argument checks); not in @types/node. */
 type SliceBuffer = Buffer & {
@@ -189,14 +192,19 @@ export const EMPTY_TREE: Tree = Tree.ofPack(packFromSorted([]))
 export class TreeBuilder {
   readonly base: Tree
   /**
-   * Path → the slot of its blob in `slab` (REMOVED: removed from the base). A replay sets the
+   * Path → the slot of its blob in `pages` (REMOVED: removed from the base). A replay sets the
    * same paths over and over: a blob kept as a string per path would be promoted to the old
    * generation and left as garbage by the next write of that path, and with 100k paths that
    * garbage, not the tree, sets the peak heap. A slot is rewritten in place instead.
    */
   private readonly changes = new Map<string, number>()
-  /** 64 latin1 bytes per slot: the blob's characters, which are ASCII (see `set`). */
-  private slab: SliceBuffer = Buffer.allocUnsafe(64 * 1024) as SliceBuffer
+  /**
+   * 64 latin1 bytes per slot (the blob's characters, which are ASCII, see `set`), in pages of
+   * PAGE_SLOTS: a page is added when one fills, never copied, so a tree of 100k paths holds no
+   * second, half-size copy when it grows. The first page starts small and doubles (a builder of
+   * a few paths should not cost a megabyte).
+   */
+  private pages: SliceBuffer[] = [Buffer.allocUnsafe(64 * 64) as SliceBuffer]
   private slots = 0
   private readonly free: number[] = []
   /** Values that are not 64 ASCII characters, by slot, kept as given (`check` refuses them). */
@@ -213,18 +221,24 @@ export class TreeBuilder {
       const v = this.odd.get(slot)
       if (v !== undefined) return v
     }
-    return this.slab.latin1Slice(slot * 64, slot * 64 + 64)
+    const at = (slot & (PAGE_SLOTS - 1)) * 64
+    return (this.pages[slot >>> PAGE_BITS] as SliceBuffer).latin1Slice(at, at + 64)
   }
 
   private newSlot(): number {
     const reused = this.free.pop()
     if (reused !== undefined) return reused
-    if ((this.slots + 1) * 64 > this.slab.length) {
-      const bigger = Buffer.allocUnsafe(this.slab.length * 2) as SliceBuffer
-      this.slab.copy(bigger, 0, 0, this.slots * 64)
-      this.slab = bigger
+    const slot = this.slots++
+    const page = slot >>> PAGE_BITS
+    if (page === this.pages.length) {
+      this.pages.push(Buffer.allocUnsafe(PAGE_SLOTS * 64) as SliceBuffer)
+    } else if (page === 0 && slot * 64 >= (this.pages[0] as SliceBuffer).length) {
+      const first = this.pages[0] as SliceBuffer
+      const bigger = Buffer.allocUnsafe(first.length * 2) as SliceBuffer
+      first.copy(bigger, 0, 0, slot * 64)
+      this.pages[0] = bigger
     }
-    return this.slots++
+    return slot
   }
 
   private freeSlot(slot: number): void {
@@ -253,7 +267,7 @@ export class TreeBuilder {
     // 64 characters in 64 UTF-8 bytes are ASCII, which latin1 keeps exactly; anything else (no
     // blob a log holds) is kept as the string it is.
     if (blob.length === 64 && Buffer.byteLength(blob, 'utf8') === 64) {
-      this.slab.latin1Write(blob, slot * 64, 64)
+      ;(this.pages[slot >>> PAGE_BITS] as SliceBuffer).latin1Write(blob, (slot & (PAGE_SLOTS - 1)) * 64, 64)
     } else {
       this.odd ??= new Map()
       this.odd.set(slot, blob)

@@ -122,12 +122,12 @@ describe('TreeBuilder on an empty tree', () => {
 
   it('reuses the slot of a removed path without the old blob showing through', () => {
     const b = new TreeBuilder(EMPTY_TREE)
-    for (let i = 0; i < 5000; i++) b.set(`f${i}`, hex(`${i}`)) // past the first slab
-    for (let i = 0; i < 5000; i += 2) b.remove(`f${i}`)
-    for (let i = 0; i < 2500; i++) b.set(`g${i}`, hex(`g${i}`))
-    for (let i = 0; i < 5000; i++) expect(b.get(`f${i}`)).toBe(i % 2 === 0 ? undefined : hex(`${i}`))
-    for (let i = 0; i < 2500; i++) expect(b.get(`g${i}`)).toBe(hex(`g${i}`))
-    expect(b.touchedCount).toBe(5000)
+    for (let i = 0; i < 40000; i++) b.set(`f${i}`, hex(`${i}`)) // three pages of slots
+    for (let i = 0; i < 40000; i += 2) b.remove(`f${i}`)
+    for (let i = 0; i < 20000; i++) b.set(`g${i}`, hex(`g${i}`))
+    for (let i = 0; i < 40000; i++) expect(b.get(`f${i}`)).toBe(i % 2 === 0 ? undefined : hex(`${i}`))
+    for (let i = 0; i < 20000; i++) expect(b.get(`g${i}`)).toBe(hex(`g${i}`))
+    expect(b.touchedCount).toBe(40000)
   })
 
   it('over a non-empty base, records removals and reads through to the base', () => {
