@@ -953,20 +953,33 @@ class FolderWriter {
     this.len = DIR_HEAD.copy(this.buf, 0)
   }
 
-  /** A record: key (`name` or `name/`), NUL, the 64-hex id, LF. */
-  record(key: string, dir: boolean, hex: string): void {
-    // UTF-8 takes at most 3 bytes per UTF-16 unit (a surrogate pair: 4 for 2).
-    const need = (key.length + hex.length) * 3 + 3
-    if (this.len + need > this.buf.length) {
-      const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.len + need))
+  /** Room for `n` more bytes. */
+  private room(n: number): Buffer {
+    if (this.len + n > this.buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.len + n))
       this.buf.copy(bigger, 0, 0, this.len)
       this.buf = bigger
     }
-    const b = this.buf
-    let at = this.len + b.write(key, this.len, 'utf8')
-    if (dir) b[at++] = SLASH
+    return this.buf
+  }
+
+  /** A subfolder's record: its name, `/`, NUL, its id, LF. UTF-8 takes at most 3 bytes a unit. */
+  folder(name: string, id: string): void {
+    const b = this.room(name.length * 3 + 67)
+    let at = this.len + b.write(name, this.len, 'utf8')
+    b[at++] = SLASH
     b[at++] = NUL
-    at += b.write(hex, at, 'utf8')
+    at += b.write(id, at, 'latin1')
+    b[at++] = LF
+    this.len = at
+  }
+
+  /** A file's record: its name, NUL, the blob `files` has for the path it just gave, LF. */
+  file(name: string, files: SortedFiles): void {
+    const b = this.room(name.length * 3 + files.blobBytes() + 2)
+    let at = this.len + b.write(name, this.len, 'utf8')
+    b[at++] = NUL
+    at += files.writeBlob(b, at)
     b[at++] = LF
     this.len = at
   }
@@ -978,12 +991,41 @@ class FolderWriter {
 }
 
 /**
+ * Files in path order, for the folder walks below: `next` gives the next path (undefined: no
+ * more), and `writeBlob` writes that path's blob into a folder's bytes, so a source that keeps
+ * its blobs as bytes copies them without making a string of each.
+ */
+export interface SortedFiles {
+  next(): string | undefined
+  /** At most how many bytes `writeBlob` writes for the current path. */
+  blobBytes(): number
+  /** Writes the current path's blob at `at` of `out`; returns the bytes written. */
+  writeBlob(out: Buffer, at: number): number
+}
+
+/** (path, blob) pairs as SortedFiles. */
+function filesOfPairs(entries: Iterable<[string, string]>): SortedFiles {
+  const it = entries[Symbol.iterator]()
+  let blob = ''
+  return {
+    next() {
+      const r = it.next()
+      if (r.done) return undefined
+      blob = r.value[1]
+      return r.value[0]
+    },
+    blobBytes: () => blob.length * 3,
+    writeBlob: (out, at) => out.write(blob, at, 'utf8'),
+  }
+}
+
+/**
  * Walks sorted (path, blob) pairs folder by folder: paths in byte order visit each folder's
  * records in key order (`name/` sorts where the folder's paths do), so each folder is written
  * once, in one pass, and closed as soon as the paths leave it. `closed` gets each folder's
  * bytes (valid until it returns) and returns its id; the root's id is returned.
  */
-function walkSorted(entries: Iterable<[string, string]>, closed: (bytes: Buffer) => string): string {
+function walkSorted(files: SortedFiles, closed: (bytes: Buffer) => string): string {
   // The open folders below the root, outermost first; writers[d] holds the folder at depth d.
   const names: string[] = []
   const writers: FolderWriter[] = [new FolderWriter()]
@@ -991,9 +1033,9 @@ function walkSorted(entries: Iterable<[string, string]>, closed: (bytes: Buffer)
   const close = (): void => {
     const id = closed((writers[names.length] as FolderWriter).view())
     const name = names.pop() as string
-    ;(writers[names.length] as FolderWriter).record(name, true, id)
+    ;(writers[names.length] as FolderWriter).folder(name, id)
   }
-  for (const [path, blob] of entries) {
+  for (let path = files.next(); path !== undefined; path = files.next()) {
     // The folders the path shares with the open ones stay open; the rest close, innermost first.
     let depth = 0
     let from = 0
@@ -1014,7 +1056,7 @@ function walkSorted(entries: Iterable<[string, string]>, closed: (bytes: Buffer)
       ;(writers[names.length] as FolderWriter).start()
       from = slash + 1
     }
-    ;(writers[names.length] as FolderWriter).record(from === 0 ? path : path.slice(from), false, blob)
+    ;(writers[names.length] as FolderWriter).file(from === 0 ? path : path.slice(from), files)
   }
   while (names.length > 0) close()
   return closed((writers[0] as FolderWriter).view())
@@ -1026,20 +1068,20 @@ function walkSorted(entries: Iterable<[string, string]>, closed: (bytes: Buffer)
  */
 export function packFromSorted(entries: Iterable<[string, string]>): Pack {
   const out = new PackBuilder()
-  const rootId = walkSorted(entries, (bytes) => out.add(Buffer.from(bytes)))
+  const rootId = walkSorted(filesOfPairs(entries), (bytes) => out.add(Buffer.from(bytes)))
   return out.finish(rootId, null, `tree ${rootId}`)
 }
 
 /**
- * The same pack as `packFromSorted`, from pairs that can be walked twice: the first walk hashes
+ * The same pack as `packFromSorted`, from files that can be walked twice: the first walk hashes
  * each folder and keeps only its id and length, the second writes its bytes straight into the
  * pack. So the folders are never held twice (a copy each, then the pack), which for a replay of
  * 100k paths is most of the memory the pack costs; the second walk costs no hashing.
  */
-export function packFromSortedTwice(entries: () => Iterable<[string, string]>): Pack {
+export function packFromSortedTwice(files: () => SortedFiles): Pack {
   const folders = new Map<string, { length: number; homes: null }>()
   const order: string[] = []
-  const rootId = walkSorted(entries(), (bytes) => {
+  const rootId = walkSorted(files(), (bytes) => {
     const id = sha256hex(bytes)
     if (!folders.has(id)) folders.set(id, { length: bytes.length, homes: null })
     order.push(id)
@@ -1048,7 +1090,7 @@ export function packFromSortedTwice(entries: () => Iterable<[string, string]>): 
   const bytes = PackV2.encodeSized(folders, (out, at) => {
     let k = 0
     const written = new Set<string>()
-    walkSorted(entries(), (folder) => {
+    walkSorted(files(), (folder) => {
       const id = order[k++] as string
       if (!written.has(id)) {
         written.add(id)

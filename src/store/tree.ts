@@ -28,6 +28,7 @@ import {
   packFromSorted,
   packFromSortedTwice,
   Records,
+  type SortedFiles,
 } from './dirs.js'
 
 export { comparePaths }
@@ -36,6 +37,8 @@ export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
 const BLOB_RE = /^[0-9a-f]{64}$/
 const WIDE_UNIT = /[\ud800-\uffff]/
+const HEX = new Uint8Array(256)
+for (const c of '0123456789abcdef') HEX[c.charCodeAt(0)] = 1
 /** A path removed from the base (TreeBuilder's slot for it). */
 const REMOVED = -1
 /** TreeBuilder's blob slots per page: 16384 × 64 bytes, a megabyte. */
@@ -303,7 +306,14 @@ export class TreeBuilder {
 
   /** Refuses paths and blobs that cannot be stored in a tree (replay checks little per entry). */
   check(): void {
-    for (const [k, v] of this.touched()) {
+    for (const [k, slot] of this.changes) {
+      // A slot holds ASCII: BLOB_RE on it is a look at its bytes (no string made for each).
+      if (
+        isWellFormedPath(k) &&
+        (slot === REMOVED || (this.odd?.get(slot) === undefined && this.isHex(slot)))
+      )
+        continue
+      const v = slot === REMOVED ? null : this.blobAt(slot)
       if (!isWellFormedPath(k)) {
         throw Errors.REPLAY(
           `path ${JSON.stringify(k)} holds a lone UTF-16 surrogate and cannot be stored in a tree`,
@@ -338,6 +348,14 @@ export class TreeBuilder {
     return packFromSorted(Tree.decode('', this.encode()).entries())
   }
 
+  /** Whether a slot holds 64 lowercase hex digits. */
+  private isHex(slot: number): boolean {
+    const page = this.pages[slot >>> PAGE_BITS] as Buffer
+    const from = (slot & (PAGE_SLOTS - 1)) * 64
+    for (let i = from; i < from + 64; i++) if (HEX[page[i] as number] === 0) return false
+    return true
+  }
+
   /** A touched path's value now (null: removed). */
   private valueOf(path: string): string | null {
     const v = this.changes.get(path) as number
@@ -354,11 +372,33 @@ export class TreeBuilder {
     return keys
   }
 
-  /** The files (path, blob) at sorted touched paths `keys` (the base is empty). */
-  private *filesOf(keys: readonly string[]): Generator<[string, string]> {
-    for (const k of keys) {
-      const v = this.valueOf(k)
-      if (v) yield [k, v]
+  /** The files at sorted touched paths `keys` (the base is empty), blobs copied from their slots. */
+  private filesOf(keys: readonly string[]): SortedFiles {
+    let i = 0
+    let page: Buffer = Buffer.alloc(0)
+    let at = 0
+    let odd = ''
+    return {
+      next: () => {
+        while (i < keys.length) {
+          const k = keys[i++] as string
+          const slot = this.changes.get(k) as number
+          if (slot === REMOVED) continue
+          const v = this.odd?.get(slot)
+          if (v !== undefined) {
+            if (v === '') continue // as encode: an empty value is no file
+            odd = v
+          } else {
+            odd = ''
+            page = this.pages[slot >>> PAGE_BITS] as Buffer
+            at = (slot & (PAGE_SLOTS - 1)) * 64
+          }
+          return k
+        }
+        return undefined
+      },
+      blobBytes: () => (odd === '' ? 64 : odd.length * 3),
+      writeBlob: (out, to) => (odd === '' ? page.copy(out, to, at, at + 64) : out.write(odd, to, 'utf8')),
     }
   }
 
