@@ -152,6 +152,15 @@ struct LogWrite {
   int err = 0;
 };
 
+// One file of a placement job: written to `temp` (created, never opened through a symlink),
+// synced when the job is durable, then renamed to `target`.
+struct Place {
+  std::string temp;
+  std::string target;
+  struct iovec data;
+  int mode;
+};
+
 struct Job {
   double id;
   int fd;
@@ -163,10 +172,54 @@ struct Job {
   std::vector<struct iovec> logIov;
   std::vector<LogWrite> logs;
   bool round = false;
+  // A placement: every file of `places`, in order; the first failure stops it (`errPath`).
+  std::vector<Place> places;
+  bool durable = false;
+  std::string errPath;
   Napi::Reference<Napi::Value> keep;  // the buffers, alive until the job is delivered
   int err = 0;
   const char* syscall = nullptr;
 };
+
+// Places each file of the job: open(temp, O_CREAT|O_EXCL|O_NOFOLLOW), write, fdatasync when
+// durable, close, rename(temp, target). A failed file's temp is removed; the files renamed
+// before it stay (nothing names them yet).
+void RunPlaces(Job* job) {
+  for (Place& p : job->places) {
+    int fd;
+    do {
+      fd = open(p.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, p.mode);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+      job->err = errno;
+      job->syscall = "open";
+      job->errPath = p.temp;
+      return;
+    }
+    struct iovec iov = p.data;
+    int err = iov.iov_len > 0 ? WriteAll(fd, &iov, 1) : 0;
+    const char* call = "write";
+    if (err == 0 && job->durable) {
+      err = DataSync(fd);
+      call = "fdatasync";
+    }
+    if (close(fd) != 0 && errno != EINTR && err == 0) {
+      err = errno;
+      call = "close";
+    }
+    if (err == 0 && rename(p.temp.c_str(), p.target.c_str()) != 0) {
+      err = errno;
+      call = "rename";
+    }
+    if (err != 0) {
+      unlink(p.temp.c_str());
+      job->err = err;
+      job->syscall = call;
+      job->errPath = call[0] == 'r' ? p.target : p.temp;
+      return;
+    }
+  }
+}
 
 class Instance {
  public:
@@ -252,6 +305,12 @@ class Instance {
       queue_.pop_front();
       lock.unlock();
 
+      if (!job->places.empty()) {
+        RunPlaces(job);
+        Finished(job);
+        lock.lock();
+        continue;
+      }
       int count = static_cast<int>(job->iov.size());
       int err = job->offset < 0 ? WriteAll(job->fd, job->iov.data(), count)
                                 : PWriteAll(job->fd, job->iov.data(), count, job->offset);
@@ -283,16 +342,20 @@ class Instance {
           log.err = WriteAll(log.fd, job->logIov.data() + log.first, static_cast<int>(log.count));
         }
       }
-      bool first;
-      {
-        std::unique_lock<std::mutex> doneLock(doneMu_);
-        first = done_.empty();
-        done_.push_back(job);
-      }
-      // One call drains everything finished so far; later completions ride along.
-      if (first) tsfn_.NonBlockingCall(this, &Instance::Deliver);
+      Finished(job);
       lock.lock();
     }
+  }
+
+  void Finished(Job* job) {
+    bool first;
+    {
+      std::unique_lock<std::mutex> doneLock(doneMu_);
+      first = done_.empty();
+      done_.push_back(job);
+    }
+    // One call drains everything finished so far; later completions ride along.
+    if (first) tsfn_.NonBlockingCall(this, &Instance::Deliver);
   }
 
   static void Deliver(Napi::Env env, Napi::Function handler, Instance* self) {
@@ -306,7 +369,7 @@ class Instance {
     for (Job* job : jobs) {
       Napi::HandleScope scope(env);
       Napi::Value err = env.Null();
-      if (job->err != 0) err = SystemError(env, job->err, job->syscall, std::string()).Value();
+      if (job->err != 0) err = SystemError(env, job->err, job->syscall, job->errPath).Value();
       // A round's third argument: null, or [index, error] pairs for the logs whose write failed.
       Napi::Value logErrors = env.Null();
       if (job->round && job->err == 0) {
@@ -707,6 +770,58 @@ Napi::Value CommitRound(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// placeBatch(id, temps, targets, data, modes, durable): on a pool thread, for each file in
+// order, write data[i] to a new file temps[i] (O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, modes[i]
+// before the umask), fdatasync it if durable, and rename it to targets[i]. The completion
+// handler receives (id, error|null); an error names its path and stops the rest of the list.
+Napi::Value PlaceBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Instance* inst = GetInstance(env);
+  if (!inst->HasHandler()) {
+    Napi::Error::New(env, "setCompletionHandler must be called before placeBatch")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  if (!info[0].IsNumber() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() ||
+      !info[4].IsArray()) {
+    Napi::TypeError::New(env, "placeBatch(id, temps[], targets[], data[], modes[], durable)")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Napi::Array temps = info[1].As<Napi::Array>();
+  Napi::Array targets = info[2].As<Napi::Array>();
+  Napi::Array datas = info[3].As<Napi::Array>();
+  Napi::Array modes = info[4].As<Napi::Array>();
+  uint32_t n = temps.Length();
+  if (n == 0 || targets.Length() != n || datas.Length() != n || modes.Length() != n) {
+    Napi::RangeError::New(env, "placeBatch: temps, targets, data and modes must be non-empty and of one length")
+        .ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Job* job = new Job();
+  job->id = info[0].As<Napi::Number>().DoubleValue();
+  job->durable = info[5].ToBoolean().Value();
+  job->places.reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    Napi::Value t = temps.Get(i);
+    Napi::Value g = targets.Get(i);
+    Napi::Value d = datas.Get(i);
+    Napi::Value m = modes.Get(i);
+    if (!t.IsString() || !g.IsString() || !d.IsBuffer() || !m.IsNumber()) {
+      delete job;
+      Napi::TypeError::New(env, "placeBatch: paths must be strings, data Buffers, modes numbers")
+          .ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Buffer<char> buf = d.As<Napi::Buffer<char>>();
+    job->places.push_back({t.As<Napi::String>().Utf8Value(), g.As<Napi::String>().Utf8Value(),
+                           {buf.Data(), buf.Length()}, m.As<Napi::Number>().Int32Value()});
+  }
+  job->keep = Napi::Persistent(info[3]);
+  inst->Submit(env, job);
+  return env.Undefined();
+}
+
 // alignedBuffer(size, alignment) -> Buffer of zeros whose memory starts at a multiple of
 // alignment (a power of two >= sizeof(void*)): what O_DIRECT writes need, which JavaScript
 // cannot ask of an ArrayBuffer. Freed when the Buffer is collected.
@@ -763,6 +878,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
               Napi::Function::New(env, SetCompletionHandler, "setCompletionHandler"));
   exports.Set("commit", Napi::Function::New(env, Commit, "commit"));
   exports.Set("commitRound", Napi::Function::New(env, CommitRound, "commitRound"));
+  exports.Set("placeBatch", Napi::Function::New(env, PlaceBatch, "placeBatch"));
   exports.Set("setMaxThreads", Napi::Function::New(env, SetMaxThreads, "setMaxThreads"));
   exports.Set("alignedBuffer", Napi::Function::New(env, AlignedBuffer, "alignedBuffer"));
   exports.Set("poolStats", Napi::Function::New(env, PoolStats, "poolStats"));

@@ -1,7 +1,7 @@
 /**
  * One trial of the adapter benchmark, in a fresh process:
  *
- *   node dist/bench/adapters/case.js <serial|100threads> <noa|noa-uv64|sqlite|sqlite-full> <dir> <seconds>
+ *   node dist/bench/adapters/case.js <serial|100threads> <noa|noa-inline|sqlite|sqlite-full> <dir> <seconds>
  *
  * A graph step is what LangGraph's loop asks of its saver per superstep: `put` of the next
  * checkpoint (three channels, two of them new), `putWrites` of the task that ran (two writes),
@@ -40,7 +40,7 @@ function sqliteContender(synchronous: 'default' | 'FULL'): Contender {
   }
 }
 
-function noaContender(): Contender {
+function noaContender(workers?: number): Contender {
   return {
     async open(dir) {
       // The object store's 256 fan-out folders, as in any store in use: a fresh one would spend
@@ -48,11 +48,14 @@ function noaContender(): Contender {
       for (let i = 0; i < 256; i++) {
         mkdirSync(join(dir, 'noa', 'objects', i.toString(16).padStart(2, '0')), { recursive: true })
       }
-      const saver = await NoaSaver.open({ root: join(dir, 'noa') })
-      const pool = process.env.UV_THREADPOOL_SIZE ?? '4'
+      const saver = await NoaSaver.open({
+        root: join(dir, 'noa'),
+        ...(workers === undefined ? {} : { workers }),
+      })
+      const owner = workers === 0 ? "the owner on the caller's thread" : 'owner worker threads'
       return {
         saver,
-        how: `objects written beside the entries (libuv pool of ${pool}), one journal fdatasync per commit for both`,
+        how: `objects written beside the entries, one journal fdatasync per commit for both (${owner})`,
         close: () => saver.close(),
       }
     },
@@ -61,8 +64,8 @@ function noaContender(): Contender {
 
 export const CONTENDERS: Record<string, Contender> = {
   noa: noaContender(),
-  /** The same with libuv's pool at 64 threads: the owner writes the objects' files there, 4 at a time by default. */
-  'noa-uv64': noaContender(),
+  /** The same with the owner on the caller's thread: no hand-off to a worker and back per commit. */
+  'noa-inline': noaContender(0),
   /** SqliteSaver as it ships: WAL with better-sqlite3's default synchronous (NORMAL: no fsync per commit). */
   sqlite: sqliteContender('default'),
   /** The same with synchronous=FULL: each transaction's commit fsyncs the WAL (durable like noa). */
@@ -110,7 +113,7 @@ async function main(): Promise<void> {
   const [workload, contender, dir, secondsArg] = process.argv.slice(2)
   const c = CONTENDERS[contender as string]
   if (!c || (workload !== 'serial' && workload !== '100threads') || !dir) {
-    throw new Error('usage: case.js <serial|100threads> <noa|noa-uv64|sqlite|sqlite-full> <dir> <seconds>')
+    throw new Error('usage: case.js <serial|100threads> <noa|noa-inline|sqlite|sqlite-full> <dir> <seconds>')
   }
   const seconds = Number(secondsArg ?? 3)
   const threads = workload === 'serial' ? 1 : 100

@@ -14,10 +14,10 @@ import { interleave, median, runCase } from '../run.js'
 import { requirePeer } from './peer.js'
 
 const CASE = fileURLToPath(new URL('./case.js', import.meta.url))
-const CONTENDERS = ['noa', 'noa-uv64', 'sqlite', 'sqlite-full']
+const CONTENDERS = ['noa', 'noa-inline', 'sqlite', 'sqlite-full']
 const LABEL: Record<string, string> = {
   noa: 'NoaSaver',
-  'noa-uv64': 'NoaSaver, UV_THREADPOOL_SIZE=64',
+  'noa-inline': "NoaSaver, owner on the caller's thread (workers: 0)",
   sqlite: 'SqliteSaver as shipped',
   'sqlite-full': 'SqliteSaver, synchronous=FULL',
 }
@@ -64,17 +64,9 @@ function main(): void {
   )
   for (const w of WORKLOADS) {
     process.stderr.write(`${w.title}\n`)
-    const results = interleave(CONTENDERS, rounds, seconds, (id) => {
-      // The child inherits the environment: libuv reads the pool size when it first starts it.
-      const saved = process.env.UV_THREADPOOL_SIZE
-      if (id === 'noa-uv64') process.env.UV_THREADPOOL_SIZE = '64'
-      try {
-        return runCase(`adapters-${w.id}-${id}`, seconds, { script: CASE, args: [w.id, id], settle: true })
-      } finally {
-        if (saved === undefined) delete process.env.UV_THREADPOOL_SIZE
-        else process.env.UV_THREADPOOL_SIZE = saved
-      }
-    }) as Map<string, Result[]>
+    const results = interleave(CONTENDERS, rounds, seconds, (id) =>
+      runCase(`adapters-${w.id}-${id}`, seconds, { script: CASE, args: [w.id, id], settle: true }),
+    ) as Map<string, Result[]>
     const noa = results.get('noa') ?? []
     for (const id of CONTENDERS) {
       const rs = results.get(id) ?? []

@@ -102,9 +102,17 @@ export async function fsyncDirs(dirs: Iterable<string>): Promise<void> {
   )
 }
 
-/** A fresh name for a temp file in `dir` (random, so concurrent writers never share one). */
+// 12 hex digits, as the names always had: a random 48-bit start per thread, counted up from
+// there, so concurrent writers never share a name (two threads' runs would have to overlap);
+// drawing fresh random bytes for every temp file cost more than writing a small one.
+const TEMP_SPACE = 2 ** 48
+const tempStart = randomBytes(6).readUIntBE(0, 6)
+let tempCount = 0
+
+/** A fresh name for a temp file in `dir` (unique to this thread, so concurrent writers never share one). */
 export function tempPath(dir: string, prefix: string, suffix = '.tmp'): string {
-  return join(dir, `${prefix}${randomBytes(6).toString('hex')}${suffix}`)
+  const n = (tempStart + tempCount++) % TEMP_SPACE
+  return join(dir, `${prefix}${n.toString(16).padStart(12, '0')}${suffix}`)
 }
 
 /** Clears the write bits of the mode the file got (the umask already took its share). */

@@ -304,7 +304,7 @@ function sameBytes(file: string, data: Buffer): boolean {
 
 function openTarget(
   root: string,
-  journal: string,
+  _journal: string,
   r: JournalRecord,
   report: ReplayReport,
   native: ReturnType<typeof loadNative>,

@@ -32,7 +32,7 @@ export function flockHolder(path: string): number | null {
     const f = line.trim().split(/\s+/)
     if (f[1] !== 'FLOCK' || f.includes('->')) continue
     const where = f[5]?.split(':')
-    if (!where || where.length !== 3) continue
+    if (where?.length !== 3) continue
     if (Number.parseInt(where[0] as string, 16) !== major) continue
     if (Number.parseInt(where[1] as string, 16) !== minor) continue
     if (Number(where[2]) !== ino) continue

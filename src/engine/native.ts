@@ -68,6 +68,19 @@ export interface NativeIo {
     logFds: readonly number[],
     logData: readonly Uint8Array[],
   ): void
+  /**
+   * On a pool thread, in order: write data[i] to a new file temps[i] (O_CREAT|O_EXCL|O_NOFOLLOW,
+   * modes[i] before the umask), fdatasync it if `durable`, rename it to targets[i]. The first
+   * failure (its error names the path) removes that file's temp and skips the rest.
+   */
+  placeBatch(
+    id: number,
+    temps: readonly string[],
+    targets: readonly string[],
+    data: readonly Uint8Array[],
+    modes: readonly number[],
+    durable: boolean,
+  ): void
   setMaxThreads(n: number): void
   /** A Buffer of zeros whose memory is aligned (for O_DIRECT writes); freed with the Buffer. */
   alignedBuffer(size: number, alignment: number): Buffer

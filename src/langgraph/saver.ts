@@ -61,7 +61,7 @@ import {
   snapshotEntry,
 } from '../store/objects.js'
 import { recorded, SnapshotEngine } from '../store/snapshot.js'
-import { Tree, TreeBuilder } from '../store/tree.js'
+import { TreeBuilder } from '../store/tree.js'
 import { type CheckpointRef, ThreadIndex } from './index-log.js'
 import {
   CHECKPOINT_FORMAT,
@@ -300,7 +300,7 @@ class Thread {
     const saver = this.saver
     const entries: EntryInput[] = []
     const objects: StoredObject[] = []
-    const trees: Array<[string, Buffer]> = []
+    const trees: string[] = []
     const done: Op[] = []
     let state: TreeState
     this.committing = true
@@ -349,7 +349,7 @@ class Thread {
         entries,
         files.length > 0 ? { files } : undefined,
       )
-      for (const [id, bytes] of trees) saver.store.stored(id, bytes)
+      for (const id of trees) saver.store.stored(id)
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
@@ -602,13 +602,12 @@ class Thread {
     state: TreeState,
     e: EntryInput[],
     o: StoredObject[],
-    trees: Array<[string, Buffer]>,
+    trees: string[],
     offset: number,
     op: Op,
   ): void {
     const store = this.saver.store
-    const bytes = state.builder.encode()
-    const tree = store.treeObject(bytes, state.builder)
+    const tree = store.treeObject(null, state.builder)
     const seq = state.lastSeq + offset + e.length
     const message =
       op.kind === 'put'
@@ -628,13 +627,13 @@ class Thread {
     const recordId = sha256(recordBytes)
     const record: SnapshotRecord = { id: `noa_${recordId}`, ...input }
     o.push(tree, { id: recordId, data: recordBytes, exact: true })
-    trees.push([tree.id, bytes])
+    trees.push(tree.id)
     e.push(snapshotEntry(record, message))
     state.head = record.id
     state.headPos = seq
     state.fresh = new Set()
     state.noEffect = []
-    state.builder = new TreeBuilder(Tree.decode(tree.id, bytes))
+    state.builder = new TreeBuilder(store.builtTree(tree.id))
   }
 }
 

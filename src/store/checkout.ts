@@ -27,7 +27,6 @@ import {
 import { join, resolve } from 'node:path'
 import { checkPath } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
-import { mkdirBelow, openFileSync, WRITE_NEW } from '../engine/files.js'
 import { existingLog } from '../engine/logs.js'
 import type { ResolvedRef, SnapshotEngine } from './snapshot.js'
 import { writeSeqs } from './snapshot.js'

@@ -683,15 +683,29 @@ class PackV2 extends Pack {
    * other packs) per record its source number, 1-based into `sources`, 0 for none.
    */
   static encode(folders: ReadonlyMap<string, BuiltFolder>, sources: readonly string[]): Buffer {
+    return PackV2.encodeSized(folders, sources, (out, at) => {
+      for (const [id, f] of folders) f.bytes.copy(out, at.get(id) as number)
+    })
+  }
+
+  /**
+   * Encodes a pack from its folders' lengths: `fill` writes each folder's bytes at the offset
+   * given for its id (so a caller can write them straight into the pack, keeping no copy).
+   */
+  static encodeSized(
+    folders: ReadonlyMap<string, SizedFolder>,
+    sources: readonly string[],
+    fill: (out: Buffer, at: ReadonlyMap<string, number>) => void,
+  ): Buffer {
     const ids = [...folders.keys()].sort()
     const nSources = sources.length
     const width = nSources < 0x100 ? 1 : nSources < 0x10000 ? 2 : 4
     let hintBytes = 0
     let dataBytes = 0
     for (const id of ids) {
-      const f = folders.get(id) as BuiltFolder
+      const f = folders.get(id) as SizedFolder
       if (f.hints) hintBytes += f.hints.length * width
-      dataBytes += f.bytes.length
+      dataBytes += lengthOf(f)
     }
     const counts = `${ids.length} ${nSources} ${width} ${hintBytes}\n`
     const hashAt = PACK2_HEADER.length + counts.length
@@ -707,10 +721,12 @@ class PackV2 extends Pack {
     for (const s of sources) at += out.write(s, at, 'hex')
     let hint = 0
     let data = dataAt
+    const offsets = new Map<string, number>()
     for (const id of ids) {
-      const f = folders.get(id) as BuiltFolder
+      const f = folders.get(id) as SizedFolder
+      const length = lengthOf(f)
       out.write(id, at, 'hex')
-      out.writeUInt32BE(f.bytes.length, at + 32)
+      out.writeUInt32BE(length, at + 32)
       out.writeUInt32BE(hint, at + 36)
       at += ENTRY
       const h = f.hints
@@ -720,13 +736,15 @@ class PackV2 extends Pack {
         else for (let i = 0; i < h.length; i++, p += width) out.writeUIntBE(h[i] as number, p, width)
         hint += h.length * width
       }
-      data += f.bytes.copy(out, data)
+      offsets.set(id, data)
+      data += length
     }
     createHash('sha256')
       .update(out.subarray(PACK2_HEADER.length, hashAt))
       .update(out.subarray(sourcesAt, dataAt))
       .digest()
       .copy(out, hashAt)
+    fill(out, offsets)
     return out
   }
 
@@ -842,6 +860,13 @@ interface BuiltFolder {
   ends: Uint32Array | null
 }
 
+/** A folder of a pack being encoded: its bytes or only their length, its source numbers. */
+type SizedFolder = { hints: Uint32Array | null } & ({ bytes: Buffer } | { length: number })
+
+function lengthOf(f: SizedFolder): number {
+  return 'bytes' in f ? f.bytes.length : f.length
+}
+
 /**
  * A pack being built: the folders made so far, and the packs their kept subfolders are in,
  * numbered as the pack will list them.
@@ -900,12 +925,16 @@ class PackBuilder {
   }
 
   finish(rootId: string, source: PackSource | null, what: string): Pack {
-    const bytes = PackV2.encode(this.folders, [...this.sourceNo.keys()])
-    const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+    const pack = packOf(PackV2.encode(this.folders, [...this.sourceNo.keys()]), rootId, source, what)
     pack.adopt(this.folders)
-    built.set(pack, bytes)
     return pack
   }
+}
+
+function packOf(bytes: Buffer, rootId: string, source: PackSource | null, what: string): PackV2 {
+  const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+  built.set(pack, bytes)
+  return pack
 }
 
 /** The encodings of packs just built (to store them without encoding again). */
@@ -1047,35 +1076,165 @@ export function buildPack(
 }
 
 /**
+ * Bytes of one folder being written, grown in place: records go straight into it (no small
+ * buffer per record to concatenate), and one writer per depth is reused for every folder at
+ * that depth, so building a large tree allocates little besides the folders' own bytes.
+ */
+class FolderWriter {
+  buf: Buffer = Buffer.allocUnsafe(4096)
+  len = 0
+
+  start(): void {
+    this.len = DIR_HEAD.copy(this.buf, 0)
+  }
+
+  /** Room for `n` more bytes. */
+  private room(n: number): Buffer {
+    if (this.len + n > this.buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.len + n))
+      this.buf.copy(bigger, 0, 0, this.len)
+      this.buf = bigger
+    }
+    return this.buf
+  }
+
+  /** A subfolder's record: its name, `/`, NUL, its id, LF. UTF-8 takes at most 3 bytes a unit. */
+  folder(name: string, id: string): void {
+    const b = this.room(name.length * 3 + 67)
+    let at = this.len + b.write(name, this.len, 'utf8')
+    b[at++] = SLASH
+    b[at++] = NUL
+    at += b.write(id, at, 'latin1')
+    b[at++] = LF
+    this.len = at
+  }
+
+  /** A file's record: its name, NUL, the blob `files` has for the path it just gave, LF. */
+  file(name: string, files: SortedFiles): void {
+    const b = this.room(name.length * 3 + files.blobBytes() + 2)
+    let at = this.len + b.write(name, this.len, 'utf8')
+    b[at++] = NUL
+    at += files.writeBlob(b, at)
+    b[at++] = LF
+    this.len = at
+  }
+
+  /** The bytes so far (a view: the writer is reused for the next folder). */
+  view(): Buffer {
+    return this.buf.subarray(0, this.len)
+  }
+}
+
+/**
+ * Files in path order, for the folder walks below: `next` gives the next path (undefined: no
+ * more), and `writeBlob` writes that path's blob into a folder's bytes, so a source that keeps
+ * its blobs as bytes copies them without making a string of each.
+ */
+export interface SortedFiles {
+  next(): string | undefined
+  /** At most how many bytes `writeBlob` writes for the current path. */
+  blobBytes(): number
+  /** Writes the current path's blob at `at` of `out`; returns the bytes written. */
+  writeBlob(out: Buffer, at: number): number
+}
+
+/** (path, blob) pairs as SortedFiles. */
+function filesOfPairs(entries: Iterable<[string, string]>): SortedFiles {
+  const it = entries[Symbol.iterator]()
+  let blob = ''
+  return {
+    next() {
+      const r = it.next()
+      if (r.done) return undefined
+      blob = r.value[1]
+      return r.value[0]
+    },
+    blobBytes: () => blob.length * 3,
+    writeBlob: (out, at) => out.write(blob, at, 'utf8'),
+  }
+}
+
+/**
+ * Walks sorted (path, blob) pairs folder by folder: paths in byte order visit each folder's
+ * records in key order (`name/` sorts where the folder's paths do), so each folder is written
+ * once, in one pass, and closed as soon as the paths leave it. `closed` gets each folder's
+ * bytes (valid until it returns) and returns its id; the root's id is returned.
+ */
+function walkSorted(files: SortedFiles, closed: (bytes: Buffer) => string): string {
+  // The open folders below the root, outermost first; writers[d] holds the folder at depth d.
+  const names: string[] = []
+  const writers: FolderWriter[] = [new FolderWriter()]
+  ;(writers[0] as FolderWriter).start()
+  const close = (): void => {
+    const id = closed((writers[names.length] as FolderWriter).view())
+    const name = names.pop() as string
+    ;(writers[names.length] as FolderWriter).folder(name, id)
+  }
+  for (let path = files.next(); path !== undefined; path = files.next()) {
+    // The folders the path shares with the open ones stay open; the rest close, innermost first.
+    let depth = 0
+    let from = 0
+    for (;;) {
+      const slash = path.indexOf('/', from)
+      if (slash < 0 || depth >= names.length) break
+      const open = names[depth] as string
+      if (open.length !== slash - from || !path.startsWith(open, from)) break
+      depth++
+      from = slash + 1
+    }
+    while (names.length > depth) close()
+    for (;;) {
+      const slash = path.indexOf('/', from)
+      if (slash < 0) break
+      names.push(path.slice(from, slash))
+      if (writers.length <= names.length) writers.push(new FolderWriter())
+      ;(writers[names.length] as FolderWriter).start()
+      from = slash + 1
+    }
+    ;(writers[names.length] as FolderWriter).file(from === 0 ? path : path.slice(from), files)
+  }
+  while (names.length > 0) close()
+  return closed((writers[0] as FolderWriter).view())
+}
+
+/**
  * A tree built whole from sorted (path, blob) pairs (a flat tree's records, say): every folder
  * inline, no sources.
  */
 export function packFromSorted(entries: Iterable<[string, string]>): Pack {
   const out = new PackBuilder()
-  // The open folders, root first: each with the bytes of its records so far.
-  const names: string[] = []
-  const open: Buffer[][] = [[DIR_HEAD]]
-  const close = (): void => {
-    const bytes = Buffer.concat(open.pop() as Buffer[])
-    const id = out.add(bytes)
-    const name = names.pop() as string
-    ;(open[open.length - 1] as Buffer[]).push(Buffer.from(`${name}/\0${id}\n`, 'utf8'))
-  }
-  for (const [path, blob] of entries) {
-    const parts = path.split('/')
-    const file = parts.pop() as string
-    let common = 0
-    while (common < names.length && common < parts.length && names[common] === parts[common]) common++
-    while (names.length > common) close()
-    for (let k = common; k < parts.length; k++) {
-      names.push(parts[k] as string)
-      open.push([DIR_HEAD])
-    }
-    ;(open[open.length - 1] as Buffer[]).push(Buffer.from(`${file}\0${blob}\n`, 'utf8'))
-  }
-  while (names.length > 0) close()
-  const rootId = out.add(Buffer.concat(open[0] as Buffer[]))
+  const rootId = walkSorted(filesOfPairs(entries), (bytes) => out.add(Buffer.from(bytes)))
   return out.finish(rootId, null, `tree ${rootId}`)
+}
+
+/**
+ * The same pack as `packFromSorted`, from files that can be walked twice: the first walk hashes
+ * each folder and keeps only its id and length, the second writes its bytes straight into the
+ * pack. So the folders are never held twice (a copy each, then the pack), which for a replay of
+ * 100k paths is most of the memory the pack costs; the second walk costs no hashing.
+ */
+export function packFromSortedTwice(files: () => SortedFiles): Pack {
+  const folders = new Map<string, { length: number; hints: null }>()
+  const order: string[] = []
+  const rootId = walkSorted(files(), (bytes) => {
+    const id = sha256hex(bytes)
+    if (!folders.has(id)) folders.set(id, { length: bytes.length, hints: null })
+    order.push(id)
+    return id
+  })
+  const bytes = PackV2.encodeSized(folders, [], (out, at) => {
+    let k = 0
+    const written = new Set<string>()
+    walkSorted(files(), (folder) => {
+      const id = order[k++] as string
+      if (!written.has(id)) {
+        written.add(id)
+        folder.copy(out, at.get(id) as number)
+      }
+      return id
+    })
+  })
+  return packOf(bytes, rootId, null, `tree ${rootId}`)
 }
 
 /** The id of the empty tree in this format. */

@@ -674,6 +674,16 @@ export class ObjectStore implements ObjectChecks {
     return { id: pack.id, data: packBytes(pack), exact: false }
   }
 
+  /**
+   * The tree of a pack treeObject built, before it is stored: what the next change builds on
+   * (its folders in memory, so nothing is encoded or read back).
+   */
+  builtTree(id: string): Tree {
+    const pack = this.pending.get(id) ?? this.packs.get(id)
+    if (!pack) throw new Error(`tree ${id} was not built by treeObject`)
+    return Tree.ofPack(pack)
+  }
+
   /** Stores a tree built by `built` (see treeObject); returns its id. */
   async putTree(bytes: Buffer | null, built?: TreeBuilder): Promise<string> {
     const object = this.treeObject(bytes, built)
@@ -711,6 +721,9 @@ export class ObjectStore implements ObjectChecks {
   /** PackSource: a stored pack, read synchronously (its index now, its folders when used). */
   pack(id: string, from?: { tree: string; folder: string }): Pack {
     this.opened?.add(id)
+    // A pack built for a commit still in flight: a later tree of the same commit builds on it.
+    const built = this.pending.get(id)
+    if (built) return built
     const cached = this.packs.get(id)
     if (cached) {
       this.packs.delete(id)

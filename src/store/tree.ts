@@ -26,7 +26,9 @@ import {
   type Pack,
   type PackSource,
   packFromSorted,
+  packFromSortedTwice,
   Records,
+  type SortedFiles,
 } from './dirs.js'
 
 export { comparePaths }
@@ -34,6 +36,20 @@ export { comparePaths }
 export const TREE_HEADER = 'noa-tree 1\n'
 const HEADER = Buffer.from(TREE_HEADER, 'latin1')
 const BLOB_RE = /^[0-9a-f]{64}$/
+const WIDE_UNIT = /[\ud800-\uffff]/
+const HEX = new Uint8Array(256)
+for (const c of '0123456789abcdef') HEX[c.charCodeAt(0)] = 1
+/** A path removed from the base (TreeBuilder's slot for it). */
+const REMOVED = -1
+/** TreeBuilder's blob slots per page: 16384 × 64 bytes, a megabyte. */
+const PAGE_BITS = 14
+const PAGE_SLOTS = 1 << PAGE_BITS
+
+/** Node's own latin1 codecs (what `toString`/`write` call after their argument checks); not in @types/node. */
+type SliceBuffer = Buffer & {
+  latin1Slice(start: number, end: number): string
+  latin1Write(s: string, offset: number, length: number): number
+}
 
 /** A lone surrogate cannot be written as UTF-8: such a path would silently change in a tree. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -178,7 +194,24 @@ export const EMPTY_TREE: Tree = Tree.ofPack(packFromSorted([]))
  */
 export class TreeBuilder {
   readonly base: Tree
-  private readonly changes = new Map<string, string | null>()
+  /**
+   * Path → the slot of its blob in `pages` (REMOVED: removed from the base). A replay sets the
+   * same paths over and over: a blob kept as a string per path would be promoted to the old
+   * generation and left as garbage by the next write of that path, and with 100k paths that
+   * garbage, not the tree, sets the peak heap. A slot is rewritten in place instead.
+   */
+  private readonly changes = new Map<string, number>()
+  /**
+   * 64 latin1 bytes per slot (the blob's characters, which are ASCII, see `set`), in pages of
+   * PAGE_SLOTS: a page is added when one fills, never copied, so a tree of 100k paths holds no
+   * second, half-size copy when it grows. The first page starts small and doubles (a builder of
+   * a few paths should not cost a megabyte).
+   */
+  private pages: SliceBuffer[] = [Buffer.allocUnsafe(64 * 64) as SliceBuffer]
+  private slots = 0
+  private readonly free: number[] = []
+  /** Values that are not 64 ASCII characters, by slot, kept as given (`check` refuses them). */
+  private odd: Map<number, string> | null = null
   private readonly baseEmpty: boolean
 
   constructor(base: Tree = EMPTY_TREE) {
@@ -186,29 +219,75 @@ export class TreeBuilder {
     this.baseEmpty = base.isEmpty
   }
 
+  private blobAt(slot: number): string {
+    if (this.odd !== null) {
+      const v = this.odd.get(slot)
+      if (v !== undefined) return v
+    }
+    const at = (slot & (PAGE_SLOTS - 1)) * 64
+    return (this.pages[slot >>> PAGE_BITS] as SliceBuffer).latin1Slice(at, at + 64)
+  }
+
+  private newSlot(): number {
+    const reused = this.free.pop()
+    if (reused !== undefined) return reused
+    const slot = this.slots++
+    const page = slot >>> PAGE_BITS
+    if (page === this.pages.length) {
+      this.pages.push(Buffer.allocUnsafe(PAGE_SLOTS * 64) as SliceBuffer)
+    } else if (page === 0 && slot * 64 >= (this.pages[0] as SliceBuffer).length) {
+      const first = this.pages[0] as SliceBuffer
+      const bigger = Buffer.allocUnsafe(first.length * 2) as SliceBuffer
+      first.copy(bigger, 0, 0, slot * 64)
+      this.pages[0] = bigger
+    }
+    return slot
+  }
+
+  private freeSlot(slot: number): void {
+    this.odd?.delete(slot)
+    this.free.push(slot)
+  }
+
   get(path: string): string | undefined {
     const v = this.changes.get(path)
-    if (v !== undefined) return v === null ? undefined : v
+    if (v !== undefined) return v === REMOVED ? undefined : this.blobAt(v)
     return this.baseEmpty ? undefined : this.base.get(path)
   }
 
   has(path: string): boolean {
-    return this.get(path) !== undefined
+    const v = this.changes.get(path)
+    if (v !== undefined) return v !== REMOVED
+    return !this.baseEmpty && this.base.has(path)
   }
 
   set(path: string, blob: string): void {
-    this.changes.set(path, blob)
+    let slot = this.changes.get(path)
+    if (slot === undefined || slot === REMOVED) {
+      slot = this.newSlot()
+      this.changes.set(path, slot)
+    } else this.odd?.delete(slot)
+    // 64 characters in 64 UTF-8 bytes are ASCII, which latin1 keeps exactly; anything else (no
+    // blob a log holds) is kept as the string it is.
+    if (blob.length === 64 && Buffer.byteLength(blob, 'utf8') === 64) {
+      ;(this.pages[slot >>> PAGE_BITS] as SliceBuffer).latin1Write(blob, (slot & (PAGE_SLOTS - 1)) * 64, 64)
+    } else {
+      this.odd ??= new Map()
+      this.odd.set(slot, blob)
+    }
   }
 
   /** Removes a path; the caller has checked that it exists. */
   remove(path: string): void {
+    const slot = this.changes.get(path)
+    if (slot !== undefined && slot !== REMOVED) this.freeSlot(slot)
     if (this.baseEmpty) this.changes.delete(path)
-    else this.changes.set(path, null)
+    else this.changes.set(path, REMOVED)
   }
 
   /** Paths touched since the base, with their value now (null: removed). */
-  touched(): IterableIterator<[string, string | null]> {
-    return this.changes.entries()
+  *touched(): IterableIterator<[string, string | null]> {
+    for (const [k, v] of this.changes) yield [k, v === REMOVED ? null : this.blobAt(v)]
   }
 
   get touchedCount(): number {
@@ -218,13 +297,23 @@ export class TreeBuilder {
   /** The same changes over another base holding the same files (a folder form of a flat view). */
   withBase(base: Tree): TreeBuilder {
     const b = new TreeBuilder(base)
-    for (const [k, v] of this.changes) b.changes.set(k, v)
+    for (const [k, v] of this.touched()) {
+      if (v === null) b.changes.set(k, REMOVED)
+      else b.set(k, v)
+    }
     return b
   }
 
   /** Refuses paths and blobs that cannot be stored in a tree (replay checks little per entry). */
   check(): void {
-    for (const [k, v] of this.changes) {
+    for (const [k, slot] of this.changes) {
+      // A slot holds ASCII: BLOB_RE on it is a look at its bytes (no string made for each).
+      if (
+        isWellFormedPath(k) &&
+        (slot === REMOVED || (this.odd?.get(slot) === undefined && this.isHex(slot)))
+      )
+        continue
+      const v = slot === REMOVED ? null : this.blobAt(slot)
       if (!isWellFormedPath(k)) {
         throw Errors.REPLAY(
           `path ${JSON.stringify(k)} holds a lone UTF-16 surrogate and cannot be stored in a tree`,
@@ -248,21 +337,80 @@ export class TreeBuilder {
   buildPack(source: PackSource | null): Pack {
     this.check()
     const base = this.base
-    if (base.root) return buildPack(base.root, this.changes, source)
-    if (this.baseEmpty) return buildPack(undefined, this.changes, source)
+    // From nothing (a full replay), every folder is new: one pass over the sorted paths writes
+    // each folder once, instead of grouping every path into a map per folder first. (With no
+    // change at all, the base's own pack, as below.)
+    if (this.baseEmpty && this.changes.size > 0) {
+      const keys = this.sortedKeys()
+      return packFromSortedTwice(() => this.filesOf(keys))
+    }
+    if (base.root) return buildPack(base.root, this.touched(), source)
     return packFromSorted(Tree.decode('', this.encode()).entries())
+  }
+
+  /** Whether a slot holds 64 lowercase hex digits. */
+  private isHex(slot: number): boolean {
+    const page = this.pages[slot >>> PAGE_BITS] as Buffer
+    const from = (slot & (PAGE_SLOTS - 1)) * 64
+    for (let i = from; i < from + 64; i++) if (HEX[page[i] as number] === 0) return false
+    return true
+  }
+
+  /** A touched path's value now (null: removed). */
+  private valueOf(path: string): string | null {
+    const v = this.changes.get(path) as number
+    return v === REMOVED ? null : this.blobAt(v)
+  }
+
+  /** The paths touched, in byte order. */
+  private sortedKeys(): string[] {
+    const keys = [...this.changes.keys()]
+    // Without a unit at or above U+D800 the code unit order (the built-in sort, compared
+    // natively) is the code point order; comparePaths differs only between such units.
+    if (keys.some((k) => WIDE_UNIT.test(k))) keys.sort(comparePaths)
+    else keys.sort()
+    return keys
+  }
+
+  /** The files at sorted touched paths `keys` (the base is empty), blobs copied from their slots. */
+  private filesOf(keys: readonly string[]): SortedFiles {
+    let i = 0
+    let page: Buffer = Buffer.alloc(0)
+    let at = 0
+    let odd = ''
+    return {
+      next: () => {
+        while (i < keys.length) {
+          const k = keys[i++] as string
+          const slot = this.changes.get(k) as number
+          if (slot === REMOVED) continue
+          const v = this.odd?.get(slot)
+          if (v !== undefined) {
+            if (v === '') continue // as encode: an empty value is no file
+            odd = v
+          } else {
+            odd = ''
+            page = this.pages[slot >>> PAGE_BITS] as Buffer
+            at = (slot & (PAGE_SLOTS - 1)) * 64
+          }
+          return k
+        }
+        return undefined
+      },
+      blobBytes: () => (odd === '' ? 64 : odd.length * 3),
+      writeBlob: (out, to) => (odd === '' ? page.copy(out, to, at, at + 64) : out.write(odd, to, 'utf8')),
+    }
   }
 
   /** The flat canonical bytes of the tree as it stands (the listing; trees are stored per folder). */
   encode(): Buffer {
     this.check()
-    const keys = [...this.changes.keys()]
-    keys.sort(comparePaths)
+    const keys = this.sortedKeys()
     const base = this.base
     if (this.baseEmpty) {
       let text = TREE_HEADER
       for (const k of keys) {
-        const v = this.changes.get(k)
+        const v = this.valueOf(k)
         if (v) text += `${k}\0${v}\n`
       }
       return Buffer.from(text, 'utf8')
@@ -279,7 +427,7 @@ export class TreeBuilder {
         pending = ''
         parts.push(base.recordBytes(i, j))
       }
-      const v = this.changes.get(k)
+      const v = this.valueOf(k)
       if (v) pending += `${k}\0${v}\n`
       i = base.isAt(j, key) ? j + 1 : j
     }

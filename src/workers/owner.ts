@@ -68,7 +68,7 @@ import {
   SIDECAR_DIR,
   sidecarPath,
 } from '../engine/sidecar.js'
-import { type LogIo, loadIo } from './io.js'
+import { type LogIo, loadIo, type PlacedFile } from './io.js'
 import { type FrameFile, Journal } from './journal.js'
 
 const EMPTY = Buffer.alloc(0)
@@ -530,20 +530,27 @@ class Owner {
     this.ready.clear()
     const j = this.journal
     if (j !== null && j.state === 'ready') {
+      const alone =
+        this.init.inlineCommit && this.inFlight === 0 && batches.length === 1 && this.round === null
       for (const batch of batches) {
         // Straight to its file (write + fdatasync): a batch too large for a frame, and every
         // file appended through appendToFile. Those live outside the root, and their readers (a
         // transcript loader, say) cannot know which root's journal would have to be replayed
         // before they read; so they never depend on one.
         const direct = batch.file.kind === 'raw' || frameBytes(batch) + 512 > j.maxFrame
-        this.placeThen(batch, direct, () => {
-          if (direct) this.commitOne(batch, false)
-          else if (batch.files === null) this.pending.push(batch)
-          else {
-            this.pending.push(batch)
-            this.startRound()
-          }
-        })
+        this.placeThen(
+          batch,
+          direct,
+          () => {
+            if (direct) this.commitOne(batch, false)
+            else if (batch.files === null) this.pending.push(batch)
+            else {
+              this.pending.push(batch)
+              this.startRound()
+            }
+          },
+          alone,
+        )
       }
       this.startRound()
       return
@@ -581,46 +588,12 @@ class Owner {
    * failure the batch fails untouched (files already renamed stay: nothing names them yet).
    */
   private async placeFiles(batch: Batch, durable: boolean): Promise<boolean> {
-    const files = batch.files as FileWrite[]
-    const root = this.init.root
-    const dirs = new Set<string>()
     try {
-      const writes: Array<Promise<void>> = []
-      for (const f of files) {
-        const target = join(root, f.path)
-        const dir = dirname(target)
-        if (!this.fileDirs.has(dir)) {
-          // Through the journal, a new folder's entry is synced with the files, at the
-          // checkpoint (recovery makes the folder again if a crash lost it).
-          for (const made of mkdirBelow(root, dir)) {
-            if (durable) this.io.fsyncDir(dirname(made))
-            else {
-              batch.parents ??= []
-              batch.parents.push(dirname(made))
-              this.unsyncedParents.add(dirname(made))
-            }
-          }
-          this.fileDirs.add(dir)
-        }
-        dirs.add(dir)
-        // Read-only from its creation (the descriptor that made it may still write it).
-        writes.push(
-          this.io.placeFile(tempPath(dir, '.tmp-'), target, f.data, f.readOnly ? 0o444 : 0o666, durable),
-        )
-      }
-      // All of them at once on libuv's pool: a create can wait for the file system's journal,
-      // and this thread has rounds to run meanwhile.
-      const results = await Promise.allSettled(writes)
-      const failed = results.find((r) => r.status === 'rejected')
-      if (failed) throw (failed as PromiseRejectedResult).reason
-      this.stats.filesWritten += files.length
-      if (durable) {
-        // A folder made earlier for files that went through the journal may not be durable in
-        // its parent yet (its checkpoint has not come): these files need it now.
-        for (const d of this.unsyncedParents) this.io.fsyncDir(d)
-        this.unsyncedParents.clear()
-        for (const d of dirs) this.io.fsyncDir(d)
-      }
+      const { places, dirs } = this.placesOf(batch, durable)
+      // Off this thread: a create can wait for the file system's journal, and this thread has
+      // rounds to run meanwhile.
+      await this.io.placeFiles(places, durable)
+      this.placed(batch, durable, dirs)
     } catch (err) {
       this.finish(batch, err, true)
       return false
@@ -628,10 +601,70 @@ class Owner {
     return true
   }
 
-  /** Runs `then` once the batch's files are in place (at once when it has none). */
-  private placeThen(batch: Batch, durable: boolean, then: () => void): void {
+  /** placeFiles on this thread: for a batch alone with nothing in flight (the serial path). */
+  private placeFilesNow(batch: Batch, durable: boolean): boolean {
+    try {
+      const { places, dirs } = this.placesOf(batch, durable)
+      this.io.placeFilesSync(places, durable)
+      this.placed(batch, durable, dirs)
+    } catch (err) {
+      this.finish(batch, err, true)
+      return false
+    }
+    return true
+  }
+
+  /** Where each of a batch's files goes (its folders made), and the folders they go to. */
+  private placesOf(batch: Batch, durable: boolean): { places: PlacedFile[]; dirs: Set<string> } {
+    const root = this.init.root
+    const dirs = new Set<string>()
+    const places: PlacedFile[] = []
+    for (const f of batch.files as FileWrite[]) {
+      const target = join(root, f.path)
+      const dir = dirname(target)
+      if (!this.fileDirs.has(dir)) {
+        // Through the journal, a new folder's entry is synced with the files, at the
+        // checkpoint (recovery makes the folder again if a crash lost it).
+        for (const made of mkdirBelow(root, dir)) {
+          if (durable) this.io.fsyncDir(dirname(made))
+          else {
+            batch.parents ??= []
+            batch.parents.push(dirname(made))
+            this.unsyncedParents.add(dirname(made))
+          }
+        }
+        this.fileDirs.add(dir)
+      }
+      dirs.add(dir)
+      // Read-only from its creation (the descriptor that made it may still write it).
+      places.push({ temp: tempPath(dir, '.tmp-'), target, data: f.data, mode: f.readOnly ? 0o444 : 0o666 })
+    }
+    return { places, dirs }
+  }
+
+  private placed(batch: Batch, durable: boolean, dirs: Set<string>): void {
+    this.stats.filesWritten += (batch.files as FileWrite[]).length
+    if (durable) {
+      // A folder made earlier for files that went through the journal may not be durable in
+      // its parent yet (its checkpoint has not come): these files need it now.
+      for (const d of this.unsyncedParents) this.io.fsyncDir(d)
+      this.unsyncedParents.clear()
+      for (const d of dirs) this.io.fsyncDir(d)
+    }
+  }
+
+  /**
+   * Runs `then` once the batch's files are in place (at once when it has none). `inline`: a
+   * batch alone with nothing in flight places them on this thread, saving two hand-offs to the
+   * pool and back on the path a lone waiting submitter is on.
+   */
+  private placeThen(batch: Batch, durable: boolean, then: () => void, inline = false): void {
     if (batch.files === null) {
       then()
+      return
+    }
+    if (inline && this.placing === 0) {
+      if (this.placeFilesNow(batch, durable)) then()
       return
     }
     this.placing++
@@ -1375,7 +1408,7 @@ class Owner {
   /** A workspace's part is built and held: once all of this owner's are, the caller hears of them. */
   private prepared(batch: Batch): void {
     const a = this.atomics.get(batch.atomic as number)
-    if (!a || a.state !== 'preparing') {
+    if (a?.state !== 'preparing') {
       this.release(batch)
       return
     }
@@ -1417,9 +1450,9 @@ class Owner {
   private atomicCommit(msg: AtomicCommitMsg): void {
     const a = this.atomics.get(msg.batch)
     const j = this.journal
-    if (!a || a.state !== 'prepared' || j === null || j.state === 'failed') {
+    if (a?.state !== 'prepared' || j === null || j.state === 'failed') {
       const err =
-        !a || a.state !== 'prepared'
+        a?.state !== 'prepared'
           ? Errors.JOURNAL(`atomic batch ${msg.batch} is not prepared here`)
           : j === null
             ? Errors.BAD_OPTION("appendAtomic needs the commit journal (durability: 'journal')", {
@@ -1450,7 +1483,7 @@ class Owner {
   /** Another owner committed the batch: write the held parts, and make them durable after. */
   private apply(msg: ApplyMsg): void {
     const a = this.atomics.get(msg.batch)
-    if (!a || a.state !== 'prepared') {
+    if (a?.state !== 'prepared') {
       this.post({
         t: 'reply',
         id: msg.id,

@@ -3,7 +3,7 @@
  * resolves, carried by the commit journal (or fsynced first without one), refused by name when
  * their path would leave the root or enter the engine's own folders.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
@@ -131,6 +131,31 @@ describe('append files', () => {
       await log.close()
     }
   })
+
+  for (const workers of [0, 1]) {
+    it(`a file that cannot be put in place fails its append by name, leaving no temp file (workers: ${workers})`, async () => {
+      const root = tempDir()
+      const log = await AgentLog.open({ root, workers })
+      try {
+        // The target is a folder with something in it: the rename onto it fails.
+        mkdirSync(join(root, 'd', 'taken', 'x'), { recursive: true })
+        const files = Array.from({ length: 40 }, (_, i) => ({ path: `d/f${i}`, data: Buffer.from(`f${i}`) }))
+        files.splice(25, 0, { path: 'd/taken', data: Buffer.from('t') })
+        const err = await log.append('w', write(1), { files }).catch((e) => e)
+        expect(err.code).toBe('NOA_NOT_REGULAR_FILE')
+        expect(err.message).toContain(join(root, 'd', 'taken'))
+        expect(readdirSync(join(root, 'd')).filter((n) => n.endsWith('.tmp'))).toEqual([])
+        expect(statSync(join(root, 'd', 'taken')).isDirectory()).toBe(true)
+        // Nothing was committed (the next entry is seq 1); the same files go in once the path is free.
+        rmSync(join(root, 'd', 'taken'), { recursive: true })
+        expect((await log.append('w', write(2), { files })).seq).toBe(1)
+        expect(readFileSync(join(root, 'd', 'taken'), 'utf8')).toBe('t')
+        expect(readFileSync(join(root, 'd', 'f39'), 'utf8')).toBe('f39')
+      } finally {
+        await log.close()
+      }
+    })
+  }
 
   it('takes a copy of the bytes: changing the buffer after the call changes nothing', async () => {
     const root = tempDir()
