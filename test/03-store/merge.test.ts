@@ -1,16 +1,8 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import fc from 'fast-check'
-import { describe, expect, it, onTestFinished } from 'vitest'
-import {
-  type Ack,
-  AgentLog,
-  type EntryInput,
-  isNoaError,
-  type MergeConflict,
-  type NoaError,
-  SnapshotEngine,
-} from '../../dist/src/index.js'
+import { describe, expect, it } from 'vitest'
+import type { Ack, EntryInput, MergeConflict } from '../../dist/src/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { files, refusal, setup } from '../helpers/snapshot.js'
 

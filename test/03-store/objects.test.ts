@@ -3,7 +3,7 @@ import { chmodSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync }
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import { AgentLog, isNoaError, type NoaError, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
 import { comparePaths, diffTrees, Tree, TreeBuilder } from '../../dist/src/store/index.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import { refusal } from '../helpers/snapshot.js'

@@ -4,10 +4,10 @@ import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import fc from 'fast-check'
-import { describe, expect, it, onTestFinished } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { progress } from '../../dist/src/cli/progress.js'
 import { encodeBody, formatLine } from '../../dist/src/engine/index.js'
-import { AgentLog, type EntryInput, isNoaError, type NoaError, SnapshotEngine } from '../../dist/src/index.js'
+import { type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
 import {
   lastSnapshotEntry,
   sha256,
