@@ -17,7 +17,7 @@ import {
   writeSync,
 } from 'node:fs'
 import { openError } from '../engine/files.js'
-import { loadNative, type NativeIo } from '../engine/native.js'
+import { type CompletionHandler, loadNative, type NativeIo } from '../engine/native.js'
 
 export interface LogIo extends NativeIo {
   /** A new file, O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW, `mode` (default 0666) before the umask → fd. */
@@ -66,14 +66,37 @@ function openChecked(path: string, flags: number, mode = 0o666): number {
   }
 }
 
+/**
+ * The addon has one completion handler per thread, and the ids are each owner's own: with two
+ * owners on one thread (two logs opened with `workers: 0`), the second handler would take the
+ * first one's completions. So every job gets a thread-wide id here, routed back to its owner.
+ */
+type Route = (err: Error | null, logErrors?: ReadonlyArray<number | Error> | null) => void
+const routes = new Map<number, Route>()
+let nextRoute = 1
+let routing = false
+
+function routed(native: NativeIo, route: Route): number {
+  if (!routing) {
+    native.setCompletionHandler((id, err, logErrors) => {
+      const r = routes.get(id)
+      routes.delete(id)
+      r?.(err, logErrors)
+    })
+    routing = true
+  }
+  const id = nextRoute++
+  routes.set(id, route)
+  return id
+}
+
 export function defaultIo(): LogIo {
   const native = loadNative()
+  let handler: CompletionHandler = () => {}
   // Descriptors opened through node:fs are closed through it too: Node tracks them, and warns
   // when it hands out a number again that it never saw closed.
   const fsFds = new Set<number>()
-  // Placement jobs share the owner's completion handler: their ids are negative.
-  const placing = new Map<number, { resolve(): void; reject(err: unknown): void }>()
-  let nextPlace = -1
+  const owned = (id: number): number => routed(native, (err, logErrors) => handler(id, err, logErrors))
   const open = (path: string, flags: number, mode?: number) => {
     const fd = openChecked(path, flags, mode)
     fsFds.add(fd)
@@ -99,18 +122,12 @@ export function defaultIo(): LogIo {
       }
     },
     rename: (from, to) => renameSync(from, to),
-    setCompletionHandler(handler) {
-      native.setCompletionHandler((id, err, logErrors) => {
-        if (id >= 0) {
-          handler(id, err, logErrors)
-          return
-        }
-        const p = placing.get(id)
-        placing.delete(id)
-        if (err === null) p?.resolve()
-        else p?.reject(openError(err, (err as NodeJS.ErrnoException).path ?? ''))
-      })
+    setCompletionHandler(h) {
+      handler = h
     },
+    commit: (id, fd, data, mode) => native.commit(owned(id), fd, data, mode),
+    commitRound: (id, fd, data, offset, mode, logFds, logData) =>
+      native.commitRound(owned(id), fd, data, offset, mode, logFds, logData),
     placeFiles(files, durable) {
       // One pool job per share of the list (each open/write/close/rename in C, one hand-off per
       // share instead of four per file through libuv), a few shares so a large batch spreads
@@ -120,10 +137,12 @@ export function defaultIo(): LogIo {
       const jobs: Array<Promise<void>> = []
       for (let at = 0; at < files.length; at += size) {
         const share = files.slice(at, at + size)
-        const id = nextPlace--
+        let id = 0
         jobs.push(
           new Promise<void>((resolve, reject) => {
-            placing.set(id, { resolve, reject })
+            id = routed(native, (err) =>
+              err === null ? resolve() : reject(openError(err, (err as NodeJS.ErrnoException).path ?? '')),
+            )
           }),
         )
         native.placeBatch(

@@ -56,6 +56,38 @@ describe('AgentLog append', () => {
     })
   })
 
+  it('two logs with the owner on this thread (workers: 0) each get their own commits back', async () => {
+    // The addon has one completion handler per thread: each owner's jobs must still reach it.
+    const roots = [tempDir(), tempDir()]
+    const logs = await Promise.all(roots.map((root) => AgentLog.open({ root, workers: 0 })))
+    try {
+      for (let i = 0; i < 10; i++) {
+        const acks = await Promise.all(
+          logs.flatMap((log) =>
+            Array.from({ length: 4 }, (_, k) =>
+              log.append(
+                `w${k}`,
+                { op: 'write', path: `f${i}`, blob: blobOf(i) },
+                {
+                  files: [{ path: `d${k}/f${i}`, data: Buffer.from(`${i}`) }],
+                },
+              ),
+            ),
+          ),
+        )
+        expect(acks.map((a) => a.seq)).toEqual(Array.from({ length: 8 }, () => i + 1))
+      }
+    } finally {
+      await Promise.all(logs.map((log) => log.close()))
+    }
+    for (const root of roots) {
+      expect((await collect(readEntries(join(root, 'agent-logs', 'w3.log')))).map((e) => e.seq)).toEqual(
+        Array.from({ length: 10 }, (_, i) => i + 1),
+      )
+      expect(readFileSync(join(root, 'd3', 'f9'), 'utf8')).toBe('9')
+    }
+  })
+
   it('continues seq and ts after the log is closed and reopened', async () => {
     const root = tempDir()
     const first = await withLog({ root }, (log) => log.appendMany('w', [write(1), write(2), write(3)]))
