@@ -11,7 +11,7 @@ import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import type { Piscina } from 'piscina'
-import { isRecordEntry, type ObjectChecks, STORE_APPEND } from './checks.js'
+import { isRecordEntry, LOG_END, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
 import { checkRoot, filePathProblem, isInside } from './files.js'
@@ -146,9 +146,11 @@ export interface AppendOptions {
    * renamed into place before the entries are, durable once the append resolves (in the commit
    * journal with the entries, or fdatasynced with their folder first). What a content-addressed
    * store needs so that an entry never names an object a crash could lose, at the cost of one
-   * sync for both. A failed append may leave them written.
+   * sync for both. A failed append may leave them written. With `packed`, a file may instead be
+   * appended to an object log of the owner's (`object-logs/`, see engine/object-log.ts), much
+   * cheaper than a file of its own; a reader then finds it there by its path.
    */
-  files?: ReadonlyArray<{ path: string; data: Uint8Array; readOnly?: boolean }>
+  files?: ReadonlyArray<{ path: string; data: Uint8Array; readOnly?: boolean; packed?: boolean }>
 }
 
 interface Outbox {
@@ -493,11 +495,13 @@ export class AgentLog {
     workspace: string,
     entries: readonly EntryInput[],
     options?: Pick<AppendOptions, 'files'>,
-  ): Promise<Ack[]> {
+  ): Promise<Ack[] & { [LOG_END]?: number }> {
     try {
       checkWorkspace(workspace)
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
-      return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
+      return this.submit(workspace, bodies, entries.length, options) as Promise<
+        Ack[] & { [LOG_END]?: number }
+      >
     } catch (err) {
       return Promise.reject(err)
     }
@@ -1077,7 +1081,7 @@ export class AgentLog {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data
-        for (let i = 0; i < d.length; i += 3) {
+        for (let i = 0; i < d.length; i += 4) {
           const id = d[i] as number
           const p = this.pending.get(id)
           if (!p) continue
@@ -1089,8 +1093,9 @@ export class AgentLog {
           if (p.count === -1) p.resolve({ seq, ts })
           else if (p.count === -2) p.resolve(undefined)
           else {
-            const acks: Ack[] = new Array(p.count)
+            const acks: Ack[] & { [LOG_END]?: number } = new Array(p.count)
             for (let k = 0; k < p.count; k++) acks[k] = { seq: seq + k, ts: ts + k }
+            acks[LOG_END] = d[i + 3] as number
             p.resolve(acks)
           }
         }
@@ -1226,13 +1231,21 @@ export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
     const where = `files[${i}]`
     if (typeof f !== 'object' || f === null)
       throw optionError('files', `${where} must be { path, data }`, typeof f)
-    const { path, data, readOnly } = f as { path: unknown; data: unknown; readOnly?: unknown }
+    const { path, data, readOnly, packed } = f as {
+      path: unknown
+      data: unknown
+      readOnly?: unknown
+      packed?: unknown
+    }
     if (typeof path !== 'string') throw optionError('files', `${where}.path must be a string`, typeof path)
     if (!(data instanceof Uint8Array)) {
       throw optionError('files', `${where}.data must be a Uint8Array (a Buffer)`, typeof data)
     }
     if (readOnly !== undefined && typeof readOnly !== 'boolean') {
       throw optionError('files', `${where}.readOnly must be a boolean`, typeof readOnly)
+    }
+    if (packed !== undefined && typeof packed !== 'boolean') {
+      throw optionError('files', `${where}.packed must be a boolean`, typeof packed)
     }
     const bad = (why: string) =>
       Errors.BAD_OPTION(`append option files: ${where}.path ${JSON.stringify(path)} ${why}`, {
@@ -1247,6 +1260,7 @@ export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
     // and the message to the owner carries these bytes, not a whole pooled slab behind a view.
     const out: FileWrite = { path, data: new Uint8Array(data) }
     if (readOnly) out.readOnly = true
+    if (packed) out.packed = true
     return out
   })
 }

@@ -28,6 +28,13 @@ export interface ObjectChecks {
  */
 export const STORE_APPEND: unique symbol = Symbol('noa.storeAppend')
 
+/**
+ * On the array of acks an `appendMany` (or STORE_APPEND) resolves with: the log file's size in
+ * bytes just after the last line of that append, as its owner wrote it. An adapter that follows
+ * the log (adapters/follow.ts) takes it as what it has accounted for, without a stat.
+ */
+export const LOG_END: unique symbol = Symbol('noa.logEnd')
+
 export function isRecordEntry(entry: unknown): boolean {
   if (typeof entry !== 'object' || entry === null) return false
   const op = (entry as { op?: unknown }).op

@@ -314,7 +314,7 @@ export function checkRoot(root: string, mustExist: boolean): void {
  * Folders below a root that only the engine writes (workspace logs, commit journals, checksum
  * sidecars): no file an append writes beside its entries goes there.
  */
-const ENGINE_DIRS = ['agent-logs', 'journal', 'checksums']
+const ENGINE_DIRS = ['agent-logs', 'journal', 'checksums', 'object-logs']
 const MAX_FILE_PATH_BYTES = 4096
 const MAX_SEGMENT_BYTES = 255
 

@@ -46,6 +46,8 @@ export interface FileWrite {
   data: Uint8Array
   /** Made read-only (write bits cleared) before it is renamed into place. */
   readOnly?: boolean
+  /** May be appended to the owner's object log instead (engine/object-log.ts). */
+  packed?: boolean
 }
 
 /**
@@ -195,7 +197,10 @@ export type ToOwner =
   | UnpinMsg
   | CancelMsg
 
-/** Triples (request id, first seq, first ts); a request's k entries got seq..seq+k-1, ts..ts+k-1. */
+/**
+ * Quadruples (request id, first seq, first ts, end); a request's k entries got seq..seq+k-1,
+ * ts..ts+k-1; `end`: the file's size in bytes just after the request's last line.
+ */
 export interface AcksMsg {
   t: 'acks'
   data: Float64Array

@@ -43,7 +43,7 @@ import {
 } from '../adapters/names.js'
 import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters/values.js'
 import type { AgentLog } from '../engine/agent-log.js'
-import { STORE_APPEND } from '../engine/checks.js'
+import { LOG_END, STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
@@ -128,10 +128,14 @@ type Op = { resolve(): void; reject(err: unknown): void } & (
   | { kind: 'delete' }
 )
 
+/** Trees of up to this many files are built whole at each snapshot (see snapshotInto). */
+const WHOLE_TREE_FILES = 256
+
 /** What the next snapshot of a thread builds on: its files now and its head. */
 interface TreeState {
   files: Map<string, string>
-  builder: TreeBuilder
+  /** The files as a builder on the head's tree; null while the tree is small (built whole). */
+  builder: TreeBuilder | null
   head: string | undefined
   /** The head's position in the log (the next record's `since`). */
   headPos: number
@@ -342,7 +346,8 @@ class Thread {
     try {
       // The objects go with the entries: in the same journal frame, one sync for both (the
       // records the snapshot entries name are among them, so this is the store's own path).
-      const files = saver.store.filesFor(objects)
+      // Appended to the owner's object log (packed), not each a file of its own.
+      const files = saver.store.filesFor(objects, true)
       const first = state.lastSeq + 1
       const acks = await saver.log[STORE_APPEND](
         this.workspace,
@@ -353,7 +358,8 @@ class Thread {
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
-      this.follower.accept(last, this.follower.size())
+      // The owner says where our last line ends: what the follower has accounted for.
+      this.follower.accept(last, acks[LOG_END] ?? this.follower.size())
       state.lastSeq = last
       if (unexpected >= 0) {
         // Another writer in this process appended between our entries: the snapshot records
@@ -444,11 +450,11 @@ class Thread {
     if (blob === null) {
       e.push({ op: 'delete', path })
       state.files.delete(path)
-      state.builder.remove(path)
+      state.builder?.remove(path)
     } else {
       e.push({ op: 'write', path, blob })
       state.files.set(path, blob)
-      state.builder.set(path, blob)
+      state.builder?.set(path, blob)
     }
   }
 
@@ -607,7 +613,15 @@ class Thread {
     op: Op,
   ): void {
     const store = this.saver.store
-    const tree = store.treeObject(null, state.builder)
+    // A thread's tree is small (its checkpoint, the writes since, their values): built whole,
+    // it is one short sorted pass, cheaper than rebuilding changed folders in place on the
+    // previous pack. The same tree id either way (the folders' canonical bytes).
+    let builder = state.builder
+    if (builder === null || state.files.size <= WHOLE_TREE_FILES) {
+      builder = new TreeBuilder()
+      for (const [path, blob] of state.files) builder.set(path, blob)
+    }
+    const tree = store.treeObject(null, builder)
     const seq = state.lastSeq + offset + e.length
     const message =
       op.kind === 'put'
@@ -633,7 +647,7 @@ class Thread {
     state.headPos = seq
     state.fresh = new Set()
     state.noEffect = []
-    state.builder = new TreeBuilder(store.builtTree(tree.id))
+    state.builder = state.files.size <= WHOLE_TREE_FILES ? null : new TreeBuilder(store.builtTree(tree.id))
   }
 }
 
@@ -703,10 +717,15 @@ export class NoaSaver extends BaseCheckpointSaver {
   }
 
   private async loaded(threadId: string): Promise<Thread> {
-    if (this.closed) throw Errors.CLOSED('the NoaSaver is closed')
-    const t = this.thread(threadId)
+    const t = this.open(threadId)
     await t.refresh()
     return t
+  }
+
+  /** The thread, as this process last read it. */
+  private open(threadId: string): Thread {
+    if (this.closed) throw Errors.CLOSED('the NoaSaver is closed')
+    return this.thread(threadId)
   }
 
   private threadIdOf(config: RunnableConfig, required: boolean): string | undefined {
@@ -818,7 +837,8 @@ export class NoaSaver extends BaseCheckpointSaver {
       }),
     )
     const [cp, md] = await Promise.all([serialize(copy), serialize(metadata)])
-    const t = await this.loaded(threadId)
+    // Not brought up to date here: the commit does that itself, under the workspace's lock.
+    const t = this.open(threadId)
     await new Promise<void>((resolve, reject) =>
       t.enqueue({
         kind: 'put',
@@ -868,7 +888,7 @@ export class NoaSaver extends BaseCheckpointSaver {
         }
       }),
     )
-    const t = await this.loaded(threadId)
+    const t = this.open(threadId) // the commit brings it up to date
     await new Promise<void>((resolve, reject) =>
       t.enqueue({ kind: 'writes', ns, id, task, taskPath, writes: serialized, resolve, reject }),
     )

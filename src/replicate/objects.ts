@@ -31,6 +31,7 @@ import {
   statFile,
   WRITE_TRUNCATE,
 } from '../engine/files.js'
+import { objectLogIndex } from '../store/object-logs.js'
 import { ObjectStore } from '../store/objects.js'
 import { ensureReplicationDir, readReplicationFile, replicationDir } from './checkpoint.js'
 import { sameBytes } from './lines.js'
@@ -127,7 +128,7 @@ export class ObjectScanner {
 
   /** Whether the root has an object store at all (no scan to wait for when not). */
   present(): boolean {
-    return checkDirsBelow(this.root, this.dir) === null
+    return checkDirsBelow(this.root, this.dir) === null || objectLogIndex(this.root).ids().length > 0
   }
 
   get count(): number {
@@ -139,7 +140,12 @@ export class ObjectScanner {
     if (!this.present()) return []
     const now = Date.now()
     const found: string[] = []
-    for (const shard of readdirSync(this.dir).sort()) {
+    // Objects appended to object logs (engine/object-log.ts) rather than written as files.
+    const logged = objectLogIndex(this.root)
+      .ids()
+      .filter((id) => !this.published.has(id))
+    const shards = checkDirsBelow(this.root, this.dir) === null ? readdirSync(this.dir).sort() : []
+    for (const shard of shards) {
       if (!SHARD_RE.test(shard)) continue
       const path = join(this.dir, shard)
       let mtime: number
@@ -165,7 +171,8 @@ export class ObjectScanner {
       if (now - mtime > RACY_MS) this.shardMtimes.set(shard, mtime)
       else this.shardMtimes.delete(shard)
     }
-    return found
+    if (logged.length === 0) return found
+    return [...new Set([...found, ...logged])].sort()
   }
 
   markPublished(id: string): void {
@@ -207,7 +214,11 @@ export interface ObjectPublishContext {
  */
 export async function publishObject(ctx: ObjectPublishContext, root: string, id: string): Promise<number> {
   const file = objectFile(root, id)
-  const { hash, size } = await hashFile(file)
+  // Not a file of its own: an object log's copy (checked against its id below, as a file is).
+  const logged = statFile(file, 'object') === undefined ? loggedObject(root, id) : null
+  const { hash, size } = logged
+    ? { hash: createHash('sha256').update(logged).digest('hex'), size: logged.length }
+    : await hashFile(file)
   const exact = hash === id
   if (!exact) {
     // Not named by its own bytes: a tree stored as a delta, which the store can rebuild and
@@ -222,7 +233,7 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
     }
   }
   const subject = objectSubject(ctx.prefix, id)
-  const handle = await openFile(file, READ, { what: 'object' })
+  const handle = logged ? null : await openFile(file, READ, { what: 'object' })
   try {
     let offset = 0
     let expect = 0
@@ -231,7 +242,8 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
     for (;;) {
       const len = Math.min(ctx.partSize, size - offset)
       const part = buf.subarray(0, len)
-      await readFully(handle, part, offset)
+      if (handle) await readFully(handle, part, offset)
+      else (logged as Buffer).copy(part, 0, offset, offset + len)
       const extra: Record<string, string> = {
         [HDR_OBJECT_SIZE]: String(size),
         [HDR_OBJECT_OFFSET]: String(offset),
@@ -278,8 +290,21 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
       if (offset >= size) return sent
     }
   } finally {
-    await handle.close()
+    await handle?.close()
   }
+}
+
+/** An object's bytes from the object log holding it; NOA_NOT_FOUND when none does. */
+function loggedObject(root: string, id: string): Buffer {
+  const index = objectLogIndex(root)
+  const loc = index.find(id)
+  const bytes = loc === null ? null : index.read(loc)
+  if (bytes === null) {
+    throw Errors.NOT_FOUND(`object ${id} not found (no ${objectFile(root, id)}, in no object log)`, {
+      object: id,
+    })
+  }
+  return bytes
 }
 
 async function readFully(handle: FileHandle, into: Buffer, position: number): Promise<void> {

@@ -30,6 +30,7 @@ import {
   type Pack,
   packFromSorted,
 } from './dirs.js'
+import { objectLogIndex } from './object-logs.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'
 import { TREE_HEADER, Tree, TreeBuilder } from './tree.js'
@@ -324,6 +325,10 @@ function parseSnapshotRecord(id: string, bytes: Buffer): SnapshotRecord {
   return record
 }
 
+function isNotFound(err: unknown): boolean {
+  return err instanceof NoaError && err.code === 'NOA_NOT_FOUND'
+}
+
 function isSystemError(err: unknown, code: string): boolean {
   return err instanceof Error && (err as NodeJS.ErrnoException).code === code
 }
@@ -484,7 +489,12 @@ export class ObjectStore implements ObjectChecks {
     try {
       handle = await openFile(file, READ, { what: 'object' })
     } catch (err) {
-      throw this.missing(err, id, what)
+      const logged = isSystemError(err, 'ENOENT') ? this.logged(id) : null
+      if (logged === null) throw this.missing(err, id, what)
+      // An object log holds it: small enough to have gone through a journal frame.
+      this.check(id, logged, what)
+      for (let at = 0; at < logged.length; at += STREAM_CHUNK) yield logged.subarray(at, at + STREAM_CHUNK)
+      return
     }
     try {
       const size = (await handle.stat()).size
@@ -583,13 +593,19 @@ export class ObjectStore implements ObjectChecks {
    * one written again gets the same bytes (content addressed), its rename freshening it for gc
    * as `write` does.
    */
-  filesFor(objects: readonly StoredObject[]): Array<{ path: string; data: Uint8Array; readOnly: boolean }> {
-    const files: Array<{ path: string; data: Uint8Array; readOnly: boolean }> = []
+  filesFor(
+    objects: readonly StoredObject[],
+    packed = false,
+  ): Array<{ path: string; data: Uint8Array; readOnly: boolean; packed?: boolean }> {
+    const files: Array<{ path: string; data: Uint8Array; readOnly: boolean; packed?: boolean }> = []
     const seen = new Set<string>()
     for (const o of objects) {
       if (seen.has(o.id)) continue
       seen.add(o.id)
-      files.push({ path: relative(this.root, this.pathOf(o.id)), data: o.data, readOnly: true })
+      const path = relative(this.root, this.pathOf(o.id))
+      files.push(
+        packed ? { path, data: o.data, readOnly: true, packed } : { path, data: o.data, readOnly: true },
+      )
     }
     return files
   }
@@ -633,7 +649,14 @@ export class ObjectStore implements ObjectChecks {
    * into never makes noa read (or hang on) something outside it.
    */
   private async readRaw(id: string, what: string): Promise<Buffer> {
-    const fd = this.openObject(id, what)
+    let fd: number
+    try {
+      fd = this.openObject(id, what)
+    } catch (err) {
+      const logged = isNotFound(err) ? this.logged(id) : null
+      if (logged === null) throw err
+      return logged
+    }
     let size: number
     try {
       size = fstatSync(fd).size
@@ -732,7 +755,24 @@ export class ObjectStore implements ObjectChecks {
     }
     const what = from ? `tree ${id} (holding folder ${from.folder} of tree ${from.tree})` : `tree ${id}`
     const file = this.pathOf(id)
-    const fd = this.openObject(id, what)
+    let fd: number
+    try {
+      fd = this.openObject(id, what)
+    } catch (err) {
+      const all = isNotFound(err) ? this.logged(id) : null
+      if (all === null) throw err
+      const pack = decodePack(
+        id,
+        all,
+        () => all,
+        this,
+        (o, n) => sliceOf(all, o, n, what, id),
+        what,
+        all.length,
+      )
+      this.rememberPack(pack)
+      return pack
+    }
     let pack: Pack
     try {
       const size = fstatSync(fd).size
@@ -849,13 +889,18 @@ export class ObjectStore implements ObjectChecks {
     let fd: number
     try {
       fd = openFileSync(this.pathOf(id), READ, { what: 'object' })
-    } catch {
-      return false
+    } catch (err) {
+      const logged = isSystemError(err, 'ENOENT') ? this.logged(id) : null
+      if (logged === null) return false
+      logged.copy(head, 0, 0, Math.min(head.length, logged.length))
+      fd = -1
     }
-    try {
-      readFully(fd, head, 0)
-    } finally {
-      closeSync(fd)
+    if (fd >= 0) {
+      try {
+        readFully(fd, head, 0)
+      } finally {
+        closeSync(fd)
+      }
     }
     const magic = head.toString('latin1')
     return magic === PACK2_HEADER || magic === PACK_HEADER
@@ -1067,18 +1112,23 @@ export class ObjectStore implements ObjectChecks {
     if (cached) return cached
     if (!NOA_ID_RE.test(id)) return null
     const hash = id.slice(4)
-    let bytes: Buffer
+    let bytes: Buffer = Buffer.alloc(0)
     let fd: number
     try {
       fd = openFileSync(this.pathOf(hash), READ, { what: 'object' })
     } catch (err) {
-      if (isSystemError(err, 'ENOENT')) return null
-      throw err
+      if (!isSystemError(err, 'ENOENT')) throw err
+      const logged = this.logged(hash)
+      if (logged === null) return null
+      fd = -1
+      bytes = logged
     }
-    try {
-      bytes = readFileSync(fd)
-    } finally {
-      closeSync(fd)
+    if (fd >= 0) {
+      try {
+        bytes = readFileSync(fd)
+      } finally {
+        closeSync(fd)
+      }
     }
     if (!bytes.subarray(0, SNAPSHOT_HEADER.length).equals(Buffer.from(SNAPSHOT_HEADER))) return null
     this.check(hash, bytes, `snapshot ${id}`)
@@ -1091,8 +1141,16 @@ export class ObjectStore implements ObjectChecks {
   /** Size of a stored object, -1 when absent; something else under its name is refused. */
   private sizeOf(id: string): number {
     const file = this.pathOf(id)
-    if (!this.checkDir(dirname(file))) return -1
-    return statFile(file, 'object')?.size ?? -1
+    const size = this.checkDir(dirname(file)) ? (statFile(file, 'object')?.size ?? -1) : -1
+    if (size >= 0) return size
+    return objectLogIndex(this.root).find(id)?.length ?? -1
+  }
+
+  /** The bytes of an object that is in an object log and not a file of its own (unchecked), or null. */
+  private logged(id: string): Buffer | null {
+    const index = objectLogIndex(this.root)
+    const loc = index.find(id)
+    return loc === null ? null : index.read(loc)
   }
 
   /**

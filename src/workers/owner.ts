@@ -13,6 +13,7 @@
  * A lone commit on an otherwise idle worker runs on this thread: two thread hops fewer on the
  * serial path.
  */
+import { randomBytes } from 'node:crypto'
 import { fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { receiveMessageOnPort } from 'node:worker_threads'
@@ -45,6 +46,13 @@ import {
 } from '../engine/journal-recovery.js'
 import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_FSYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
+import {
+  encodeObjectRecords,
+  OBJECT_LOG_DIR,
+  OBJECT_LOG_HEADER,
+  OBJECT_LOG_ROTATE,
+  OBJECT_LOG_SUFFIX,
+} from '../engine/object-log.js'
 import type {
   AbortMsg,
   ApplyMsg,
@@ -129,7 +137,10 @@ interface Batch {
   /** appendAtomic: the batch id it prepares. */
   atomic?: number
   reqs: Req[]
-  /** (id, firstSeq, firstTs) per request. */
+  /**
+   * (id, firstSeq, firstTs, end) per request; `end`: the bytes of the batch up to the end of the
+   * request's last line, made the file's size after it when the batch is written (finish).
+   */
   acks: number[]
   data: Buffer
   lastSeq: number
@@ -138,6 +149,8 @@ interface Batch {
   files: FileWrite[] | null
   /** Folders holding folders placeFiles made for them: their new entries are synced with the files. */
   parents?: string[]
+  /** What placing its files wrote (absolute paths): its files, or the object log they went to. */
+  written?: string[]
 }
 
 /**
@@ -282,6 +295,8 @@ class Owner {
   private readonly unsyncedParents = new Set<string>()
   /** Batches with files waiting for the journal being allocated. */
   private held: Batch[] = []
+  /** The object log this owner appends `packed` files to (engine/object-log.ts), once it has one. */
+  private objectLog: { fd: number; path: string; size: number } | null = null
 
   constructor(
     private readonly init: OwnerInit,
@@ -397,6 +412,7 @@ class Owner {
           let kept = false
           for (const file of [...this.lru.keys()]) if (this.closeFile(file) !== null) kept = true
           if (this.syncWrittenFilesNow() !== null) kept = true
+          this.closeObjectLog()
           if (this.timer) clearInterval(this.timer)
           const j = this.journal
           // Clean: every file durable, the journal removed. Otherwise it stays for the next
@@ -619,7 +635,13 @@ class Owner {
     const root = this.init.root
     const dirs = new Set<string>()
     const places: PlacedFile[] = []
-    for (const f of batch.files as FileWrite[]) {
+    const written: string[] = []
+    const all = batch.files as FileWrite[]
+    const packed = all.filter((f) => f.packed === true)
+    if (packed.length > 0) written.push(this.appendPacked(batch, packed, durable))
+    batch.written = written
+    for (const f of all) {
+      if (f.packed === true) continue
       const target = join(root, f.path)
       const dir = dirname(target)
       if (!this.fileDirs.has(dir)) {
@@ -638,8 +660,77 @@ class Owner {
       dirs.add(dir)
       // Read-only from its creation (the descriptor that made it may still write it).
       places.push({ temp: tempPath(dir, '.tmp-'), target, data: f.data, mode: f.readOnly ? 0o444 : 0o666 })
+      written.push(target)
     }
     return { places, dirs }
+  }
+
+  /**
+   * Appends `files` to this owner's object log (one write), made first when there is none or the
+   * one there is full; returns the log's path. `durable`: fdatasynced now (with its folder when
+   * new), as placed files are; otherwise the checkpoint syncs it with the other written files.
+   * A failed write is cut back off, so the log stays a run of whole records; when even that
+   * fails the log is given up (a new one is made next time) and the error goes to the batch.
+   */
+  private appendPacked(batch: Batch, files: FileWrite[], durable: boolean): string {
+    let log = this.objectLog
+    if (log === null || log.size >= OBJECT_LOG_ROTATE) {
+      if (log !== null) this.closeObjectLog()
+      log = this.newObjectLog(batch, durable)
+    }
+    const data = encodeObjectRecords(files)
+    try {
+      this.io.pwrite(log.fd, [data], log.size)
+      if (durable) this.io.fdatasync(log.fd)
+    } catch (err) {
+      try {
+        this.io.ftruncate(log.fd, log.size)
+      } catch {
+        this.closeObjectLog()
+      }
+      throw withPath(err, log.path)
+    }
+    log.size += data.length
+    return log.path
+  }
+
+  private newObjectLog(batch: Batch, durable: boolean): { fd: number; path: string; size: number } {
+    const root = this.init.root
+    const dir = join(root, OBJECT_LOG_DIR)
+    const parents: string[] = []
+    for (const made of mkdirBelow(root, dir)) parents.push(dirname(made))
+    // Its own entry in the folder must be durable too before any frame naming its records is reclaimed.
+    parents.push(dir)
+    const path = join(dir, `${randomBytes(8).toString('hex')}${OBJECT_LOG_SUFFIX}`)
+    const fd = this.io.createFile(path, 0o444)
+    try {
+      this.io.pwrite(fd, [OBJECT_LOG_HEADER], 0)
+    } catch (err) {
+      this.io.close(fd)
+      throw withPath(err, path)
+    }
+    for (const d of parents) {
+      if (durable) this.io.fsyncDir(d)
+      else {
+        batch.parents ??= []
+        batch.parents.push(d)
+        this.unsyncedParents.add(d)
+      }
+    }
+    this.objectLog = { fd, path, size: OBJECT_LOG_HEADER.length }
+    return this.objectLog
+  }
+
+  /** Stops appending to the object log (its bytes are synced by the checkpoints that name it). */
+  private closeObjectLog(): void {
+    const log = this.objectLog
+    this.objectLog = null
+    if (log === null) return
+    try {
+      this.io.close(log.fd)
+    } catch {
+      // the descriptor is released either way
+    }
   }
 
   private placed(batch: Batch, durable: boolean, dirs: Set<string>): void {
@@ -874,7 +965,7 @@ class Owner {
       const written: string[] = []
       const parents: string[] = []
       for (const b of round.batches) {
-        if (b.files) for (const f of b.files) written.push(join(this.init.root, f.path))
+        if (b.written) for (const f of b.written) written.push(f)
         if (b.parents) for (const d of b.parents) parents.push(d)
       }
       if (written.length > 0) files.push(new WrittenFiles(written, parents))
@@ -1043,11 +1134,14 @@ class Owner {
     const j = this.journal
     if (j === null) return null
     const dirs = new Set<string>()
+    const done = new Set<string>()
     try {
       for (const frame of j.frames) {
         for (const f of frame.files) {
           if (!(f instanceof WrittenFiles) || f.syncedLsn >= frame.lsn) continue
           for (const p of f.paths) {
+            if (done.has(p)) continue // an object log holds many batches' files
+            done.add(p)
             let fd: number
             try {
               fd = this.io.openRead(p)
@@ -1233,8 +1327,9 @@ class Owner {
             )
             continue
           }
-          acks.push(req.id, r.firstSeq, r.firstTs)
+          acks.push(req.id, r.firstSeq, r.firstTs, 0)
           for (const line of req.bodies) text += line
+          acks[acks.length - 1] = text.length
           seq = r.lastSeq
           ts = r.lastTs
           continue
@@ -1251,12 +1346,13 @@ class Owner {
           )
           continue
         }
-        acks.push(req.id, seq + 1, nextTs(ts, now))
+        acks.push(req.id, seq + 1, nextTs(ts, now), 0)
         for (const body of req.bodies) {
           seq++
           ts = nextTs(ts, now)
           text += formatLine(seq, body, ts)
         }
+        acks[acks.length - 1] = text.length
       }
       if (refused) reqs = reqs.filter((r) => !refused.includes(r))
       if (reqs.length === 0) {
@@ -1265,18 +1361,23 @@ class Owner {
       }
     } else {
       for (const req of reqs) {
-        acks.push(req.id, 0, 0)
         text += req.bodies[0]
+        acks.push(req.id, 0, 0, text.length)
       }
     }
     const all: FileWrite[] = []
     for (const req of reqs) if (req.files) for (const f of req.files) all.push(f)
     const files = all.length > 0 ? all : null
+    const data = Buffer.from(text, 'utf8')
+    if (data.length !== text.length) {
+      // Not all ASCII: the ends counted UTF-16 units, the file counts bytes.
+      for (let i = 3; i < acks.length; i += 4) acks[i] = Buffer.byteLength(text.slice(0, acks[i]), 'utf8')
+    }
     const batch: Batch = {
       file,
       reqs,
       acks,
-      data: Buffer.from(text, 'utf8'),
+      data,
       lastSeq: seq,
       lastTs: ts,
       files,
@@ -1331,7 +1432,10 @@ class Owner {
           false,
         )
       this.stats.entries += batch.reqs.reduce((n, r) => n + r.count, 0)
-      for (const a of batch.acks) this.acks.push(a)
+      const start = file.size - batch.data.length
+      for (let i = 0; i < batch.acks.length; i++) {
+        this.acks.push(i % 4 === 3 ? start + (batch.acks[i] as number) : (batch.acks[i] as number))
+      }
       if (!this.acksScheduled) {
         this.acksScheduled = true
         queueMicrotask(() => this.flushAcks())

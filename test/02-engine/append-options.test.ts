@@ -154,12 +154,15 @@ describe('watch', () => {
     reader.stdout.on('data', (d) => {
       out += d
     })
+    // Listened for from the start: the reader may see the last entry and exit before the
+    // writer's loop below has ended.
+    const exited = new Promise((r) => reader.on('exit', r))
     try {
       for (let i = 2; i <= 20; i++) {
         await writer.append('shared', write(i))
         await new Promise((r) => setTimeout(r, 5))
       }
-      const code = await new Promise((r) => reader.on('exit', r))
+      const code = await exited
       expect(code).toBe(0)
       expect(out.trim().split('\n').map(Number)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
     } finally {

@@ -129,6 +129,43 @@ describe('replicate push and pull (CLI)', () => {
     }
   })
 
+  it('sends the objects an object log holds (packed files), as files of their own on the mirror', async () => {
+    const { prefix, stream } = uniqueNames()
+    const a = tempDir()
+    const b = tempDir()
+    await initStreamCli(nats.url(), prefix, stream)
+    try {
+      const objects = [Buffer.from('logged one'), randomBytes(1_500_000)].map((bytes) => {
+        const id = createHash('sha256').update(bytes).digest('hex')
+        return { id, bytes, path: `objects/${id.slice(0, 2)}/${id.slice(2)}` }
+      })
+      const log = await AgentLog.open({ root: a, workers: 0 })
+      try {
+        for (const [i, o] of objects.entries()) {
+          await log.append(
+            'ws',
+            { op: 'write', path: `f${i}`, blob: o.id },
+            { files: [{ path: o.path, data: o.bytes, readOnly: true, packed: true }] },
+          )
+        }
+      } finally {
+        await log.close()
+      }
+      expect(existsSync(join(a, 'objects'))).toBe(false) // only in the object log
+      const pushed = await replicatePush({ nats: nats.url(), root: a, prefix })
+      expect(pushed.objects).toBe(2)
+      expect((await replicatePush({ nats: nats.url(), root: a, prefix })).objects).toBe(0)
+      const pulled = await replicatePull({ nats: nats.url(), root: b, prefix })
+      expect(pulled.objects).toBe(2)
+      for (const o of objects) {
+        const file = join(b, 'objects', o.id.slice(0, 2), o.id.slice(2))
+        expect(readFileSync(file).equals(o.bytes)).toBe(true)
+      }
+    } finally {
+      await dropStream(nats.url(), stream)
+    }
+  })
+
   it('status shows the lag of each workspace in entries and seconds, both ways', async () => {
     const { prefix, stream } = uniqueNames()
     const a = tempDir()
