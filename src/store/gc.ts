@@ -10,13 +10,30 @@
  * are removed, so gc killed at any point leaves a store in which every reachable object is
  * whole. Temp files left by interrupted writers (`.obj-*.tmp`, `.blob-*.tmp`) go too, once they
  * are older than the grace period. A dry run (the default) removes nothing and reports the same.
+ *
+ * Object logs (engine/object-log.ts) are collected whole: a log whose writer is gone (its flock
+ * is free) and that was last written longer ago than the grace period is removed, once each of
+ * its objects still reachable is written as a file of its own (durably: fsynced, renamed, its
+ * folder fsynced) unless it already is one. A gc killed between the two leaves both copies.
  */
-import { lstatSync, readdirSync, statSync, unlinkSync } from 'node:fs'
+import { closeSync, lstatSync, readdirSync, readSync, statSync, unlinkSync } from 'node:fs'
 import { join } from 'node:path'
+import { fsyncDir } from '../engine/atomic.js'
 import { Errors, type NoaError } from '../engine/errors.js'
+import { openFileSync, READ } from '../engine/files.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
+import { loadNative } from '../engine/native.js'
+import {
+  OBJECT_LOG_DIR,
+  OBJECT_LOG_HEADER,
+  OBJECT_LOG_NAME_RE,
+  type ObjectRecord,
+  scanObjectLog,
+} from '../engine/object-log.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
+import { objectLogIndex } from './object-logs.js'
+import { sha256 } from './objects.js'
 import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
 import { lastSeqOf } from './records.js'
 import type { SnapshotEngine } from './snapshot.js'
@@ -70,6 +87,14 @@ export interface GcResult {
   tempBytes: number
   /** Reachable objects that are missing (noa verify --objects names them). */
   missing: number
+  /** Object logs looked at; of those removed (dry run: that would be), and their bytes. */
+  logs: number
+  logsRemoved: number
+  logBytes: number
+  /** Reachable objects of removed logs written as files of their own first. */
+  unpacked: number
+  /** Logs kept: their writer is alive, or they were written within the grace period. */
+  logsKept: number
 }
 
 const SHARD_RE = /^[0-9a-f]{2}$/
@@ -156,6 +181,11 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
     temps: 0,
     tempBytes: 0,
     missing,
+    logs: 0,
+    logsRemoved: 0,
+    logBytes: 0,
+    unpacked: 0,
+    logsKept: 0,
   }
   const now = Date.now()
   const dir = engine.store.dir
@@ -233,9 +263,89 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
     progress.dirs++
     report()
   }
+  await refresh()
+  await collectObjectLogs(engine, marks, result, now, graceMs, dryRun)
   result.missing = missing
   report(true)
   return result
+}
+
+/** The object-log part of a sweep (see the top of this file). */
+async function collectObjectLogs(
+  engine: SnapshotEngine,
+  marks: MarkSet,
+  result: GcResult,
+  now: number,
+  graceMs: number,
+  dryRun: boolean,
+): Promise<void> {
+  const dir = join(engine.root, OBJECT_LOG_DIR)
+  // lstat: a symlink where the folder should be is not followed (no log is read through it).
+  if (!lstatSync(dir, { throwIfNoEntry: false })?.isDirectory()) return
+  const native = loadNative()
+  for (const name of readdirSync(dir).sort()) {
+    if (!OBJECT_LOG_NAME_RE.test(name)) continue
+    const path = join(dir, name)
+    const st = lstatSync(path, { throwIfNoEntry: false })
+    if (!st?.isFile()) continue
+    result.logs++
+    if (now - st.mtimeMs < graceMs) {
+      result.logsKept++
+      continue
+    }
+    let fd: number
+    try {
+      fd = openFileSync(path, READ, { what: 'object log' })
+    } catch {
+      continue // gone since (another gc)
+    }
+    try {
+      try {
+        native.flock(fd, true, true)
+      } catch {
+        result.logsKept++ // its writer is alive
+        continue
+      }
+      const records: ObjectRecord[] = []
+      const readAt = (buf: Buffer, length: number, position: number): number => {
+        let got = 0
+        while (got < length) {
+          const n = readSync(fd, buf, got, length - got, position + got)
+          if (n === 0) break
+          got += n
+        }
+        return got
+      }
+      const head = Buffer.alloc(OBJECT_LOG_HEADER.length)
+      if (readAt(head, head.length, 0) === head.length && head.equals(OBJECT_LOG_HEADER)) {
+        scanObjectLog(readAt, head.length, st.size, (r) => records.push(r))
+      }
+      const keep: Array<{ id: string; data: Buffer; exact: boolean }> = []
+      for (const r of records) {
+        const m = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62})$/.exec(r.name)
+        if (m === null) continue
+        const id = `${m[1]}${m[2]}`
+        if (!marks.has(id) || keep.some((k) => k.id === id)) continue
+        const data = Buffer.allocUnsafe(r.length)
+        if (readAt(data, r.length, r.offset) < r.length) continue
+        // A tree's pack is not named by its own bytes; the store checks it when it reads it.
+        keep.push({ id, data, exact: sha256(data) === id })
+      }
+      if (!dryRun) {
+        // Durable as files of their own before the log goes.
+        if (keep.length > 0) result.unpacked += await engine.store.writeLoose(keep)
+        unlinkSync(path)
+        objectLogIndex(engine.root).forget(path)
+        fsyncDir(dir)
+      } else {
+        result.unpacked += keep.length
+      }
+      result.logsRemoved++
+      result.logBytes += st.size
+    } finally {
+      closeSync(fd)
+    }
+  }
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {

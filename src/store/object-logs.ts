@@ -66,6 +66,12 @@ export class ObjectLogIndex {
     return this.where.get(id) ?? null
   }
 
+  /** Forgets a log (gc removed it): its objects are looked for elsewhere. */
+  forget(path: string): void {
+    for (const [id, loc] of this.where) if (loc.log === path) this.where.delete(id)
+    for (const [name, log] of this.logs) if (log.path === path) this.logs.delete(name)
+  }
+
   /** Every object id the logs hold (read up to now). */
   ids(): string[] {
     this.refresh()

@@ -452,7 +452,7 @@ export class ObjectStore implements ObjectChecks {
     }
     const target = this.pathOf(id)
     try {
-      if (this.sizeOf(id) === size) {
+      if (this.looseSize(id) === size) {
         rmSync(temp.path, { force: true })
         this.freshen(id)
         this.markStored([id])
@@ -541,12 +541,16 @@ export class ObjectStore implements ObjectChecks {
     return objects.map((o) => o.id)
   }
 
-  /** Writes objects that are not there yet (an exact object of the wrong size is rewritten). */
+  /**
+   * Writes objects that are not there yet as files of their own (an exact object of the wrong
+   * size is rewritten). One that only an object log holds is written too: gc removes a log whose
+   * writer is gone, and a writer that counted on the log's copy would race it.
+   */
   async write(objects: readonly StoredObject[]): Promise<void> {
     const todo = new Map<string, StoredObject>()
     for (const o of objects) {
       if (todo.has(o.id)) continue
-      const size = this.sizeOf(o.id)
+      const size = this.looseSize(o.id)
       if (size < 0 || (o.exact && size !== o.data.length)) todo.set(o.id, o)
       else {
         this.freshen(o.id)
@@ -583,6 +587,13 @@ export class ObjectStore implements ObjectChecks {
       for (const t of temps) if (t) rmSync(t, { force: true })
     }
     this.markStored(objects.map((o) => o.id))
+  }
+
+  /** `write`, returning how many of the objects were not files of their own before. */
+  async writeLoose(objects: readonly StoredObject[]): Promise<number> {
+    const missing = new Set(objects.filter((o) => this.looseSize(o.id) < 0).map((o) => o.id)).size
+    await this.write(objects)
+    return missing
   }
 
   /**
@@ -1140,10 +1151,15 @@ export class ObjectStore implements ObjectChecks {
 
   /** Size of a stored object, -1 when absent; something else under its name is refused. */
   private sizeOf(id: string): number {
-    const file = this.pathOf(id)
-    const size = this.checkDir(dirname(file)) ? (statFile(file, 'object')?.size ?? -1) : -1
+    const size = this.looseSize(id)
     if (size >= 0) return size
     return objectLogIndex(this.root).find(id)?.length ?? -1
+  }
+
+  /** Size of an object's own file, -1 when it has none (an object log may still hold it). */
+  private looseSize(id: string): number {
+    const file = this.pathOf(id)
+    return this.checkDir(dirname(file)) ? (statFile(file, 'object')?.size ?? -1) : -1
   }
 
   /** The bytes of an object that is in an object log and not a file of its own (unchecked), or null. */

@@ -704,6 +704,8 @@ class Owner {
     const path = join(dir, `${randomBytes(8).toString('hex')}${OBJECT_LOG_SUFFIX}`)
     const fd = this.io.createFile(path, 0o444)
     try {
+      // Held while this owner lives: gc removes only logs whose writer is gone.
+      this.io.flock(fd, true, true)
       this.io.pwrite(fd, [OBJECT_LOG_HEADER], 0)
     } catch (err) {
       this.io.close(fd)

@@ -1,11 +1,12 @@
 /** Garbage collection and snapshot retention. */
 import { spawn } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { PassThrough, Writable } from 'node:stream'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
+import { AgentLog, type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
 import { CLI, runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { refusal, setup } from '../helpers/snapshot.js'
 
@@ -308,4 +309,54 @@ describe('gc', () => {
       { numRuns: 15 },
     )
   }, 120_000)
+})
+
+describe('gc of object logs', () => {
+  const obj = (text: string) => {
+    const data = Buffer.from(text)
+    const id = createHash('sha256').update(data).digest('hex')
+    return { id, data, path: `objects/${id.slice(0, 2)}/${id.slice(2)}`, readOnly: true, packed: true }
+  }
+  const logsOf = (root: string) => {
+    try {
+      return readdirSync(join(root, 'object-logs')).filter((n) => n.endsWith('.olog'))
+    } catch {
+      return []
+    }
+  }
+
+  it("removes a dead writer's log, writing its reachable objects as files first; keeps a live one's", async () => {
+    const root = tempDir()
+    const kept = obj('reachable, named by an entry')
+    const garbage = obj('written beside an entry that names something else')
+    const writer = await AgentLog.open({ root, workers: 0 })
+    await writer.append('w', { op: 'write', path: 'a', blob: kept.id }, { files: [kept, garbage] })
+    const engine = new SnapshotEngine({ log: writer })
+    // The writer is alive: its log stays, whatever the grace.
+    const live = await engine.gc({ dryRun: false, graceMs: 0 })
+    expect(live).toMatchObject({ logs: 1, logsKept: 1, logsRemoved: 0, unpacked: 0 })
+    expect(logsOf(root)).toHaveLength(1)
+    await writer.close()
+
+    const log = await AgentLog.open({ root, workers: 0 })
+    try {
+      const store = new SnapshotEngine({ log })
+      // Within the grace period (default one hour): kept.
+      expect(await store.gc({ dryRun: false })).toMatchObject({ logs: 1, logsKept: 1, logsRemoved: 0 })
+      // A dry run says what would go, and nothing does.
+      const dry = await store.gc({ graceMs: 0 })
+      expect(dry).toMatchObject({ logs: 1, logsRemoved: 1, unpacked: 1 })
+      expect(logsOf(root)).toHaveLength(1)
+      const r = await store.gc({ dryRun: false, graceMs: 0 })
+      expect(r).toMatchObject({ logs: 1, logsRemoved: 1, unpacked: 1, missing: 0 })
+      expect(logsOf(root)).toHaveLength(0)
+      expect(objectIds(root)).toEqual([kept.id])
+    } finally {
+      await log.close()
+    }
+    // A new process reads the kept object from its own file; verify finds nothing missing.
+    expect(runCli(['blob', 'get', kept.id, '--root', root]).stdout).toBe(kept.data.toString())
+    expect(runCli(['verify', '--objects', '--root', root]).status).toBe(0)
+    expect(runCli(['blob', 'get', garbage.id, '--root', root]).status).not.toBe(0)
+  })
 })

@@ -78,6 +78,12 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     io.stdout,
     `${dryRun ? 'dry run: would free' : 'freed'} ${size(freed)}: ${r.removed} unreachable object${r.removed === 1 ? '' : 's'} and ${r.temps} temp file${r.temps === 1 ? '' : 's'}; kept ${r.reachable} reachable and ${r.young} younger than the grace period, of ${r.objects} objects${dryRun ? ' (noa gc --yes removes them)' : ''}\n`,
   )
+  if (r.logs > 0) {
+    await write(
+      io.stdout,
+      `object logs: ${dryRun ? 'would remove' : 'removed'} ${r.logsRemoved} of ${r.logs} (${size(r.logBytes)}), ${r.unpacked} reachable object${r.unpacked === 1 ? '' : 's'} in them ${dryRun ? 'to be written' : 'written'} as files of their own first; kept ${r.logsKept} (a live writer's, or written within the grace period)\n`,
+    )
+  }
   if (r.missing > 0) {
     await write(
       io.stderr,
