@@ -11,12 +11,28 @@
  * whole. Temp files left by interrupted writers (`.obj-*.tmp`, `.blob-*.tmp`) go too, once they
  * are older than the grace period. A dry run (the default) removes nothing and reports the same.
  *
- * Object logs (engine/object-log.ts) are collected whole: a log whose writer is gone (its flock
- * is free) and that was last written longer ago than the grace period is removed, once each of
- * its objects still reachable is written as a file of its own (durably: fsynced, renamed, its
- * folder fsynced) unless it already is one. A gc killed between the two leaves both copies.
+ * Object logs (engine/object-log.ts) are collected a log at a time, only once its writer is gone
+ * (its flock is free) and it was last written longer ago than the grace period: a log none of
+ * whose objects is reachable is removed; one that holds some unreachable objects is written again
+ * with only the reachable ones (a temp file, fdatasynced, renamed under a new name, the folder
+ * fsynced) before the old one is removed; one whose objects are all reachable is kept as it is.
+ * A gc killed between the two leaves both logs (the same objects twice); a temp file it left
+ * goes once it is older than the grace period.
  */
-import { closeSync, lstatSync, readdirSync, readSync, statSync, unlinkSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
+import {
+  closeSync,
+  constants,
+  fdatasyncSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { fsyncDir } from '../engine/atomic.js'
 import { Errors, type NoaError } from '../engine/errors.js'
@@ -24,16 +40,17 @@ import { openFileSync, READ } from '../engine/files.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
 import { loadNative } from '../engine/native.js'
 import {
+  encodeObjectRecords,
   OBJECT_LOG_DIR,
   OBJECT_LOG_HEADER,
   OBJECT_LOG_NAME_RE,
+  OBJECT_LOG_SUFFIX,
   type ObjectRecord,
   scanObjectLog,
 } from '../engine/object-log.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { objectLogIndex } from './object-logs.js'
-import { sha256 } from './objects.js'
 import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
 import { lastSeqOf } from './records.js'
 import type { SnapshotEngine } from './snapshot.js'
@@ -87,13 +104,16 @@ export interface GcResult {
   tempBytes: number
   /** Reachable objects that are missing (noa verify --objects names them). */
   missing: number
-  /** Object logs looked at; of those removed (dry run: that would be), and their bytes. */
+  /** Object logs looked at. */
   logs: number
+  /** Removed: none of their objects was reachable (dry run: would be). */
   logsRemoved: number
+  /** Written again with only their reachable objects (dry run: would be). */
+  logsRewritten: number
+  /** Unreachable objects those logs held, and the bytes removing and rewriting freed. */
+  logObjectsRemoved: number
   logBytes: number
-  /** Reachable objects of removed logs written as files of their own first. */
-  unpacked: number
-  /** Logs kept: their writer is alive, or they were written within the grace period. */
+  /** Kept as they are: a live writer's, written within the grace period, or all reachable. */
   logsKept: number
 }
 
@@ -183,8 +203,9 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
     missing,
     logs: 0,
     logsRemoved: 0,
+    logsRewritten: 0,
+    logObjectsRemoved: 0,
     logBytes: 0,
-    unpacked: 0,
     logsKept: 0,
   }
   const now = Date.now()
@@ -284,6 +305,13 @@ async function collectObjectLogs(
   if (!lstatSync(dir, { throwIfNoEntry: false })?.isDirectory()) return
   const native = loadNative()
   for (const name of readdirSync(dir).sort()) {
+    if (LOG_TEMP_RE.test(name)) {
+      // Left by a gc killed while it rewrote a log.
+      const temp = join(dir, name)
+      const t = lstatSync(temp, { throwIfNoEntry: false })
+      if (t?.isFile() && now - t.mtimeMs >= graceMs && !dryRun) unlinkSync(temp)
+      continue
+    }
     if (!OBJECT_LOG_NAME_RE.test(name)) continue
     const path = join(dir, name)
     const st = lstatSync(path, { throwIfNoEntry: false })
@@ -320,32 +348,70 @@ async function collectObjectLogs(
       if (readAt(head, head.length, 0) === head.length && head.equals(OBJECT_LOG_HEADER)) {
         scanObjectLog(readAt, head.length, st.size, (r) => records.push(r))
       }
-      const keep: Array<{ id: string; data: Buffer; exact: boolean }> = []
+      const keep: ObjectRecord[] = []
+      const kept = new Set<string>()
       for (const r of records) {
-        const m = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62})$/.exec(r.name)
-        if (m === null) continue
-        const id = `${m[1]}${m[2]}`
-        if (!marks.has(id) || keep.some((k) => k.id === id)) continue
-        const data = Buffer.allocUnsafe(r.length)
-        if (readAt(data, r.length, r.offset) < r.length) continue
-        // A tree's pack is not named by its own bytes; the store checks it when it reads it.
-        keep.push({ id, data, exact: sha256(data) === id })
+        const m = OBJECT_NAME_RE.exec(r.name)
+        const id = m === null ? '' : `${m[1]}${m[2]}`
+        if (m === null || !marks.has(id) || kept.has(id)) continue
+        kept.add(id)
+        keep.push(r)
+      }
+      if (keep.length === records.length) {
+        result.logsKept++ // nothing in it to free
+        continue
+      }
+      let rewritten = 0
+      if (keep.length > 0) {
+        const files = keep.map((r) => {
+          const data = Buffer.allocUnsafe(r.length)
+          if (readAt(data, r.length, r.offset) < r.length) throw new Error(`${path} shrank while gc read it`)
+          return { path: r.name, data }
+        })
+        const bytes = Buffer.concat([OBJECT_LOG_HEADER, encodeObjectRecords(files)])
+        rewritten = bytes.length
+        if (!dryRun) writeLogDurably(dir, bytes)
+        result.logsRewritten++
+      } else {
+        result.logsRemoved++
       }
       if (!dryRun) {
-        // Durable as files of their own before the log goes.
-        if (keep.length > 0) result.unpacked += await engine.store.writeLoose(keep)
         unlinkSync(path)
         objectLogIndex(engine.root).forget(path)
         fsyncDir(dir)
-      } else {
-        result.unpacked += keep.length
       }
-      result.logsRemoved++
-      result.logBytes += st.size
+      result.logObjectsRemoved += records.length - keep.length
+      result.logBytes += st.size - rewritten
     } finally {
       closeSync(fd)
     }
   }
+}
+
+const OBJECT_NAME_RE = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62})$/
+const LOG_TEMP_RE = /^[0-9a-f]{16}\.olog\.tmp$/
+
+/** A new object log holding `bytes`: a temp file fdatasynced, renamed into place, the folder fsynced. */
+function writeLogDurably(dir: string, bytes: Buffer): void {
+  const name = randomBytes(8).toString('hex')
+  const temp = join(dir, `${name}${OBJECT_LOG_SUFFIX}.tmp`)
+  const fd = openSync(
+    temp,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+    0o444,
+  )
+  try {
+    let off = 0
+    while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off)
+    fdatasyncSync(fd)
+  } catch (err) {
+    closeSync(fd)
+    unlinkSync(temp)
+    throw err
+  }
+  closeSync(fd)
+  renameSync(temp, join(dir, `${name}${OBJECT_LOG_SUFFIX}`))
+  fsyncDir(dir)
 }
 
 function optionError(name: string, rule: string, value: unknown): NoaError {

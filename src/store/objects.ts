@@ -589,13 +589,6 @@ export class ObjectStore implements ObjectChecks {
     this.markStored(objects.map((o) => o.id))
   }
 
-  /** `write`, returning how many of the objects were not files of their own before. */
-  async writeLoose(objects: readonly StoredObject[]): Promise<number> {
-    const missing = new Set(objects.filter((o) => this.looseSize(o.id) < 0).map((o) => o.id)).size
-    await this.write(objects)
-    return missing
-  }
-
   /**
    * Objects as files for an append to write beside the entries that name them
    * (AppendOptions.files): written and made durable with those entries, in one sync of the

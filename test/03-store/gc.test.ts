@@ -7,7 +7,7 @@ import { PassThrough, Writable } from 'node:stream'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
-import { CLI, runCli, runCliAsync, tempDir } from '../helpers/index.js'
+import { blobOf, CLI, runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { refusal, setup } from '../helpers/snapshot.js'
 
 /** Every object file (64-hex ids) and temp file under root/objects. */
@@ -325,7 +325,7 @@ describe('gc of object logs', () => {
     }
   }
 
-  it("removes a dead writer's log, writing its reachable objects as files first; keeps a live one's", async () => {
+  it("rewrites a dead writer's log with only its reachable objects; keeps a live one's, and one all reachable", async () => {
     const root = tempDir()
     const kept = obj('reachable, named by an entry')
     const garbage = obj('written beside an entry that names something else')
@@ -333,8 +333,11 @@ describe('gc of object logs', () => {
     await writer.append('w', { op: 'write', path: 'a', blob: kept.id }, { files: [kept, garbage] })
     const engine = new SnapshotEngine({ log: writer })
     // The writer is alive: its log stays, whatever the grace.
-    const live = await engine.gc({ dryRun: false, graceMs: 0 })
-    expect(live).toMatchObject({ logs: 1, logsKept: 1, logsRemoved: 0, unpacked: 0 })
+    expect(await engine.gc({ dryRun: false, graceMs: 0 })).toMatchObject({
+      logs: 1,
+      logsKept: 1,
+      logBytes: 0,
+    })
     expect(logsOf(root)).toHaveLength(1)
     await writer.close()
 
@@ -342,21 +345,49 @@ describe('gc of object logs', () => {
     try {
       const store = new SnapshotEngine({ log })
       // Within the grace period (default one hour): kept.
-      expect(await store.gc({ dryRun: false })).toMatchObject({ logs: 1, logsKept: 1, logsRemoved: 0 })
+      expect(await store.gc({ dryRun: false })).toMatchObject({ logs: 1, logsKept: 1, logsRewritten: 0 })
       // A dry run says what would go, and nothing does.
       const dry = await store.gc({ graceMs: 0 })
-      expect(dry).toMatchObject({ logs: 1, logsRemoved: 1, unpacked: 1 })
-      expect(logsOf(root)).toHaveLength(1)
+      expect(dry).toMatchObject({ logs: 1, logsRewritten: 1, logObjectsRemoved: 1 })
+      const [before] = logsOf(root)
+      expect(logsOf(root)).toEqual([before])
       const r = await store.gc({ dryRun: false, graceMs: 0 })
-      expect(r).toMatchObject({ logs: 1, logsRemoved: 1, unpacked: 1, missing: 0 })
-      expect(logsOf(root)).toHaveLength(0)
-      expect(objectIds(root)).toEqual([kept.id])
+      expect(r).toMatchObject({ logs: 1, logsRewritten: 1, logsRemoved: 0, logObjectsRemoved: 1, missing: 0 })
+      expect(r.logBytes).toBeGreaterThan(garbage.data.length)
+      // A new log holds the reachable object alone; no file of its own was made for it.
+      const after = logsOf(root)
+      expect(after).toHaveLength(1)
+      expect(after[0]).not.toBe(before)
+      expect(objectIds(root)).toEqual([])
+      // All reachable now: a second gc keeps it as it is.
+      expect(await store.gc({ dryRun: false, graceMs: 0 })).toMatchObject({
+        logs: 1,
+        logsKept: 1,
+        logBytes: 0,
+      })
+      expect(logsOf(root)).toEqual(after)
     } finally {
       await log.close()
     }
-    // A new process reads the kept object from its own file; verify finds nothing missing.
+    // A new process reads the kept object from the new log; verify finds nothing missing.
     expect(runCli(['blob', 'get', kept.id, '--root', root]).stdout).toBe(kept.data.toString())
     expect(runCli(['verify', '--objects', '--root', root]).status).toBe(0)
     expect(runCli(['blob', 'get', garbage.id, '--root', root]).status).not.toBe(0)
+  })
+
+  it('removes a dead log none of whose objects is reachable, and a temp file a killed gc left', async () => {
+    const root = tempDir()
+    const writer = await AgentLog.open({ root, workers: 0 })
+    await writer.append('w', { op: 'write', path: 'a', blob: blobOf(7) }, { files: [obj('nobody names me')] })
+    await writer.close()
+    writeFileSync(join(root, 'object-logs', '0123456789abcdef.olog.tmp'), 'half a rewrite')
+    const log = await AgentLog.open({ root, workers: 0 })
+    try {
+      const r = await new SnapshotEngine({ log }).gc({ dryRun: false, graceMs: 0 })
+      expect(r).toMatchObject({ logs: 1, logsRemoved: 1, logsRewritten: 0, logObjectsRemoved: 1 })
+    } finally {
+      await log.close()
+    }
+    expect(readdirSync(join(root, 'object-logs'))).toEqual([])
   })
 })

@@ -81,7 +81,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   if (r.logs > 0) {
     await write(
       io.stdout,
-      `object logs: ${dryRun ? 'would remove' : 'removed'} ${r.logsRemoved} of ${r.logs} (${size(r.logBytes)}), ${r.unpacked} reachable object${r.unpacked === 1 ? '' : 's'} in them ${dryRun ? 'to be written' : 'written'} as files of their own first; kept ${r.logsKept} (a live writer's, or written within the grace period)\n`,
+      `object logs: ${dryRun ? 'would free' : 'freed'} ${size(r.logBytes)} (${r.logObjectsRemoved} unreachable object${r.logObjectsRemoved === 1 ? '' : 's'}): ${r.logsRemoved} of ${r.logs} ${dryRun ? 'to remove' : 'removed'}, ${r.logsRewritten} ${dryRun ? 'to write' : 'written'} again with only their reachable objects; kept ${r.logsKept} (a live writer's, written within the grace period, or all reachable)\n`,
     )
   }
   if (r.missing > 0) {
