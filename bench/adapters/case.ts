@@ -8,7 +8,6 @@
  * `getTuple` of the thread's latest checkpoint. Prints one JSON line: steps (= checkpoints) per
  * second and the p50/p99 of a step's latency.
  */
-import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { BaseCheckpointSaver, Checkpoint } from '@langchain/langgraph-checkpoint'
 import { emptyCheckpoint, uuid6 } from '@langchain/langgraph-checkpoint'
@@ -43,11 +42,7 @@ function sqliteContender(synchronous: 'default' | 'FULL'): Contender {
 function noaContender(workers?: number): Contender {
   return {
     async open(dir) {
-      // The object store's 256 fan-out folders, as in any store in use: a fresh one would spend
-      // the first seconds creating them (a mkdir and two directory fsyncs each).
-      for (let i = 0; i < 256; i++) {
-        mkdirSync(join(dir, 'noa', 'objects', i.toString(16).padStart(2, '0')), { recursive: true })
-      }
+      // (No object-store folders to make first: the saver's objects go to its object logs.)
       const saver = await NoaSaver.open({
         root: join(dir, 'noa'),
         ...(workers === undefined ? {} : { workers }),
@@ -55,7 +50,7 @@ function noaContender(workers?: number): Contender {
       const owner = workers === 0 ? "the owner on the caller's thread" : 'owner worker threads'
       return {
         saver,
-        how: `objects written beside the entries, one journal fdatasync per commit for both (${owner})`,
+        how: `objects appended to the owner's object log beside the entries, one journal fdatasync per commit for both (${owner})`,
         close: () => saver.close(),
       }
     },
