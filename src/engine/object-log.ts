@@ -22,6 +22,7 @@
  * back, as a file of its own, every file of a frame that was not reclaimed. So a file can be at
  * its own path, in an object log, or both, with the same bytes; readers look at its path first.
  */
+import { readSync } from 'node:fs'
 import { crc32c } from './crc.js'
 
 export const OBJECT_LOG_DIR = 'object-logs'
@@ -74,6 +75,19 @@ export interface ObjectRecord {
 export type ReadAt = (buf: Buffer, length: number, position: number) => number
 
 const CHUNK = 1 << 20
+
+/** A ReadAt over an open descriptor (positional reads, looped until `length` or the end). */
+export function fdReader(fd: number): ReadAt {
+  return (buf, length, position) => {
+    let got = 0
+    while (got < length) {
+      const n = readSync(fd, buf, got, length - got, position + got)
+      if (n === 0) break
+      got += n
+    }
+    return got
+  }
+}
 
 /**
  * Walks the valid records of a log from byte `from` (the header's end, or where an earlier

@@ -27,7 +27,6 @@ import {
   lstatSync,
   openSync,
   readdirSync,
-  readSync,
   renameSync,
   statSync,
   unlinkSync,
@@ -41,6 +40,7 @@ import { logPath, workspaceNames } from '../engine/logs.js'
 import { loadNative } from '../engine/native.js'
 import {
   encodeObjectRecords,
+  fdReader,
   OBJECT_LOG_DIR,
   OBJECT_LOG_HEADER,
   OBJECT_LOG_NAME_RE,
@@ -335,15 +335,7 @@ async function collectObjectLogs(
         continue
       }
       const records: ObjectRecord[] = []
-      const readAt = (buf: Buffer, length: number, position: number): number => {
-        let got = 0
-        while (got < length) {
-          const n = readSync(fd, buf, got, length - got, position + got)
-          if (n === 0) break
-          got += n
-        }
-        return got
-      }
+      const readAt = fdReader(fd)
       const head = Buffer.alloc(OBJECT_LOG_HEADER.length)
       if (readAt(head, head.length, 0) === head.length && head.equals(OBJECT_LOG_HEADER)) {
         scanObjectLog(readAt, head.length, st.size, (r) => records.push(r))

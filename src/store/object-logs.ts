@@ -17,7 +17,13 @@
 import { closeSync, lstatSync, readdirSync, readSync, type Stats } from 'node:fs'
 import { join } from 'node:path'
 import { openFileSync, READ, statFile } from '../engine/files.js'
-import { OBJECT_LOG_DIR, OBJECT_LOG_HEADER, OBJECT_LOG_NAME_RE, scanObjectLog } from '../engine/object-log.js'
+import {
+  fdReader,
+  OBJECT_LOG_DIR,
+  OBJECT_LOG_HEADER,
+  OBJECT_LOG_NAME_RE,
+  scanObjectLog,
+} from '../engine/object-log.js'
 
 const OBJECT_NAME_RE = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62})$/
 /** A folder changed this recently may change again within its mtime's granularity: list it again. */
@@ -151,15 +157,7 @@ export class ObjectLogIndex {
     }
     let found = 0
     try {
-      const readAt = (buf: Buffer, length: number, position: number): number => {
-        let got = 0
-        while (got < length) {
-          const n = readSync(fd, buf, got, length - got, position + got)
-          if (n === 0) break
-          got += n
-        }
-        return got
-      }
+      const readAt = fdReader(fd)
       if (log.scanned === 0) {
         const head = Buffer.alloc(OBJECT_LOG_HEADER.length)
         if (readAt(head, head.length, 0) < head.length || !head.equals(OBJECT_LOG_HEADER)) return false
