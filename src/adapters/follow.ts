@@ -6,7 +6,7 @@
  * entries after the last seq read are the change.
  */
 import type { Entry } from '../engine/entry.js'
-import { statFile } from '../engine/files.js'
+import { fileSize } from '../engine/files.js'
 import { logPath } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 
@@ -28,11 +28,11 @@ export class LogFollower {
 
   /** Bytes in the log file now (0 when there is none); a symlink or non-file there is refused. */
   size(): number {
-    return statFile(this.file, 'workspace log')?.size ?? 0
+    return Math.max(0, fileSize(this.file, 'workspace log'))
   }
 
   exists(): boolean {
-    return statFile(this.file, 'workspace log') !== undefined
+    return fileSize(this.file, 'workspace log') >= 0
   }
 
   /**

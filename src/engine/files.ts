@@ -25,6 +25,7 @@ import {
 import { type FileHandle, open } from 'node:fs/promises'
 import { dirname, isAbsolute, relative, resolve, sep } from 'node:path'
 import { Errors, type NoaError } from './errors.js'
+import { loadNative } from './native.js'
 
 const { O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_APPEND, O_TRUNC } = constants
 
@@ -216,6 +217,39 @@ export function statFile(path: string, what = 'file'): Stats | undefined {
   }
   if (!st.isFile()) throw notRegularFile(path, kindOf(st), what)
   return st
+}
+
+/** The addon's `fileSize`, once loaded; null where the addon does not load (lstat instead). */
+let sizeOf: ((path: string) => number) | null | undefined
+
+/**
+ * The size of the regular file at `path`, -1 when there is none, a NOA_NOT_REGULAR_FILE naming
+ * what is there otherwise: statFile's answer as a number, for code that polls a file's size
+ * between its own commits (an adapter's log follower). It asks the kernel for the type and size
+ * alone. An lstat asks for the change time too, which marks it as seen (multigrain timestamps,
+ * Linux 6.13+): the file's next write then takes a fine-grained timestamp, which moves the
+ * filesystem's timestamp floor, so every other file written after it gets a new mtime, and its
+ * inode is written by the next fdatasync. Measured here (ext4 on Linux 6.18): an overwrite +
+ * fdatasync took 0.21 ms instead of 0.14 when another file was lstat-ed between commits.
+ */
+export function fileSize(path: string, what = 'file'): number {
+  if (sizeOf === undefined) {
+    try {
+      const io = loadNative()
+      sizeOf = (p) => io.fileSize(p)
+    } catch {
+      sizeOf = null
+    }
+  }
+  if (sizeOf !== null) {
+    try {
+      const n = sizeOf(path)
+      if (n !== -2) return n
+    } catch {
+      // an error of the path itself (too long, a file as a folder...): statFile names it
+    }
+  }
+  return statFile(path, what)?.size ?? -1
 }
 
 /** Whether `path` is `base` or below it (both resolved; no filesystem access). */

@@ -43,6 +43,12 @@ export interface NativeIo {
   /** Writes all of data at `offset` (never on an O_APPEND descriptor); returns the byte count. */
   pwrite(fd: number, data: Uint8Array | readonly Uint8Array[], offset: number): number
   fdatasync(fd: number): void
+  /**
+   * The size of the regular file at `path` (never through a symlink), -1 when nothing is there,
+   * -2 when something else is. Asks the kernel for type and size alone, not the change time:
+   * see files.ts `fileSize`.
+   */
+  fileSize(path: string): number
   ftruncate(fd: number, length: number): void
   fsyncDir(path: string): void
   syncfs(fd: number): void

@@ -7,6 +7,7 @@ import {
   APPEND_CREATE,
   checkDirsBelow,
   checkRoot,
+  fileSize,
   mkdirBelow,
   openFileSync,
   READ,
@@ -46,6 +47,33 @@ describe('safe file opens', () => {
     expect(codeOf(() => statFile(join(dir, 'v.log')))).toBe('NOA_NOT_REGULAR_FILE')
     expect(readFileSync(target, 'utf8')).toBe('single line no newline')
     expect(existsSync(join(outside, 'nothing'))).toBe(false)
+  })
+
+  it('fileSize answers as statFile does: the size, -1 for nothing, an error naming anything else', () => {
+    const dir = tempDir()
+    const outside = tempDir()
+    writeFileSync(join(dir, 'a.log'), 'x'.repeat(1234))
+    writeFileSync(join(dir, 'empty.log'), '')
+    writeFileSync(join(outside, 'p.txt'), 'outside')
+    symlinkSync(join(outside, 'p.txt'), join(dir, 'v.log'))
+    symlinkSync(join(outside, 'nothing'), join(dir, 'd.log'))
+    mkdirSync(join(dir, 'folder.log'))
+    execFileSync('mkfifo', [join(dir, 'f.log')])
+    expect(fileSize(join(dir, 'a.log'))).toBe(1234)
+    expect(fileSize(join(dir, 'empty.log'))).toBe(0)
+    expect(fileSize(join(dir, 'missing.log'))).toBe(-1)
+    expect(fileSize(join(dir, 'no-folder', 'missing.log'))).toBe(-1)
+    for (const planted of ['v.log', 'd.log', 'folder.log', 'f.log']) {
+      const p = join(dir, planted)
+      expect(codeOf(() => fileSize(p, 'workspace log'))).toBe('NOA_NOT_REGULAR_FILE')
+      expect(codeOf(() => fileSize(p))).toBe(codeOf(() => statFile(p)))
+    }
+    // A file where a folder should be, and a name too long: the same errors as statFile's.
+    for (const p of [join(dir, 'a.log', 'below.log'), join(dir, 'n'.repeat(300))]) {
+      expect(codeOf(() => fileSize(p))).toBeDefined()
+      expect(codeOf(() => fileSize(p))).toBe(codeOf(() => statFile(p)))
+    }
+    expect(readFileSync(join(outside, 'p.txt'), 'utf8')).toBe('outside')
   })
 
   it('refuses a FIFO without blocking, a socket and a directory', async () => {
