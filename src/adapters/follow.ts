@@ -18,6 +18,11 @@ export class LogFollower {
   private knownSize = 0
   /** Last seq read or written. */
   lastSeq = 0
+  /**
+   * After this process's own append: whether the log is still as that append left it, known
+   * without a stat (the engine's LOG_HELD); null once it said no, or after a read.
+   */
+  private held: (() => boolean) | null = null
 
   constructor(
     readonly root: string,
@@ -40,6 +45,10 @@ export class LogFollower {
    * seen now), or a reset (the file shrank: read it again from the start).
    */
   async changes(): Promise<LogChange> {
+    if (this.held !== null) {
+      if (this.held()) return { kind: 'none' }
+      this.held = null // it stays no: look at the file from now on
+    }
     const size = this.size()
     if (size === this.knownSize) return { kind: 'none' }
     if (size < this.knownSize) {
@@ -56,10 +65,14 @@ export class LogFollower {
     return entries.length > 0 ? { kind: 'grew', entries } : { kind: 'none' }
   }
 
-  /** After a full read up to `size` bytes, or this process's own append. */
-  accept(lastSeq: number, size = this.size()): void {
+  /**
+   * After a full read up to `size` bytes, or this process's own append (with the engine's
+   * LOG_HELD of its acks, when it gave one).
+   */
+  accept(lastSeq: number, size = this.size(), held: (() => boolean) | undefined = undefined): void {
     this.lastSeq = lastSeq
     this.knownSize = size
+    this.held = held ?? null
   }
 }
 

@@ -11,11 +11,12 @@ import { availableParallelism } from 'node:os'
 import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import type { Piscina } from 'piscina'
-import { isRecordEntry, LOG_END, type ObjectChecks, STORE_APPEND } from './checks.js'
+import { isRecordEntry, LOG_END, LOG_HELD, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
 import { checkRoot, filePathProblem, isInside } from './files.js'
 import { recoverJournals } from './journal-recovery.js'
+import { LocalPort } from './local-port.js'
 import {
   existingLog,
   listWorkspaces,
@@ -167,7 +168,7 @@ interface Outbox {
 interface Owner {
   index: number
   /** Null until the owner is started (on first use), and again after its worker died. */
-  port: MessagePort | null
+  port: MessagePort | LocalPort | null
   task: Promise<OwnerStatus> | null
   outbox: Outbox
   scheduled: boolean
@@ -177,6 +178,8 @@ interface Owner {
    * dies they are still open in this process, holding their locks, until closed from here.
    */
   fds: Int32Array | null
+  /** The owner's close counter (OwnerInit.closes), kept across restarts so that it only grows. */
+  closes: Int32Array
   /** Starts so far (a respawned owner gets a journal of its own name). */
   generation: number
   /** When it was last started, and how many times in a row it died young. */
@@ -207,6 +210,25 @@ function positiveInt(
 type CheckedOptions = ReturnType<typeof checkOptions>
 
 const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
+
+/** A worker owner's channel: port1 stays here, port2 goes to the worker. */
+function channel(): [MessagePort, MessagePort] {
+  const { port1, port2 } = new MessageChannel()
+  return [port1, port2]
+}
+
+/**
+ * What an in-thread owner posts, as a MessagePort would deliver it: a reply's value (an open's
+ * report, a status) cloned, so that the caller owns what it gets; acks and failures are made
+ * fresh for each message and pass as they are.
+ */
+function copyReply(msg: unknown): unknown {
+  const m = msg as FromOwner
+  if (m.t === 'reply' && typeof m.value === 'object' && m.value !== null) {
+    return { ...m, value: structuredClone(m.value) }
+  }
+  return msg
+}
 
 /**
  * A serial writer's next append comes one hop after its ack. A worker that went back to sleep
@@ -371,6 +393,7 @@ export class AgentLog {
       scheduled: false,
       failed: null,
       fds: null,
+      closes: new Int32Array(new SharedArrayBuffer(4)),
       generation: 0,
       startedAt: 0,
       quickDeaths: 0,
@@ -419,8 +442,8 @@ export class AgentLog {
   private started(owner: Owner): Owner {
     if (owner.port !== null || owner.failed !== null) return owner
     const o = this.options
-    const { port1, port2 } = new MessageChannel()
     const inThread = o.workers === 0
+    const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply) : channel()
     owner.fds = inThread ? null : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + 16))).fill(-1)
     const init: OwnerInit = {
       port: port2,
@@ -435,13 +458,14 @@ export class AgentLog {
       journalSize: o.journalSize,
       journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
       fds: owner.fds,
+      closes: owner.closes,
       ioModule: this.ioModule,
       ioOptions: this.ioOptions,
     }
     owner.generation++
     owner.startedAt = performance.now()
     owner.port = port1
-    port1.on('message', (msg: FromOwner) => this.onMessage(msg, owner))
+    port1.on('message', (msg: unknown) => this.onMessage(msg as FromOwner, owner))
     // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
     const task = inThread
       ? // A literal specifier (the module OWNER_MODULE names), so the CLI's bundle carries the owner
@@ -449,7 +473,9 @@ export class AgentLog {
         (import('../workers/owner.js').then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
           m.default(init),
         ) as Promise<OwnerStatus>)
-      : (this.pool().then((pool) => pool.run(init, { transferList: [port2] })) as Promise<OwnerStatus>)
+      : (this.pool().then((pool) =>
+          pool.run(init, { transferList: [port2 as MessagePort] }),
+        ) as Promise<OwnerStatus>)
     owner.task = task
     task.catch((err: unknown) => this.ownerFailed(owner, port1, err))
     return owner
@@ -495,12 +521,12 @@ export class AgentLog {
     workspace: string,
     entries: readonly EntryInput[],
     options?: Pick<AppendOptions, 'files'>,
-  ): Promise<Ack[] & { [LOG_END]?: number }> {
+  ): Promise<Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }> {
     try {
       checkWorkspace(workspace)
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
       return this.submit(workspace, bodies, entries.length, options) as Promise<
-        Ack[] & { [LOG_END]?: number }
+        Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
       >
     } catch (err) {
       return Promise.reject(err)
@@ -779,6 +805,16 @@ export class AgentLog {
       this.commits.set(workspace, c)
     }
     return c.promise
+  }
+
+  /** LOG_HELD of an append acknowledged with this close counter and last seq. */
+  private heldSince(owner: Owner, workspace: string, closes: number, lastSeq: number): () => boolean {
+    const port = owner.port
+    return () =>
+      owner.port === port &&
+      this.closing === null &&
+      Atomics.load(owner.closes, 0) === closes &&
+      this.ackedSeq.get(workspace) === lastSeq
   }
 
   /** A commit of this workspace was acknowledged: its watchers look at the file again. */
@@ -1064,7 +1100,7 @@ export class AgentLog {
     const msg: ToOwner = { t: 'append', ids: out.ids, ws: out.ws, counts: out.counts, bodies: out.bodies }
     if (out.expects) msg.expects = out.expects
     if (out.files) msg.files = out.files
-    ;(owner.port as MessagePort).postMessage(msg)
+    ;(owner.port as MessagePort | LocalPort).postMessage(msg)
   }
 
   private request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
@@ -1073,7 +1109,7 @@ export class AgentLog {
     this.flush(owner) // keep order: earlier appends go first
     const id = this.nextId++
     const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
-    ;(owner.port as MessagePort).postMessage(make(id))
+    ;(owner.port as MessagePort | LocalPort).postMessage(make(id))
     return p
   }
 
@@ -1081,7 +1117,7 @@ export class AgentLog {
     switch (msg.t) {
       case 'acks': {
         const d = msg.data
-        for (let i = 0; i < d.length; i += 4) {
+        for (let i = 0; i < d.length; i += 5) {
           const id = d[i] as number
           const p = this.pending.get(id)
           if (!p) continue
@@ -1093,9 +1129,12 @@ export class AgentLog {
           if (p.count === -1) p.resolve({ seq, ts })
           else if (p.count === -2) p.resolve(undefined)
           else {
-            const acks: Ack[] & { [LOG_END]?: number } = new Array(p.count)
+            const acks: Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean } = new Array(p.count)
             for (let k = 0; k < p.count; k++) acks[k] = { seq: seq + k, ts: ts + k }
             acks[LOG_END] = d[i + 3] as number
+            if (p.workspace !== undefined && from !== undefined) {
+              acks[LOG_HELD] = this.heldSince(from, p.workspace, d[i + 4] as number, seq + p.count - 1)
+            }
             p.resolve(acks)
           }
         }
@@ -1159,7 +1198,7 @@ export class AgentLog {
    * its journal's), and the next use starts a new one, whose first open replays that journal as
    * a dead process's. One that keeps dying at once is not started again.
    */
-  private ownerFailed(owner: Owner, port: MessagePort, err: unknown): void {
+  private ownerFailed(owner: Owner, port: MessagePort | LocalPort, err: unknown): void {
     if (owner.port !== port) return
     const failed = Errors.WORKER_FAILED(
       `owner worker ${owner.index} failed: ${(err as Error)?.message ?? String(err)}; what was in flight on it was not committed`,
@@ -1177,6 +1216,8 @@ export class AgentLog {
     owner.task = null
     owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
     owner.scheduled = false
+    // Its descriptors close now (from here, or they closed with its thread): no lock is held.
+    Atomics.add(owner.closes, 0, 1)
     if (owner.fds) {
       for (let i = 0; i < owner.fds.length; i++) {
         const fd = Atomics.exchange(owner.fds, i, -1)

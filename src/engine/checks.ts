@@ -35,6 +35,17 @@ export const STORE_APPEND: unique symbol = Symbol('noa.storeAppend')
  */
 export const LOG_END: unique symbol = Symbol('noa.logEnd')
 
+/**
+ * Beside LOG_END: a function that says whether the log can have changed since that append
+ * without this process knowing. It answers false (look at the file) once the workspace's owner
+ * has closed any descriptor since it committed the append (closing the log releases its lock,
+ * and then another process may write it), or once something else was appended to the workspace
+ * through this AgentLog. While it answers true, this process still holds the workspace's lock
+ * (no other process can append, recover or cut it) and nothing else was appended here, so a
+ * follower needs no stat to know the file is as this append left it.
+ */
+export const LOG_HELD: unique symbol = Symbol('noa.logHeld')
+
 export function isRecordEntry(entry: unknown): boolean {
   if (typeof entry !== 'object' || entry === null) return false
   const op = (entry as { op?: unknown }).op

@@ -4,12 +4,19 @@
  */
 import type { MessagePort } from 'node:worker_threads'
 import type { SerializedError } from './errors.js'
+import type { LocalPort } from './local-port.js'
 
 export type Durability = 'journal' | 'fdatasync'
 
 /** The piscina task that turns a pool thread into an owner for the pool's life. */
 export interface OwnerInit {
-  port: MessagePort
+  /** A worker's end of its MessageChannel, or an in-thread owner's LocalPort. */
+  port: MessagePort | LocalPort
+  /**
+   * One counter, in memory shared with the caller's thread: the owner adds 1 to it before it
+   * closes any descriptor, and each ack carries its value at the commit (see LOG_HELD).
+   */
+  closes: Int32Array
   index: number
   /** The root folder (`logDir` is below it; folders below the root are checked, not followed). */
   root: string
@@ -198,8 +205,9 @@ export type ToOwner =
   | CancelMsg
 
 /**
- * Quadruples (request id, first seq, first ts, end); a request's k entries got seq..seq+k-1,
- * ts..ts+k-1; `end`: the file's size in bytes just after the request's last line.
+ * Quintuples (request id, first seq, first ts, end, closes); a request's k entries got
+ * seq..seq+k-1, ts..ts+k-1; `end`: the file's size in bytes just after the request's last line;
+ * `closes`: the owner's close counter when it wrote them (the file open, its lock held).
  */
 export interface AcksMsg {
   t: 'acks'

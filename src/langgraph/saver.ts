@@ -43,7 +43,7 @@ import {
 } from '../adapters/names.js'
 import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters/values.js'
 import type { AgentLog } from '../engine/agent-log.js'
-import { LOG_END, STORE_APPEND } from '../engine/checks.js'
+import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
@@ -359,7 +359,7 @@ class Thread {
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
       // The owner says where our last line ends: what the follower has accounted for.
-      this.follower.accept(last, acks[LOG_END] ?? this.follower.size())
+      this.follower.accept(last, acks[LOG_END] ?? this.follower.size(), acks[LOG_HELD])
       state.lastSeq = last
       if (unexpected >= 0) {
         // Another writer in this process appended between our entries: the snapshot records

@@ -14,7 +14,7 @@ import { LogFollower } from '../adapters/follow.js'
 import { borrowedLog, type LogLease, leaseLog } from '../adapters/logs.js'
 import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } from '../adapters/names.js'
 import type { AgentLog } from '../engine/agent-log.js'
-import { LOG_END, STORE_APPEND } from '../engine/checks.js'
+import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import type { Entry, EntryInput } from '../engine/entry.js'
 import { Errors } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
@@ -210,7 +210,7 @@ export class NoaSession implements Session {
         const last = acks[acks.length - 1]?.seq ?? this.follower.lastSeq
         const end = acks[LOG_END]
         if (end === undefined) this.follower.accept(last)
-        else this.follower.accept(last, end)
+        else this.follower.accept(last, end, acks[LOG_HELD])
       } finally {
         this.writing = false
       }

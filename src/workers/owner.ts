@@ -16,7 +16,7 @@
 import { randomBytes } from 'node:crypto'
 import { fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { receiveMessageOnPort } from 'node:worker_threads'
+import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { crc32c } from '../engine/crc.js'
@@ -44,6 +44,7 @@ import {
   setFdHook,
   withRootLock,
 } from '../engine/journal-recovery.js'
+import { LocalPort } from '../engine/local-port.js'
 import { describeHolder } from '../engine/locks.js'
 import { SYNC_FDATASYNC, SYNC_FSYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
 import {
@@ -492,11 +493,7 @@ class Owner {
       this.receiving = true
       try {
         this.handle(next)
-        for (
-          let m = receiveMessageOnPort(this.init.port);
-          m !== undefined;
-          m = receiveMessageOnPort(this.init.port)
-        ) {
+        for (let m = takeMessage(this.init.port); m !== undefined; m = takeMessage(this.init.port)) {
           this.handle(m.message as ToOwner)
         }
       } finally {
@@ -514,7 +511,7 @@ class Owner {
     if (limit <= 0 || this.closing) return undefined
     const until = performance.now() + limit / 1000
     do {
-      const m = receiveMessageOnPort(this.init.port)
+      const m = takeMessage(this.init.port)
       if (m !== undefined) return m.message as ToOwner
     } while (performance.now() < until)
     return undefined
@@ -1435,8 +1432,16 @@ class Owner {
         )
       this.stats.entries += batch.reqs.reduce((n, r) => n + r.count, 0)
       const start = file.size - batch.data.length
-      for (let i = 0; i < batch.acks.length; i++) {
-        this.acks.push(i % 4 === 3 ? start + (batch.acks[i] as number) : (batch.acks[i] as number))
+      // Read while the file is open and locked: a close after this adds to it first.
+      const closes = Atomics.load(this.init.closes, 0)
+      for (let i = 0; i < batch.acks.length; i += 4) {
+        this.acks.push(
+          batch.acks[i] as number,
+          batch.acks[i + 1] as number,
+          batch.acks[i + 2] as number,
+          start + (batch.acks[i + 3] as number),
+          closes,
+        )
       }
       if (!this.acksScheduled) {
         this.acksScheduled = true
@@ -1981,6 +1986,11 @@ class Owner {
   }
 }
 
+/** The next message already waiting on the port, without waiting for one. */
+function takeMessage(port: MessagePort | LocalPort): { message: unknown } | undefined {
+  return port instanceof LocalPort ? port.take() : receiveMessageOnPort(port)
+}
+
 /** Bytes a batch's files take in a journal frame (record headers and data). */
 function filesBytes(batch: Batch): number {
   let n = 0
@@ -2045,8 +2055,22 @@ function registering(io: LogIo, table: Int32Array): LogIo {
   }
 }
 
+/**
+ * The io layer, adding 1 to the shared close counter before each close: an ack's counter value
+ * then vouches that the file it names was not closed (its lock not let go) since (LOG_HELD).
+ */
+function countingCloses(io: LogIo, closes: Int32Array): LogIo {
+  return {
+    ...io,
+    close: (fd) => {
+      Atomics.add(closes, 0, 1)
+      io.close(fd)
+    },
+  }
+}
+
 export default async function owner(init: OwnerInit): Promise<OwnerStatus> {
-  const loaded = await loadIo(init.ioModule, init.ioOptions)
+  const loaded = countingCloses(await loadIo(init.ioModule, init.ioOptions), init.closes)
   const io = init.fds ? registering(loaded, init.fds) : loaded
   const o = new Owner(init, io)
   return new Promise<OwnerStatus>((resolve) => {
@@ -2054,6 +2078,6 @@ export default async function owner(init: OwnerInit): Promise<OwnerStatus> {
       init.port.close()
       resolve(o.status())
     }
-    init.port.on('message', (msg: ToOwner) => o.receive(msg))
+    init.port.on('message', (msg: unknown) => o.receive(msg as ToOwner))
   })
 }

@@ -221,6 +221,44 @@ describe('NoaSaver', () => {
     }
   })
 
+  it("sees another saver's checkpoints in the same process, and another process's after a release", async () => {
+    const root = join(tempDir('noa-lg-held-'), 'noa')
+    const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
+    const first = await NoaSaver.open({ log })
+    const second = await NoaSaver.open({ log })
+    try {
+      const c1 = await first.put({ configurable: { thread_id: 'a' } }, checkpoint({ v: 1 }), meta(0), {
+        v: 1,
+      })
+      // The other saver, through the same log (so under the same lock): the first reads it on its next look.
+      await second.getTuple({ configurable: { thread_id: 'a' } })
+      const c2 = await second.put(c1, checkpoint({ v: 2 }, { v: 2 }), meta(1), { v: 2 })
+      const seen = await first.getTuple({ configurable: { thread_id: 'a' } })
+      expect(seen?.checkpoint.id).toBe(c2.configurable?.checkpoint_id)
+      expect(seen?.checkpoint.channel_values).toEqual({ v: 2 })
+      // After the first saver's own put, the lock is let go and another process appends.
+      const c3 = await first.put(c2, checkpoint({ v: 3 }, { v: 3 }), meta(2), { v: 3 })
+      await log.release('lg.a')
+      const foreign = runCli(['append', 'lg.a', '--root', root], {
+        input: '{"op":"delete","path":"by-hand.md"}\n',
+      })
+      expect(foreign.stderr).toBe('')
+      const seq = JSON.parse(foreign.stdout).seq as number
+      // Both savers' next checkpoints build on it: the records list it as changing nothing.
+      const c4 = await first.put(c3, checkpoint({ v: 4 }, { v: 4 }), meta(3), { v: 4 })
+      expect((await second.getTuple({ configurable: { thread_id: 'a' } }))?.checkpoint.id).toBe(
+        c4.configurable?.checkpoint_id,
+      )
+      const head = await new SnapshotEngine({ root }).head('lg.a')
+      expect(head?.record.noEffect).toEqual([{ seq, reason: 'delete-missing' }])
+      await expectConsistent(root, 'lg.a')
+    } finally {
+      await first.close()
+      await second.close()
+      await log.close()
+    }
+  })
+
   it('repairs its snapshot chain when another writer in the process appends during its commit', async () => {
     const root = join(tempDir('noa-lg-race-'), 'noa')
     const log = await AgentLog.open({ root, objects: new ObjectStore(root) })
