@@ -349,6 +349,9 @@ class Owner {
       case 'open':
         this.reply(msg.id, () => {
           const file = this.wsFile(msg.ws)
+          // Within the open-file bound as an append's open is (when every open file is busy,
+          // this one opens anyway: an open request does not wait).
+          if (file.fd < 0) this.roomToOpen()
           this.ensureOpen(file)
           return file.report
         })

@@ -215,6 +215,17 @@ describe('AgentLog append', () => {
     }
   })
 
+  it('keeps workspaces opened without an append within the bound too, closing idle ones', async () => {
+    const root = tempDir()
+    await withLog({ root, workers: 1, maxOpenFiles: 2 }, async (log) => {
+      for (const w of ['a', 'b', 'c', 'd']) await log.openWorkspace(w)
+      const [status] = await log.status()
+      expect(status?.workspaces).toEqual(['c', 'd'])
+      await log.append('a', write(1)) // reopened, and still within the bound
+      expect((await log.status())[0]?.workspaces.sort()).toEqual(['a', 'd'])
+    })
+  })
+
   it('serves thousands of workspaces through a small fd cache', async () => {
     const root = tempDir()
     const n = 2000
