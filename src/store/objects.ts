@@ -15,7 +15,7 @@
  */
 import { createHash, hash } from 'node:crypto'
 import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
-import { dirname, join, relative, sep } from 'node:path'
+import { dirname, join, sep } from 'node:path'
 import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
@@ -606,7 +606,8 @@ export class ObjectStore implements ObjectChecks {
     for (const o of objects) {
       if (seen.has(o.id)) continue
       seen.add(o.id)
-      const path = relative(this.root, this.pathOf(o.id))
+      // pathOf relative to the root, which is always this (dir is join(root, 'objects')).
+      const path = `objects/${o.id.slice(0, 2)}/${o.id.slice(2)}`
       files.push(
         packed ? { path, data: o.data, readOnly: true, packed } : { path, data: o.data, readOnly: true },
       )
