@@ -28,8 +28,8 @@ import { join, resolve } from 'node:path'
 import { checkPath } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { existingLog } from '../engine/logs.js'
+import { writeSeqs } from './records.js'
 import type { ResolvedRef, SnapshotEngine } from './snapshot.js'
-import { writeSeqs } from './snapshot.js'
 
 export interface CheckoutOptions {
   /** Write into a folder that is not empty (files of the tree are replaced; others are left). */

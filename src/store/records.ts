@@ -289,3 +289,26 @@ function safePeek(store: ObjectStore, id: string): SnapshotRecord | null {
     return null
   }
 }
+
+/** Seq of the last `write` of each wanted blob in (since, until] of a log. */
+export async function writeSeqs(
+  root: string,
+  workspace: string,
+  since: number,
+  until: number,
+  wanted: ReadonlySet<string>,
+): Promise<Map<string, number>> {
+  const out = new Map<string, number>()
+  const file = existingLog(root, workspace)
+  for await (const batch of readEntryBatches(file, {
+    fromSeq: since + 1,
+    validate: false,
+    skipBadLines: true,
+  })) {
+    for (const e of batch) {
+      if (e.seq > until) return out
+      if (e.op === 'write' && wanted.has(e.blob)) out.set(e.blob, e.seq)
+    }
+  }
+  return out
+}

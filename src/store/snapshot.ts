@@ -25,7 +25,6 @@ import { Errors, NoaError, rewrap } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
-import { readEntryBatches } from '../engine/reader.js'
 import { type CheckoutOptions, type CheckoutResult, checkout } from './checkout.js'
 import { type DiffResult, diffRefs } from './diff.js'
 import { collectGarbage, type GcOptions, type GcResult } from './gc.js'
@@ -41,7 +40,7 @@ import {
   sha256,
   snapshotEntry,
 } from './objects.js'
-import { lastSeqOf } from './records.js'
+import { lastSeqOf, writeSeqs } from './records.js'
 import { type ChangeMark, type NoEffect, type ReplayProgress, replaySegment, type Skipped } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
 
@@ -849,29 +848,6 @@ function suggestSkip(err: unknown, workspace: string): unknown {
 /** The form a record keeps: seq and reason. */
 export function recorded(list: readonly NoEffect[]): RecordedNoEffect[] {
   return list.map((n) => ({ seq: n.seq, reason: n.reason }))
-}
-
-/** Seq of the last `write` of each wanted blob in (since, until] of a log. */
-export async function writeSeqs(
-  root: string,
-  workspace: string,
-  since: number,
-  until: number,
-  wanted: ReadonlySet<string>,
-): Promise<Map<string, number>> {
-  const out = new Map<string, number>()
-  const file = existingLog(root, workspace)
-  for await (const batch of readEntryBatches(file, {
-    fromSeq: since + 1,
-    validate: false,
-    skipBadLines: true,
-  })) {
-    for (const e of batch) {
-      if (e.seq > until) return out
-      if (e.op === 'write' && wanted.has(e.blob)) out.set(e.blob, e.seq)
-    }
-  }
-  return out
 }
 
 /** The file's stats, or null when it is missing or not a regular file. */

@@ -6,9 +6,8 @@
  */
 import type { NoaError } from '../engine/errors.js'
 import { MarkSet, walkWorkspace } from './reach.js'
-import { type RecordProblem, scanRecords } from './records.js'
+import { type RecordProblem, scanRecords, writeSeqs } from './records.js'
 import type { SnapshotEngine } from './snapshot.js'
-import { writeSeqs } from './snapshot.js'
 
 export interface StoreProblem {
   workspace: string
