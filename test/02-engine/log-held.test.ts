@@ -46,10 +46,10 @@ describe('LOG_HELD', () => {
         const held = await own(log, 'w')
         await log.release('w')
         expect(held()).toBe(false)
-        const after = await own(log, 'w')
-        expect(after()).toBe(true)
+        const reopened = await own(log, 'w')
+        expect(reopened()).toBe(true)
         await log.close()
-        expect(after()).toBe(false)
+        expect(reopened()).toBe(false)
       })
 
       it('is false once the owner closed the file to make room for another (maxOpenFiles)', async () => {
