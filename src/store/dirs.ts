@@ -642,7 +642,8 @@ class PackV2 extends Pack {
     if (cached) return cached
     const built = this.adopted?.get(id)
     if (built) {
-      const ends = built.endAt < 0 ? undefined : this.adoptedEnds.subarray(built.endAt, built.endAt + built.count)
+      const ends =
+        built.endAt < 0 ? undefined : this.adoptedEnds.subarray(built.endAt, built.endAt + built.count)
       return this.inlineAt(built.k, id, ends)
     }
     const k = this.find(id)
@@ -1267,7 +1268,8 @@ export function packFromSortedTwice(files: () => SortedFiles): Pack {
   const order: string[] = []
   const rootId = walkSorted(files(), (bytes) => {
     const id = sha256hex(bytes)
-    if (!folders.has(id)) folders.set(id, { id, length: bytes.length, hintAt: -1, count: 0, k: -1, offset: 0 })
+    if (!folders.has(id))
+      folders.set(id, { id, length: bytes.length, hintAt: -1, count: 0, k: -1, offset: 0 })
     order.push(id)
     return id
   })
