@@ -782,6 +782,24 @@ class PackV2 extends Pack {
     if (dataAt > size) throw bad(`its tables need ${dataAt} bytes, it has ${size}`)
     const bytes = head.length >= dataAt ? head : more(dataAt)
     if (bytes.length < dataAt) throw bad(`it ends at byte ${bytes.length}`)
+    // A pack this process just encoded (no reader: its bytes are in memory) is what it wrote.
+    if (readAt === null && justBuilt.has(bytes)) {
+      return new PackV2(
+        id,
+        bytes.subarray(0, dataAt),
+        sourcesAt,
+        nSources,
+        indexAt,
+        nInline,
+        hintsAt,
+        hintBytes,
+        width,
+        source,
+        null,
+        bytes.subarray(dataAt),
+        what,
+      )
+    }
     const actual = createHash('sha256')
       .update(bytes.subarray(from, hashAt))
       .update(bytes.subarray(sourcesAt, dataAt))
@@ -971,7 +989,7 @@ class PackBuilder {
   finish(rootId: string, source: PackSource | null, what: string): Pack {
     const list = [...this.folders.values()]
     const bytes = PackV2.encodeSized(list, this.hints, [...this.sourceNo.keys()], (out) => {
-      for (const f of list) f.bytes.copy(out, f.offset)
+      for (const f of list) out.set(f.bytes, f.offset)
     })
     const pack = packOf(bytes, rootId, source, what)
     pack.adopt(this.folders, this.ends)
@@ -980,10 +998,15 @@ class PackBuilder {
 }
 
 function packOf(bytes: Buffer, rootId: string, source: PackSource | null, what: string): PackV2 {
+  justBuilt.add(bytes)
   const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+  justBuilt.delete(bytes)
   built.set(pack, bytes)
   return pack
 }
+
+/** Encodings of packs being made into a Pack by packOf (their tables need no check). */
+const justBuilt = new WeakSet<Buffer>()
 
 /** The encodings of packs just built (to store them without encoding again). */
 const built = new WeakMap<Pack, Buffer>()
@@ -1035,6 +1058,14 @@ interface Edit {
   key: string
   /** Its blob or subfolder id; null: removed. */
   value: string | null
+  /** A subfolder's changes (null: a file). */
+  sub: Node | null
+  /** Where the key is, or would be, among the base's records. */
+  at: number
+  /** Whether the base has a record of that key. */
+  found: boolean
+  /** A subfolder that came back to what it was: nothing to write. */
+  same: boolean
 }
 
 const editOrder = (a: Edit, b: Edit) => comparePaths(a.key, b.key)
@@ -1047,23 +1078,39 @@ const editOrder = (a: Edit, b: Edit) => comparePaths(a.key, b.key)
  */
 function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: boolean): string | null {
   const edits: Edit[] = []
-  for (const [name, value] of node.files) edits.push({ key: name, value })
-  for (const [name, sub] of node.dirs) {
-    const childBase = base?.child(name)
-    const id = rebuild(childBase, sub, out, false)
-    if (childBase && id === childBase.id) continue // changed back to what it was
-    edits.push({ key: `${name}/`, value: id })
-  }
-  if (edits.length === 0 && base) return base.id
+  for (const [name, value] of node.files)
+    edits.push({ key: name, value, sub: null, at: 0, found: false, same: false })
+  for (const [name, sub] of node.dirs)
+    edits.push({ key: `${name}/`, value: null, sub, at: 0, found: false, same: false })
   if (edits.length > 1) edits.sort(editOrder)
   const r = base && base.size > 0 ? base.records : undefined
   const n = r ? r.size : 0
+  // Each key is looked for once, in key order (a search from the last one found), and each
+  // subfolder is rebuilt on the base's folder of that name found there.
+  let changed = 0
+  let i = 0
+  for (const e of edits) {
+    if (r) {
+      const key = keyBytes(e.key)
+      e.at = r.lowerBound(key, i)
+      e.found = r.isAt(e.at, key)
+      i = e.at
+    }
+    if (e.sub) {
+      const childBase = e.found ? (base as Dir).childAt(e.at) : undefined
+      e.value = rebuild(childBase, e.sub, out, false)
+      e.same = childBase !== undefined && e.value === childBase.id // changed back to what it was
+    }
+    if (!e.same) changed++
+  }
+  if (changed === 0 && base) return base.id
   // At most the base's bytes and every edit as a new record (UTF-8: ≤ 3 bytes per UTF-16 unit).
   let bound = (r ? r.bytes.length : 0) + DIR_HEAD.length
   for (const e of edits) bound += 3 * e.key.length + TAIL
   const buf = out.room(bound)
   const start = out.at
-  let pos = start + DIR_HEAD.copy(buf, start)
+  buf.set(DIR_HEAD, start)
+  let pos = start + DIR_HEAD.length
   const room = n + edits.length
   const e0 = out.endRoom(room)
   const ends = out.ends
@@ -1085,17 +1132,15 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
       }
     }
   }
-  let i = 0
+  i = 0
   for (const e of edits) {
-    let key: Buffer | null = null
+    if (e.same) continue // its record is kept with the run it is in
     if (r) {
-      key = keyBytes(e.key)
-      const j = r.lowerBound(key, i)
-      keep(i, j)
-      i = r.isAt(j, key) ? j + 1 : j
+      keep(i, e.at)
+      i = e.found ? e.at + 1 : e.at
     }
     if (e.value === null) continue
-    pos += key ? key.copy(buf, pos) : buf.write(e.key, pos, 'utf8')
+    pos += buf.write(e.key, pos, 'utf8')
     ends[e0 + count++] = pos - start
     buf[pos++] = NUL
     pos += buf.write(e.value, pos, 'latin1')
