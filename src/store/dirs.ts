@@ -56,6 +56,9 @@ function keyBytes(key: string): Buffer {
   return scratch.subarray(0, scratch.write(key, 0, 'utf8'))
 }
 
+/** Where Records.parse finds a small folder's record ends before copying them out. */
+const parseScratch = new Uint32Array(4096)
+
 /** Orders paths by code point, which is the order of their UTF-8 bytes. */
 export function comparePaths(a: string, b: string): number {
   if (a === b) return 0
@@ -97,8 +100,12 @@ export class Records {
         object: id,
       })
     }
-    // A record is at least a 1-byte key and its 66-byte tail: room for every one, filled once.
-    const ends = new Uint32Array(Math.floor((bytes.length - header.length) / (TAIL + 1)))
+    // A record is at least a 1-byte key and its 66-byte tail: room for every one. The ends are
+    // found in a scratch array and copied out at their count: one allocation per folder (a
+    // folder read from disk is parsed before use, and a snapshot reads a thousand of them).
+    const most = Math.floor((bytes.length - header.length) / (TAIL + 1))
+    const small = most <= parseScratch.length
+    const ends = small ? parseScratch : new Uint32Array(most)
     let n = 0
     let pos = header.length
     while (pos < bytes.length) {
@@ -112,7 +119,7 @@ export class Records {
       ends[n++] = z
       pos = z + TAIL
     }
-    return new Records(bytes, n === ends.length ? ends : ends.slice(0, n), header.length)
+    return new Records(bytes, small || n < most ? ends.slice(0, n) : ends, header.length)
   }
 
   get size(): number {
