@@ -56,6 +56,9 @@ function keyBytes(key: string): Buffer {
   return scratch.subarray(0, scratch.write(key, 0, 'utf8'))
 }
 
+/** Where Records.parse finds a small folder's record ends before copying them out. */
+const parseScratch = new Uint32Array(4096)
+
 /** Orders paths by code point, which is the order of their UTF-8 bytes. */
 export function comparePaths(a: string, b: string): number {
   if (a === b) return 0
@@ -97,8 +100,12 @@ export class Records {
         object: id,
       })
     }
-    // A record is at least a 1-byte key and its 66-byte tail: room for every one, filled once.
-    const ends = new Uint32Array(Math.floor((bytes.length - header.length) / (TAIL + 1)))
+    // A record is at least a 1-byte key and its 66-byte tail: room for every one. The ends are
+    // found in a scratch array and copied out at their count: one allocation per folder (a
+    // folder read from disk is parsed before use, and a snapshot reads a thousand of them).
+    const most = Math.floor((bytes.length - header.length) / (TAIL + 1))
+    const small = most <= parseScratch.length
+    const ends = small ? parseScratch : new Uint32Array(most)
     let n = 0
     let pos = header.length
     while (pos < bytes.length) {
@@ -112,7 +119,7 @@ export class Records {
       ends[n++] = z
       pos = z + TAIL
     }
-    return new Records(bytes, n === ends.length ? ends : ends.slice(0, n), header.length)
+    return new Records(bytes, small || n < most ? ends.slice(0, n) : ends, header.length)
   }
 
   get size(): number {
@@ -542,6 +549,9 @@ const ENTRY = 40
 class PackV2 extends Pack {
   private offsets: Float64Array | null = null
   private srcIds: string[] | null = null
+  /** A pack just built: its folders' index positions and record ends (see adopt). */
+  private adopted: ReadonlyMap<string, BuiltFolder> | null = null
+  private adoptedEnds: Uint32Array = new Uint32Array(0)
 
   private constructor(
     id: string,
@@ -637,6 +647,12 @@ class PackV2 extends Pack {
   protected override inlineOrUndefined(id: string): Dir | undefined {
     const cached = this.loaded.get(id)
     if (cached) return cached
+    const built = this.adopted?.get(id)
+    if (built) {
+      const ends =
+        built.endAt < 0 ? undefined : this.adoptedEnds.subarray(built.endAt, built.endAt + built.count)
+      return this.inlineAt(built.k, id, ends)
+    }
     const k = this.find(id)
     return k < 0 ? undefined : this.inlineAt(k, id)
   }
@@ -646,13 +662,14 @@ class PackV2 extends Pack {
   }
 
   /**
-   * Folders of a pack just built, with the record ends its builder already knows (no parse):
-   * the next snapshot on this tree reads them.
+   * Folders of a pack just built: where each is in the index and the record ends its builder
+   * already knows, so the next snapshot on this tree reads a folder without a search or a parse.
+   * Kept as they are and made a Dir only when asked for: a snapshot reads few of the folders the
+   * one before it made (most are leaves it does not touch again).
    */
-  adopt(folders: ReadonlyMap<string, { ends: Uint32Array | null }>): void {
-    for (const [id, f] of folders) {
-      if (f.ends && !this.loaded.has(id)) this.inlineAt(this.find(id), id, f.ends)
-    }
+  adopt(folders: ReadonlyMap<string, BuiltFolder>, ends: Uint32Array): void {
+    this.adopted = folders
+    this.adoptedEnds = ends
   }
 
   private inlineAt(k: number, id: string, ends?: Uint32Array): Dir {
@@ -679,39 +696,31 @@ class PackV2 extends Pack {
   }
 
   /**
-   * Encodes a pack: `folders` by id, each with its bytes and (when it keeps subfolders from
-   * other packs) per record its source number, 1-based into `sources`, 0 for none.
-   */
-  static encode(folders: ReadonlyMap<string, BuiltFolder>, sources: readonly string[]): Buffer {
-    return PackV2.encodeSized(folders, sources, (out, at) => {
-      for (const [id, f] of folders) f.bytes.copy(out, at.get(id) as number)
-    })
-  }
-
-  /**
-   * Encodes a pack from its folders' lengths: `fill` writes each folder's bytes at the offset
-   * given for its id (so a caller can write them straight into the pack, keeping no copy).
+   * Encodes a pack from its folders' lengths and source numbers (`hints[hintAt, hintAt + count)`
+   * per folder, 1-based into `sources`, 0 for none; hintAt -1: none at all). Sets each folder's
+   * `k` (its place in the index) and `offset` (of its bytes in the pack), then `fill` writes
+   * the folders' bytes there (so a caller can write them straight into the pack, keeping no copy).
    */
   static encodeSized(
-    folders: ReadonlyMap<string, SizedFolder>,
+    folders: readonly SizedFolder[],
+    hints: Uint32Array | null,
     sources: readonly string[],
-    fill: (out: Buffer, at: ReadonlyMap<string, number>) => void,
+    fill: (out: Buffer) => void,
   ): Buffer {
-    const ids = [...folders.keys()].sort()
+    const sorted = folders.length > 1 ? [...folders].sort(byId) : folders
     const nSources = sources.length
     const width = nSources < 0x100 ? 1 : nSources < 0x10000 ? 2 : 4
     let hintBytes = 0
     let dataBytes = 0
-    for (const id of ids) {
-      const f = folders.get(id) as SizedFolder
-      if (f.hints) hintBytes += f.hints.length * width
-      dataBytes += lengthOf(f)
+    for (const f of sorted) {
+      if (f.hintAt >= 0) hintBytes += f.count * width
+      dataBytes += f.length
     }
-    const counts = `${ids.length} ${nSources} ${width} ${hintBytes}\n`
+    const counts = `${sorted.length} ${nSources} ${width} ${hintBytes}\n`
     const hashAt = PACK2_HEADER.length + counts.length
     const sourcesAt = hashAt + 32
     const indexAt = sourcesAt + nSources * 32
-    const hintsAt = indexAt + ids.length * ENTRY
+    const hintsAt = indexAt + sorted.length * ENTRY
     const dataAt = hintsAt + hintBytes
     // One buffer, written in place: a snapshot's pack holds thousands of folders.
     const out = Buffer.allocUnsafe(dataAt + dataBytes)
@@ -721,30 +730,29 @@ class PackV2 extends Pack {
     for (const s of sources) at += out.write(s, at, 'hex')
     let hint = 0
     let data = dataAt
-    const offsets = new Map<string, number>()
-    for (const id of ids) {
-      const f = folders.get(id) as SizedFolder
-      const length = lengthOf(f)
-      out.write(id, at, 'hex')
-      out.writeUInt32BE(length, at + 32)
+    for (let k = 0; k < sorted.length; k++) {
+      const f = sorted[k] as SizedFolder
+      out.write(f.id, at, 'hex')
+      out.writeUInt32BE(f.length, at + 32)
       out.writeUInt32BE(hint, at + 36)
       at += ENTRY
-      const h = f.hints
-      if (h) {
+      if (f.hintAt >= 0 && hints) {
         let p = hintsAt + hint
-        if (width === 1) for (let i = 0; i < h.length; i++) out[p++] = h[i] as number
-        else for (let i = 0; i < h.length; i++, p += width) out.writeUIntBE(h[i] as number, p, width)
-        hint += h.length * width
+        const end = f.hintAt + f.count
+        if (width === 1) for (let i = f.hintAt; i < end; i++) out[p++] = hints[i] as number
+        else for (let i = f.hintAt; i < end; i++, p += width) out.writeUIntBE(hints[i] as number, p, width)
+        hint += f.count * width
       }
-      offsets.set(id, data)
-      data += length
+      f.k = k
+      f.offset = data
+      data += f.length
     }
     createHash('sha256')
       .update(out.subarray(PACK2_HEADER.length, hashAt))
       .update(out.subarray(sourcesAt, dataAt))
       .digest()
       .copy(out, hashAt)
-    fill(out, offsets)
+    fill(out)
     return out
   }
 
@@ -781,6 +789,24 @@ class PackV2 extends Pack {
     if (dataAt > size) throw bad(`its tables need ${dataAt} bytes, it has ${size}`)
     const bytes = head.length >= dataAt ? head : more(dataAt)
     if (bytes.length < dataAt) throw bad(`it ends at byte ${bytes.length}`)
+    // A pack this process just encoded (no reader: its bytes are in memory) is what it wrote.
+    if (readAt === null && justBuilt.has(bytes)) {
+      return new PackV2(
+        id,
+        bytes.subarray(0, dataAt),
+        sourcesAt,
+        nSources,
+        indexAt,
+        nInline,
+        hintsAt,
+        hintBytes,
+        width,
+        source,
+        null,
+        bytes.subarray(dataAt),
+        what,
+      )
+    }
     const actual = createHash('sha256')
       .update(bytes.subarray(from, hashAt))
       .update(bytes.subarray(sourcesAt, dataAt))
@@ -853,19 +879,29 @@ export function decodePack(
   throw Errors.CORRUPT_OBJECT(`${what} is not a tree pack: no header`, { object: id })
 }
 
-/** A folder made for a pack: its bytes, its source number per record (or null), its record ends. */
-interface BuiltFolder {
+/**
+ * A folder of a pack being encoded: its id and length, where its source numbers are in the
+ * builder's pool (hintAt -1: it has none), and, once encoded, its place in the index and the
+ * pack. Pools and plain fields, not a typed array per folder: a snapshot makes thousands of
+ * folders, and a typed array (or a view of one) costs more to make than most of them to write.
+ */
+interface SizedFolder {
+  id: string
+  length: number
+  hintAt: number
+  /** Its records. */
+  count: number
+  k: number
+  offset: number
+}
+
+/** A folder made for a pack: also its bytes, and where its record ends are in the ends pool (-1: not kept). */
+interface BuiltFolder extends SizedFolder {
   bytes: Buffer
-  hints: Uint32Array | null
-  ends: Uint32Array | null
+  endAt: number
 }
 
-/** A folder of a pack being encoded: its bytes or only their length, its source numbers. */
-type SizedFolder = { hints: Uint32Array | null } & ({ bytes: Buffer } | { length: number })
-
-function lengthOf(f: SizedFolder): number {
-  return 'bytes' in f ? f.bytes.length : f.length
-}
+const byId = (a: SizedFolder, b: SizedFolder): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /**
  * A pack being built: the folders made so far, and the packs their kept subfolders are in,
@@ -873,17 +909,50 @@ function lengthOf(f: SizedFolder): number {
  */
 class PackBuilder {
   readonly folders = new Map<string, BuiltFolder>()
+  /** The folders' source numbers and record ends, back to back (see SizedFolder). */
+  hints = new Uint32Array(4096)
+  private hintsUsed = 0
+  ends = new Uint32Array(4096)
+  private endsUsed = 0
   private readonly sourceNo = new Map<string, number>()
   /** Per base pack: its own source numbers (0 = itself) mapped to this pack's, -1 until asked. */
   private readonly mapped = new Map<Pack, Int32Array>()
   private chunk: Buffer = Buffer.allocUnsafe(0)
   private used = 0
 
-  /** Adds a folder; returns its id. */
-  add(bytes: Buffer, hints: Uint32Array | null = null, ends: Uint32Array | null = null): string {
+  /**
+   * Adds a folder of `count` records, its source numbers at `hintAt` of `hints` (-1: none), its
+   * record ends at `endAt` of `ends` (-1: not known); returns its id. Both are kept as reserved.
+   */
+  add(bytes: Buffer, count = 0, hintAt = -1, endAt = -1): string {
     const id = sha256hex(bytes)
-    if (!this.folders.has(id)) this.folders.set(id, { bytes, hints, ends })
+    if (hintAt >= 0) this.hintsUsed = hintAt + count
+    if (endAt >= 0) this.endsUsed = endAt + count
+    if (!this.folders.has(id)) {
+      this.folders.set(id, { id, bytes, length: bytes.length, hintAt, count, endAt, k: -1, offset: 0 })
+    }
     return id
+  }
+
+  /** Room for `n` record ends; returns where they go in `ends` (kept only by add). */
+  endRoom(n: number): number {
+    if (this.endsUsed + n > this.ends.length) {
+      const bigger = new Uint32Array(Math.max(2 * this.ends.length, this.endsUsed + n))
+      bigger.set(this.ends.subarray(0, this.endsUsed))
+      this.ends = bigger
+    }
+    return this.endsUsed
+  }
+
+  /** Room for `n` source numbers, zeroed; returns where they go in `hints` (kept only by add). */
+  hintRoom(n: number): number {
+    if (this.hintsUsed + n > this.hints.length) {
+      const bigger = new Uint32Array(Math.max(2 * this.hints.length, this.hintsUsed + n))
+      bigger.set(this.hints.subarray(0, this.hintsUsed))
+      this.hints = bigger
+    }
+    this.hints.fill(0, this.hintsUsed, this.hintsUsed + n)
+    return this.hintsUsed
   }
 
   /** This pack's number for the pack that `pack` numbers `local` (0: `pack` itself). */
@@ -925,17 +994,26 @@ class PackBuilder {
   }
 
   finish(rootId: string, source: PackSource | null, what: string): Pack {
-    const pack = packOf(PackV2.encode(this.folders, [...this.sourceNo.keys()]), rootId, source, what)
-    pack.adopt(this.folders)
+    const list = [...this.folders.values()]
+    const bytes = PackV2.encodeSized(list, this.hints, [...this.sourceNo.keys()], (out) => {
+      for (const f of list) out.set(f.bytes, f.offset)
+    })
+    const pack = packOf(bytes, rootId, source, what)
+    pack.adopt(this.folders, this.ends)
     return pack
   }
 }
 
 function packOf(bytes: Buffer, rootId: string, source: PackSource | null, what: string): PackV2 {
+  justBuilt.add(bytes)
   const pack = PackV2.decode(rootId, bytes, () => bytes, source, null, what, bytes.length)
+  justBuilt.delete(bytes)
   built.set(pack, bytes)
   return pack
 }
+
+/** Encodings of packs being made into a Pack by packOf (their tables need no check). */
+const justBuilt = new WeakSet<Buffer>()
 
 /** The encodings of packs just built (to store them without encoding again). */
 const built = new WeakMap<Pack, Buffer>()
@@ -987,6 +1065,14 @@ interface Edit {
   key: string
   /** Its blob or subfolder id; null: removed. */
   value: string | null
+  /** A subfolder's changes (null: a file). */
+  sub: Node | null
+  /** Where the key is, or would be, among the base's records. */
+  at: number
+  /** Whether the base has a record of that key. */
+  found: boolean
+  /** A subfolder that came back to what it was: nothing to write. */
+  same: boolean
 }
 
 const editOrder = (a: Edit, b: Edit) => comparePaths(a.key, b.key)
@@ -999,25 +1085,43 @@ const editOrder = (a: Edit, b: Edit) => comparePaths(a.key, b.key)
  */
 function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: boolean): string | null {
   const edits: Edit[] = []
-  for (const [name, value] of node.files) edits.push({ key: name, value })
-  for (const [name, sub] of node.dirs) {
-    const childBase = base?.child(name)
-    const id = rebuild(childBase, sub, out, false)
-    if (childBase && id === childBase.id) continue // changed back to what it was
-    edits.push({ key: `${name}/`, value: id })
-  }
-  if (edits.length === 0 && base) return base.id
+  for (const [name, value] of node.files)
+    edits.push({ key: name, value, sub: null, at: 0, found: false, same: false })
+  for (const [name, sub] of node.dirs)
+    edits.push({ key: `${name}/`, value: null, sub, at: 0, found: false, same: false })
   if (edits.length > 1) edits.sort(editOrder)
   const r = base && base.size > 0 ? base.records : undefined
   const n = r ? r.size : 0
+  // Each key is looked for once, in key order (a search from the last one found), and each
+  // subfolder is rebuilt on the base's folder of that name found there.
+  let changed = 0
+  let i = 0
+  for (const e of edits) {
+    if (r) {
+      const key = keyBytes(e.key)
+      e.at = r.lowerBound(key, i)
+      e.found = r.isAt(e.at, key)
+      i = e.at
+    }
+    if (e.sub) {
+      const childBase = e.found ? (base as Dir).childAt(e.at) : undefined
+      e.value = rebuild(childBase, e.sub, out, false)
+      e.same = childBase !== undefined && e.value === childBase.id // changed back to what it was
+    }
+    if (!e.same) changed++
+  }
+  if (changed === 0 && base) return base.id
   // At most the base's bytes and every edit as a new record (UTF-8: ≤ 3 bytes per UTF-16 unit).
   let bound = (r ? r.bytes.length : 0) + DIR_HEAD.length
   for (const e of edits) bound += 3 * e.key.length + TAIL
   const buf = out.room(bound)
   const start = out.at
-  let pos = start + DIR_HEAD.copy(buf, start)
-  const ends = new Uint32Array(n + edits.length)
-  let hints: Uint32Array | null = null
+  buf.set(DIR_HEAD, start)
+  let pos = start + DIR_HEAD.length
+  const room = n + edits.length
+  const e0 = out.endRoom(room)
+  const ends = out.ends
+  let h0 = -1
   let count = 0
   const keep = (from: number, to: number) => {
     if (to <= from || !r || !base) return
@@ -1028,25 +1132,23 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
     const rends = r.ends
     for (let k = from; k < to; k++, count++) {
       const z = rends[k] as number
-      ends[count] = z + shift
+      ends[e0 + count] = z + shift
       if (b[z - 1] === SLASH) {
-        hints ??= new Uint32Array(ends.length)
-        hints[count] = out.sourceOf(base.pack, base.pack.localSourceAt(base, k))
+        if (h0 < 0) h0 = out.hintRoom(room)
+        out.hints[h0 + count] = out.sourceOf(base.pack, base.pack.localSourceAt(base, k))
       }
     }
   }
-  let i = 0
+  i = 0
   for (const e of edits) {
-    let key: Buffer | null = null
+    if (e.same) continue // its record is kept with the run it is in
     if (r) {
-      key = keyBytes(e.key)
-      const j = r.lowerBound(key, i)
-      keep(i, j)
-      i = r.isAt(j, key) ? j + 1 : j
+      keep(i, e.at)
+      i = e.found ? e.at + 1 : e.at
     }
     if (e.value === null) continue
-    pos += key ? key.copy(buf, pos) : buf.write(e.key, pos, 'utf8')
-    ends[count++] = pos - start
+    pos += buf.write(e.key, pos, 'utf8')
+    ends[e0 + count++] = pos - start
     buf[pos++] = NUL
     pos += buf.write(e.value, pos, 'latin1')
     buf[pos++] = LF
@@ -1056,7 +1158,7 @@ function rebuild(base: Dir | undefined, node: Node, out: PackBuilder, isRoot: bo
   const bytes = buf.subarray(start, pos)
   if (base && bytes.length === base.records.bytes.length && bytes.equals(base.records.bytes)) return base.id
   out.keep(pos)
-  return out.add(bytes, hints ? (hints as Uint32Array).subarray(0, count) : null, ends.subarray(0, count))
+  return out.add(bytes, count, h0, e0)
 }
 
 /**
@@ -1214,22 +1316,23 @@ export function packFromSorted(entries: Iterable<[string, string]>): Pack {
  * 100k paths is most of the memory the pack costs; the second walk costs no hashing.
  */
 export function packFromSortedTwice(files: () => SortedFiles): Pack {
-  const folders = new Map<string, { length: number; hints: null }>()
+  const folders = new Map<string, SizedFolder>()
   const order: string[] = []
   const rootId = walkSorted(files(), (bytes) => {
     const id = sha256hex(bytes)
-    if (!folders.has(id)) folders.set(id, { length: bytes.length, hints: null })
+    if (!folders.has(id))
+      folders.set(id, { id, length: bytes.length, hintAt: -1, count: 0, k: -1, offset: 0 })
     order.push(id)
     return id
   })
-  const bytes = PackV2.encodeSized(folders, [], (out, at) => {
+  const bytes = PackV2.encodeSized([...folders.values()], null, [], (out) => {
     let k = 0
     const written = new Set<string>()
     walkSorted(files(), (folder) => {
       const id = order[k++] as string
       if (!written.has(id)) {
         written.add(id)
-        folder.copy(out, at.get(id) as number)
+        folder.copy(out, (folders.get(id) as SizedFolder).offset)
       }
       return id
     })

@@ -405,8 +405,9 @@ export class SnapshotEngine {
           entry: null,
         }
       }
-      const missingBlobs = await this.missingBlobs(workspace, s, writes)
-      const record = await this.storeSnapshot(
+      // The tree is built at once and its objects' fsyncs run in the pool while the blobs the
+      // replay took in are looked up: the report of missing ones does not wait for the disk.
+      const storing = this.storeSnapshot(
         {
           workspace,
           parent: s.head?.record.id,
@@ -419,6 +420,7 @@ export class SnapshotEngine {
         },
         s.builder,
       )
+      const [record, missingBlobs] = await Promise.all([storing, this.missingBlobs(workspace, s, writes)])
       const [entry] = await this.append(workspace, [snapshotEntry(record, message)])
       return {
         created: true,
@@ -805,14 +807,19 @@ export class SnapshotEngine {
     s: State,
     writes: ReadonlyMap<string, number> | null,
   ): Promise<MissingBlob[]> {
-    const byBlob = new Map<string, string[]>()
+    // Each blob is looked up once; paths are gathered only for the missing ones (most are stored).
+    const byBlob = new Map<string, string[] | null>()
+    const missing: string[] = []
     for (const [path, blob] of s.builder.touched()) {
       if (blob === null) continue
       const paths = byBlob.get(blob)
       if (paths) paths.push(path)
-      else byBlob.set(blob, [path])
+      else if (paths === undefined) {
+        const gone = !this.store.hasLately(blob)
+        byBlob.set(blob, gone ? [path] : null)
+        if (gone) missing.push(blob)
+      }
     }
-    const missing = [...byBlob.keys()].filter((b) => !this.store.hasLately(b))
     if (missing.length === 0) return []
     const seqs = writes ?? (await writeSeqs(this.root, workspace, s.since, s.seq, new Set(missing)))
     const out: MissingBlob[] = []
