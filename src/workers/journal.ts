@@ -167,10 +167,20 @@ export class Journal {
     return this.head + length < tail ? { offset: this.head, wrapAt: null } : null
   }
 
-  /** Records a frame as written at `offset` (and a wrap marker before it, if one was). */
+  /**
+   * Records a frame as written at `offset`, and the wrap marker written at the old head before
+   * it, if one was. The marker is live like a frame: the durable header may name it as the tail
+   * (a checkpoint that reclaimed every frame names the head), so its sector must not be written
+   * over before a later header moves the tail past it. It names no file, so the next checkpoint
+   * reclaims it.
+   */
   written(frame: EncodedFrame, offset: number, files: readonly FrameFile[], wrapped: boolean): void {
-    if (wrapped) this.nextLsn++
-    this.frames.push({ lsn: frame.lsn, offset, length: frame.length, files, at: performance.now() })
+    const at = performance.now()
+    if (wrapped) {
+      this.frames.push({ lsn: this.nextLsn, offset: this.head, length: SECTOR, files: [], at })
+      this.nextLsn++
+    }
+    this.frames.push({ lsn: frame.lsn, offset, length: frame.length, files, at })
     this.nextLsn = frame.lsn + 1
     this.head = offset + frame.length
   }
