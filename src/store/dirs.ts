@@ -789,9 +789,8 @@ class PackV2 extends Pack {
     if (dataAt > size) throw bad(`its tables need ${dataAt} bytes, it has ${size}`)
     const bytes = head.length >= dataAt ? head : more(dataAt)
     if (bytes.length < dataAt) throw bad(`it ends at byte ${bytes.length}`)
-    // A pack this process just encoded (no reader: its bytes are in memory) is what it wrote.
-    if (readAt === null && justBuilt.has(bytes)) {
-      return new PackV2(
+    const pack = (): PackV2 =>
+      new PackV2(
         id,
         bytes.subarray(0, dataAt),
         sourcesAt,
@@ -802,11 +801,12 @@ class PackV2 extends Pack {
         hintBytes,
         width,
         source,
-        null,
-        bytes.subarray(dataAt),
+        readAt ? (offset, length) => readAt(dataAt + offset, length) : null,
+        readAt ? null : bytes.subarray(dataAt),
         what,
       )
-    }
+    // A pack this process just encoded (no reader: its bytes are in memory) is what it wrote.
+    if (readAt === null && justBuilt.has(bytes)) return pack()
     const actual = createHash('sha256')
       .update(bytes.subarray(from, hashAt))
       .update(bytes.subarray(sourcesAt, dataAt))
@@ -834,24 +834,9 @@ class PackV2 extends Pack {
         { object: id },
       )
     }
-    const meta = bytes.subarray(0, dataAt)
-    const pack = new PackV2(
-      id,
-      meta,
-      sourcesAt,
-      nSources,
-      indexAt,
-      nInline,
-      hintsAt,
-      hintBytes,
-      width,
-      source,
-      readAt ? (offset, length) => readAt(dataAt + offset, length) : null,
-      readAt ? null : bytes.subarray(dataAt),
-      what,
-    )
-    if (!pack.holds(id)) throw bad('it does not hold its root folder')
-    return pack
+    const checked = pack()
+    if (!checked.holds(id)) throw bad('it does not hold its root folder')
+    return checked
   }
 }
 
