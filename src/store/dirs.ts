@@ -1248,9 +1248,29 @@ function filesOfPairs(entries: Iterable<[string, string]>): SortedFiles {
  * bytes (valid until it returns) and returns its id; the root's id is returned.
  */
 function walkSorted(files: SortedFiles, closed: (bytes: Buffer) => string): string {
+  // Writers are reused from walk to walk (a small tree's walk would otherwise spend most of its
+  // time allocating their buffers); a walk started while another runs gets its own.
+  const writers = spareWriters ?? [new FolderWriter()]
+  spareWriters = null
+  try {
+    return walkWith(writers, files, closed)
+  } finally {
+    // A writer that grew for a large folder is not kept at that size.
+    for (let d = 0; d < writers.length; d++) {
+      if ((writers[d] as FolderWriter).buf.length > SPARE_WRITER_BYTES) writers[d] = new FolderWriter()
+    }
+    spareWriters = writers
+  }
+}
+
+const SPARE_WRITER_BYTES = 64 << 10
+
+/** The writers the last walk left, for the next (null while a walk holds them). */
+let spareWriters: FolderWriter[] | null = null
+
+function walkWith(writers: FolderWriter[], files: SortedFiles, closed: (bytes: Buffer) => string): string {
   // The open folders below the root, outermost first; writers[d] holds the folder at depth d.
   const names: string[] = []
-  const writers: FolderWriter[] = [new FolderWriter()]
   ;(writers[0] as FolderWriter).start()
   const close = (): void => {
     const id = closed((writers[names.length] as FolderWriter).view())

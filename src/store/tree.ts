@@ -205,9 +205,10 @@ export class TreeBuilder {
    * 64 latin1 bytes per slot (the blob's characters, which are ASCII, see `set`), in pages of
    * PAGE_SLOTS: a page is added when one fills, never copied, so a tree of 100k paths holds no
    * second, half-size copy when it grows. The first page starts small and doubles (a builder of
-   * a few paths should not cost a megabyte).
+   * a few paths should not cost a megabyte; under 4 KiB it is a slice of Node's buffer pool, not
+   * an allocation of its own, which for a builder of a few paths is most of what it costs).
    */
-  private pages: SliceBuffer[] = [Buffer.allocUnsafe(64 * 64) as SliceBuffer]
+  private pages: SliceBuffer[] = [Buffer.allocUnsafe(64 * 16) as SliceBuffer]
   private slots = 0
   private readonly free: number[] = []
   /** Values that are not 64 ASCII characters, by slot, kept as given (`check` refuses them). */
