@@ -55,8 +55,25 @@ export type ThreadPath =
 
 const VALUE_PATH = /^values\/([0-9a-f]{64})$/
 
+/**
+ * Paths parsed lately: a saver parses the same few paths of a thread's tree at every step (its
+ * entries, then each file of the tree at the next put). Cleared when full.
+ */
+const parsed = new Map<string, Readonly<ThreadPath> | null>()
+const PARSED_MAX = 8192
+
 /** What a path of a thread's tree holds, or null for a file the saver does not own. */
-export function parsePath(path: string): ThreadPath | null {
+export function parsePath(path: string): Readonly<ThreadPath> | null {
+  let p = parsed.get(path)
+  if (p === undefined) {
+    if (parsed.size >= PARSED_MAX) parsed.clear()
+    p = parseUncached(path)
+    parsed.set(path, p)
+  }
+  return p
+}
+
+function parseUncached(path: string): ThreadPath | null {
   if (path === THREAD_FILE) return { kind: 'thread' }
   if (path === DELETED_FILE) return { kind: 'deleted' }
   const value = VALUE_PATH.exec(path)

@@ -90,7 +90,7 @@ export interface NoaSaverOptions {
   root?: string
   /** An open AgentLog to write through (left open by `close`). Default: one per root per process. */
   log?: AgentLog
-  /** Owner worker threads, when the saver starts the root's pool. */
+  /** Owner worker threads, when the saver starts the root's pool (default 0: the owner on the caller's thread). */
   workers?: number
   /** LangGraph serializer (default: LangGraph's JsonPlusSerializer). */
   serde?: SerializerProtocol
@@ -231,6 +231,8 @@ class Thread {
   private draining: Promise<void> | null = null
   private refreshing: Promise<void> | null = null
   committing = false
+  /** Whether the workspace's name is a hash of the thread id (`lgh.`), not the id itself. */
+  readonly hashed: boolean
 
   constructor(
     readonly saver: NoaSaver,
@@ -238,6 +240,7 @@ class Thread {
     public threadId: string | undefined,
   ) {
     this.follower = new LogFollower(saver.root, workspace)
+    this.hashed = decodeWorkspace(THREADS, workspace)?.kind === 'hashed'
   }
 
   /**
@@ -541,10 +544,6 @@ class Thread {
     for (const v of needed) if (!state.files.has(valuePath(v))) this.change(state, e, valuePath(v), v)
   }
 
-  get hashed(): boolean {
-    return decodeWorkspace(THREADS, this.workspace)?.kind === 'hashed'
-  }
-
   private async buildWrites(
     op: Extract<Op, { kind: 'writes' }>,
     state: TreeState,
@@ -660,6 +659,8 @@ export class NoaSaver extends BaseCheckpointSaver {
   /** @internal */ readonly writeRecords = new LruMap<WritesRecord>(RECORD_CACHE)
   private readonly blobs: BlobCache
   private readonly threads = new Map<string, Thread>()
+  /** The same threads by thread id (the name mapping is done once per thread). */
+  private readonly byId = new Map<string, Thread>()
   private readonly lease: LogLease
   private closed = false
   private released = false
@@ -705,6 +706,8 @@ export class NoaSaver extends BaseCheckpointSaver {
   }
 
   private thread(threadId: string): Thread {
+    const known = this.byId.get(threadId)
+    if (known) return known
     const ws = workspaceFor(THREADS, threadId)
     let t = this.threads.get(ws)
     if (!t) {
@@ -713,6 +716,7 @@ export class NoaSaver extends BaseCheckpointSaver {
     } else if (t.threadId === undefined) {
       t.threadId = threadId
     }
+    this.byId.set(threadId, t)
     return t
   }
 
