@@ -1,7 +1,7 @@
 /**
  * One trial of the adapter benchmark, in a fresh process:
  *
- *   node dist/bench/adapters/case.js <serial|100threads> <noa|noa-inline|sqlite|sqlite-full> <dir> <seconds>
+ *   node dist/bench/adapters/case.js <serial|100threads> <noa|noa-workers|sqlite|sqlite-full> <dir> <seconds>
  *
  * A graph step is what LangGraph's loop asks of its saver per superstep: `put` of the next
  * checkpoint (three channels, two of them new), `putWrites` of the task that ran (two writes),
@@ -47,7 +47,8 @@ function noaContender(workers?: number): Contender {
         root: join(dir, 'noa'),
         ...(workers === undefined ? {} : { workers }),
       })
-      const owner = workers === 0 ? "the owner on the caller's thread" : 'owner worker threads'
+      const owner =
+        workers === undefined ? "the owner on the caller's thread" : `${workers} owner worker threads`
       return {
         saver,
         how: `objects appended to the owner's object log beside the entries, one journal fdatasync per commit for both (${owner})`,
@@ -58,9 +59,10 @@ function noaContender(workers?: number): Contender {
 }
 
 export const CONTENDERS: Record<string, Contender> = {
+  /** As the saver opens by default: the owner on the caller's thread (workers: 0). */
   noa: noaContender(),
-  /** The same with the owner on the caller's thread: no hand-off to a worker and back per commit. */
-  'noa-inline': noaContender(0),
+  /** The same with two owner worker threads (AgentLog's own default): a hand-off each way per commit. */
+  'noa-workers': noaContender(2),
   /** SqliteSaver as it ships: WAL with better-sqlite3's default synchronous (NORMAL: no fsync per commit). */
   sqlite: sqliteContender('default'),
   /** The same with synchronous=FULL: each transaction's commit fsyncs the WAL (durable like noa). */
@@ -108,7 +110,7 @@ async function main(): Promise<void> {
   const [workload, contender, dir, secondsArg] = process.argv.slice(2)
   const c = CONTENDERS[contender as string]
   if (!c || (workload !== 'serial' && workload !== '100threads') || !dir) {
-    throw new Error('usage: case.js <serial|100threads> <noa|noa-inline|sqlite|sqlite-full> <dir> <seconds>')
+    throw new Error('usage: case.js <serial|100threads> <noa|noa-workers|sqlite|sqlite-full> <dir> <seconds>')
   }
   const seconds = Number(secondsArg ?? 3)
   const threads = workload === 'serial' ? 1 : 100

@@ -14,10 +14,10 @@ import { interleave, median, runCase } from '../run.js'
 import { requirePeer } from './peer.js'
 
 const CASE = fileURLToPath(new URL('./case.js', import.meta.url))
-const CONTENDERS = ['noa', 'noa-inline', 'sqlite', 'sqlite-full']
+const CONTENDERS = ['noa', 'noa-workers', 'sqlite', 'sqlite-full']
 const LABEL: Record<string, string> = {
   noa: 'NoaSaver',
-  'noa-inline': "NoaSaver, owner on the caller's thread (workers: 0)",
+  'noa-workers': 'NoaSaver, two owner worker threads (workers: 2)',
   sqlite: 'SqliteSaver as shipped',
   'sqlite-full': 'SqliteSaver, synchronous=FULL',
 }

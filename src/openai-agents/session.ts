@@ -33,7 +33,7 @@ export interface NoaSessionOptions {
   sessionId?: string
   /** An open AgentLog to write through (left open by `close`). Default: one per root per process. */
   log?: AgentLog
-  /** Owner worker threads, when the session starts the root's pool. */
+  /** Owner worker threads, when the session starts the root's pool (default 0: the owner on the caller's thread). */
   workers?: number
 }
 

@@ -55,6 +55,30 @@ async function expectConsistent(root: string, ws: string) {
 }
 
 describe('NoaSaver', () => {
+  it("opens the root's log with the owner on the caller's thread unless told otherwise", async () => {
+    const workersOf = (saver: Saver) =>
+      (saver as unknown as { log: { options: { workers: number } } }).log.options.workers
+    for (const [given, expected] of [
+      [undefined, 0],
+      [2, 2],
+    ] as const) {
+      const root = join(tempDir('noa-lg-workers-'), 'noa')
+      const saver = await NoaSaver.open({ root, ...(given === undefined ? {} : { workers: given }) })
+      try {
+        expect(workersOf(saver)).toBe(expected)
+        const config = await saver.put(
+          { configurable: { thread_id: 't', checkpoint_ns: '' } },
+          checkpoint({ a: 1 }),
+          meta(0),
+          { a: 1 },
+        )
+        expect((await saver.getTuple(config))?.checkpoint.channel_values).toEqual({ a: 1 })
+      } finally {
+        await saver.close()
+      }
+    }
+  })
+
   it('keeps any thread id, lists threads by their ids, and hashes only ids too long for a name', async () => {
     await withSaver(async (saver, root) => {
       const ids = ['plain-1', 'with space/and slash', 'ünïcode ✓', 'x'.repeat(400)]
