@@ -30,14 +30,15 @@ export interface LeaseOptions {
    * caller's thread, and only a commit that has nothing else to wait for is synced there (the
    * others' syncs go to the addon's pool threads), which is how a framework's store is used: one
    * step at a time per thread, each awaited. Measured with bench:adapters, a serial step costs
-   * less without the hand-off to a worker and back (1,047 against 860 steps/s), and 100 threads
-   * stepping at once do as well (3,984 against 3,853).
+   * less without the hand-off to a worker and back (1,091 against 757 steps/s with two workers),
+   * and 100 threads stepping at once do about as well (within the machine's swing across runs;
+   * README, adapter figures).
    */
   workers?: number
 }
 
 /** The adapters' default for `workers` (see LeaseOptions). */
-export const ADAPTER_WORKERS = 0
+const ADAPTER_WORKERS = 0
 
 /** The process's AgentLog for `root`, opened on first use. */
 export async function leaseLog(options: LeaseOptions): Promise<LogLease> {

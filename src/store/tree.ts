@@ -206,7 +206,7 @@ export class TreeBuilder {
    * PAGE_SLOTS: a page is added when one fills, never copied, so a tree of 100k paths holds no
    * second, half-size copy when it grows. The first page starts small and doubles (a builder of
    * a few paths should not cost a megabyte; under 4 KiB it is a slice of Node's buffer pool, not
-   * an allocation of its own, which for a builder of a few paths is most of what it costs).
+   * an allocation of its own).
    */
   private pages: SliceBuffer[] = [Buffer.allocUnsafe(64 * 16) as SliceBuffer]
   private slots = 0
