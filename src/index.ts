@@ -45,6 +45,7 @@ export {
   type ConflictSide,
   type MergeConflict,
   ObjectStore,
+  type ObjectStoreOptions,
   type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,

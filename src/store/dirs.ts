@@ -225,10 +225,13 @@ export class Dir {
     const known = this.kids?.[i]
     if (known) return known
     const dir = this.pack.childOf(this, i)
-    // Kept only when found where this folder's pack says: a folder found by a search (two
-    // packs holding one tree) is looked up again, so that every pack a reader opens to find
-    // it is asked for each time (treeObjects lists them for gc).
-    if (dir.pack === this.pack || dir.pack.id === this.homeAt(i)) {
+    // Kept only when it is in this folder's own pack. A subfolder in another pack is found
+    // through the store's cache of packs each time: a link to it would keep that pack (and
+    // every pack its folders link to) alive after the cache let it go, so that a host taking a
+    // snapshot after snapshot would keep every pack it ever built. It also means a folder
+    // found by a search (two packs holding one tree) is looked up again, so that every pack a
+    // reader opens to find it is asked for each time (treeObjects lists them for gc).
+    if (dir.pack === this.pack) {
       this.kids ??= new Array<Dir | undefined>(this.size)
       this.kids[i] = dir
     }
@@ -260,6 +263,8 @@ export interface PackSource {
  */
 export abstract class Pack {
   protected readonly loaded = new Map<string, Dir>()
+  /** Bytes of the folders read from the file one at a time (range reads) and kept. */
+  protected readBytes = 0
 
   constructor(
     readonly id: string,
@@ -288,6 +293,18 @@ export abstract class Pack {
 
   /** Ids of the folders held inline. */
   abstract inlineIds(): Iterable<string>
+
+  /** Bytes of its own tables or whole encoding that the pack keeps (see heldBytes). */
+  protected abstract get tableBytes(): number
+
+  /**
+   * About how many bytes the pack keeps in memory: its tables (or its whole encoding, when it
+   * was read whole or built here) and the folders read from its file since, with their record
+   * ends. What a cache of packs counts against its budget.
+   */
+  get heldBytes(): number {
+    return this.tableBytes + this.readBytes
+  }
 
   get root(): Dir {
     return this.dir(this.id)
@@ -371,6 +388,7 @@ export abstract class Pack {
 
   protected parseDir(id: string, bytes: Buffer, hints: Hints | null): Dir {
     const records = Records.parse(bytes, DIR_HEAD, `folder ${id} of ${this.what}`, this.id)
+    this.readBytes += records.ends.byteLength
     if (hints && hints.bytes.length - hints.start < records.size * hints.width)
       throw this.corrupt(`the hints of folder ${id} are short`)
     const dir = new Dir(id, records, this, hints)
@@ -425,6 +443,11 @@ class PackV1 extends Pack {
     return this.inline.keys()
   }
 
+  protected get tableBytes(): number {
+    // Its index as maps: about a hundred bytes of strings and entry per id (the first format).
+    return 100 * (this.inline.size + 2 * this.refs.size)
+  }
+
   protected override refOf(id: string): string | undefined {
     return this.refs.get(id)
   }
@@ -459,6 +482,7 @@ class PackV1 extends Pack {
     if (cached) return cached
     const at = this.inline.get(id) as Range
     const bytes = this.checked(id, this.read(at.offset, at.length), at.offset)
+    this.readBytes += bytes.length
     return this.parseDir(id, bytes, null)
   }
 
@@ -600,6 +624,13 @@ class PackV2 extends Pack {
     return this.find(id) >= 0
   }
 
+  protected get tableBytes(): number {
+    // The whole buffers: a pack read whole or built here keeps all of its encoding.
+    const meta = this.meta.buffer.byteLength
+    const data = this.data && this.data.buffer !== this.meta.buffer ? this.data.buffer.byteLength : 0
+    return meta + data + this.adoptedEnds.byteLength + (this.offsets?.byteLength ?? 0)
+  }
+
   *inlineIds(): Iterable<string> {
     for (let k = 0; k < this.nInline; k++) {
       const at = this.indexAt + k * ENTRY
@@ -679,6 +710,7 @@ class PackV2 extends Pack {
     const bytes = this.data
       ? this.data.subarray(offset, offset + length)
       : this.checked(id, (this.read as NonNullable<typeof this.read>)(offset, length), offset)
+    if (bytes.buffer !== this.meta.buffer) this.readBytes += length // read from the file
     const e = this.indexAt + k * ENTRY
     const start = this.meta.readUInt32BE(e + 36)
     const end = k + 1 < this.nInline ? this.meta.readUInt32BE(e + ENTRY + 36) : this.hintBytes
@@ -880,9 +912,13 @@ interface SizedFolder {
   offset: number
 }
 
-/** A folder made for a pack: also its bytes, and where its record ends are in the ends pool (-1: not kept). */
+/**
+ * A folder made for a pack: also its bytes (null once copied into the pack: a pack keeps its
+ * own encoding, not the chunks its folders were written in), and where its record ends are in
+ * the ends pool (-1: not kept).
+ */
 interface BuiltFolder extends SizedFolder {
-  bytes: Buffer
+  bytes: Buffer | null
   endAt: number
 }
 
@@ -981,7 +1017,10 @@ class PackBuilder {
   finish(rootId: string, source: PackSource | null, what: string): Pack {
     const list = [...this.folders.values()]
     const bytes = PackV2.encodeSized(list, this.hints, [...this.sourceNo.keys()], (out) => {
-      for (const f of list) out.set(f.bytes, f.offset)
+      for (const f of list) {
+        out.set(f.bytes as Buffer, f.offset)
+        f.bytes = null
+      }
     })
     const pack = packOf(bytes, rootId, source, what)
     pack.adopt(this.folders, this.ends)

@@ -33,6 +33,7 @@ export {
   MAX_DELTA_DEPTH,
   type MergeConflict,
   ObjectStore,
+  type ObjectStoreOptions,
   type RecordedNoEffect,
   type SnapshotRecord,
   type SnapshotRecordInput,
