@@ -14,7 +14,8 @@ import type { Piscina } from 'piscina'
 import { isRecordEntry, LOG_END, LOG_HELD, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
-import { checkRoot, filePathProblem, isInside } from './files.js'
+import { checkRoot, fileDataProblem, filePathProblem, isInside } from './files.js'
+import { MAX_JOURNAL_SIZE } from './journal-format.js'
 import { recoverJournals } from './journal-recovery.js'
 import { LocalPort } from './local-port.js'
 import {
@@ -261,11 +262,12 @@ function checkOptions(options: AgentLogOptions) {
     typeof journalSize !== 'number' ||
     !Number.isSafeInteger(journalSize) ||
     journalSize < MIN_JOURNAL_SIZE ||
+    journalSize > MAX_JOURNAL_SIZE ||
     journalSize % 4096 !== 0
   ) {
     throw optionError(
       'journalSize',
-      `must be a multiple of 4096 of at least ${MIN_JOURNAL_SIZE}`,
+      `must be a multiple of 4096 from ${MIN_JOURNAL_SIZE} to ${MAX_JOURNAL_SIZE}`,
       journalSize,
     )
   }
@@ -1293,7 +1295,7 @@ export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
         field: 'files',
         path,
       })
-    const problem = filePathProblem(path)
+    const problem = filePathProblem(path) ?? fileDataProblem(path, data)
     if (problem !== null) throw bad(problem)
     if (seen.has(path)) throw bad('is named twice')
     seen.add(path)

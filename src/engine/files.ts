@@ -12,6 +12,8 @@
  *   a folder should be is refused. The base itself (the root the user named) may be a symlink.
  * - Files are created with mode 0666 and folders 0777, so the umask decides, as for any program.
  */
+
+import { createHash } from 'node:crypto'
 import {
   closeSync,
   constants,
@@ -28,6 +30,7 @@ import { Errors, type NoaError } from './errors.js'
 import { loadNative } from './native.js'
 
 const { O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_APPEND, O_TRUNC } = constants
+const O_ACCMODE = O_RDONLY | O_WRONLY | O_RDWR
 
 export const FILE_MODE = 0o666
 export const DIR_MODE = 0o777
@@ -149,13 +152,46 @@ export function checkOpened(fd: number, path: string, what = 'file'): Stats {
 }
 
 /**
+ * Read views (journal-view.ts): a log whose acknowledged entries are partly only in a dead
+ * commit journal is read, by a process that must not write the root, from a private copy with
+ * the journal's records applied. A read-only open of the log's path opens that copy instead
+ * (`/proc/self/fd/N` of an unlinked file, so nothing is left behind); writes never do.
+ */
+const readViews = new Map<string, { view: string; valid: () => boolean }>()
+
+/**
+ * Sends read-only opens of `path` to `view` while `valid()` holds (the journals it was made
+ * from are still there: once a writer has replayed them, the log itself is read again).
+ */
+export function setReadView(path: string, view: string | null, valid: () => boolean = () => true): void {
+  if (view === null) readViews.delete(resolve(path))
+  else readViews.set(resolve(path), { view, valid })
+}
+
+/** Whether reads of `path` go to a view (threads of their own, which do not see it, are not used). */
+export function hasReadView(path: string): boolean {
+  return readViews.size > 0 && readViews.has(resolve(path))
+}
+
+/** The path and flags an open goes to: a read view's for a read-only open of a viewed file. */
+function target(path: string, flags: number): [string, number] {
+  if (readViews.size > 0 && (flags & (O_ACCMODE | O_CREAT | O_TRUNC)) === O_RDONLY) {
+    const key = resolve(path)
+    const v = readViews.get(key)
+    if (v?.valid()) return [v.view, flags | O_NONBLOCK]
+    if (v) readViews.delete(key)
+  }
+  return [path, flags | O_NOFOLLOW | O_NONBLOCK]
+}
+
+/**
  * open(2) of a regular file, never through a symlink in its last component and never blocking
  * on a FIFO. `flags` are numeric open flags (`O_RDONLY`, `O_WRONLY | O_CREAT | O_EXCL`, ...).
  */
 export function openFileSync(path: string, flags: number = O_RDONLY, options: OpenFileOptions = {}): number {
   let fd: number
   try {
-    fd = openSync(path, flags | O_NOFOLLOW | O_NONBLOCK, options.mode ?? FILE_MODE)
+    fd = openSync(...target(path, flags), options.mode ?? FILE_MODE)
   } catch (err) {
     throw openError(err, path, options.what)
   }
@@ -171,7 +207,7 @@ export async function openFile(
 ): Promise<FileHandle> {
   let handle: FileHandle
   try {
-    handle = await open(path, flags | O_NOFOLLOW | O_NONBLOCK, options.mode ?? FILE_MODE)
+    handle = await open(...target(path, flags), options.mode ?? FILE_MODE)
   } catch (err) {
     throw openError(err, path, options.what)
   }
@@ -373,5 +409,22 @@ export function filePathProblem(path: string): string | null {
   if (segments.length < 2 || ENGINE_DIRS.includes(segments[0] as string)) {
     return `must be in a folder below the root other than ${ENGINE_DIRS.join(', ')}`
   }
+  if (segments[0] === 'objects' && !OBJECT_FILE.test(path)) {
+    return "is in objects/, which holds only the store's objects (objects/<2 hex>/<62 hex>, named by the SHA-256 of their bytes)"
+  }
   return null
+}
+
+/** An object of the store below the root: `objects/` and its SHA-256, split after two digits. */
+export const OBJECT_FILE = /^objects\/[0-9a-f]{2}\/[0-9a-f]{62}$/
+
+/**
+ * Why `data` cannot be the file at `path`: an object's bytes must hash to its name (a commit
+ * journal replays only such objects, journal-trust.ts). Null when it can.
+ */
+export function fileDataProblem(path: string, data: Uint8Array): string | null {
+  if (!path.startsWith('objects/')) return null
+  const id = path.slice(8, 10) + path.slice(11)
+  const actual = createHash('sha256').update(data).digest('hex')
+  return actual === id ? null : `is object ${id}, but its ${data.length} bytes hash to ${actual}`
 }

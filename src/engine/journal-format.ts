@@ -219,8 +219,19 @@ export interface DecodedFrame {
 }
 
 /**
+ * A frame whose checksum, journal id and lsn hold but whose contents no writer of noa makes (an
+ * unknown record type or flag, a record running past its frame): the journal is not one to
+ * trust. A frame that fails its checksum is only the end of the valid prefix (a torn write).
+ */
+export class BadFrame extends Error {}
+
+/** The largest journal noa writes or trusts (the `journalSize` option's bound). */
+export const MAX_JOURNAL_SIZE = 1 << 30
+
+/**
  * Decodes the frame at the start of `buf` if it is whole and valid for this journal and lsn;
- * null otherwise (the end of the valid prefix). `buf` may be longer than the frame.
+ * null otherwise (the end of the valid prefix). `buf` may be longer than the frame. Throws
+ * BadFrame for a valid frame with contents noa never writes.
  */
 export function decodeFrame(buf: Buffer, journalId: number, lsn: number): DecodedFrame | null {
   if (buf.length < FRAME_HEADER || buf.readUInt32LE(0) !== FRAME_MAGIC) return null
@@ -230,20 +241,40 @@ export function decodeFrame(buf: Buffer, journalId: number, lsn: number): Decode
   if (buf.readUInt32LE(4) !== crc32c(buf.subarray(8, length)) >>> 0) return null
   const flags = buf.readUInt32LE(24)
   const count = buf.readUInt32LE(28)
+  if ((flags & ~(FLAG_END | FLAG_WRAP)) !== 0)
+    throw new BadFrame(`frame lsn ${lsn} has unknown flags ${flags}`)
+  if (flags & FLAG_WRAP && count !== 0) throw new BadFrame(`wrap marker lsn ${lsn} holds records`)
   const records: JournalRecord[] = []
   let at = FRAME_HEADER
   for (let i = 0; i < count; i++) {
-    if (at + RECORD_HEADER > length) return null
+    const where = `record ${i + 1} of frame lsn ${lsn}`
+    if (at + RECORD_HEADER > length) throw new BadFrame(`${where} runs past the end of its frame`)
     const type = buf.readUInt8(at)
+    const recFlags = buf.readUInt8(at + 1)
     const nameLen = buf.readUInt16LE(at + 2)
     const dataLen = buf.readUInt32LE(at + 4)
     const ino = buf.readBigUInt64LE(at + 8)
     const offset = get48(buf, at + 16)
     const nameEnd = at + RECORD_HEADER + nameLen
-    if ((type !== REC_DATA && type !== REC_FILE) || offset < 0 || nameEnd + dataLen > length) return null
-    const target = buf.toString('utf8', at + RECORD_HEADER, nameEnd)
-    const flags = buf.readUInt8(at + 1)
-    records.push({ type, flags, target, ino, offset, data: buf.subarray(nameEnd, nameEnd + dataLen) })
+    if (type !== REC_DATA && type !== REC_FILE) throw new BadFrame(`${where} has unknown type ${type}`)
+    if (type === REC_DATA ? recFlags !== 0 : (recFlags & ~REC_READ_ONLY) !== 0)
+      throw new BadFrame(`${where} has unknown flags ${recFlags}`)
+    if (offset < 0) throw new BadFrame(`${where} has an offset beyond 2^48`)
+    if (type === REC_FILE && (offset !== 0 || ino !== 0n))
+      throw new BadFrame(`${where} is a whole file with an offset or inode`)
+    if (nameEnd + dataLen > length) throw new BadFrame(`${where} runs past the end of its frame`)
+    const name = buf.subarray(at + RECORD_HEADER, nameEnd)
+    const target = name.toString('utf8')
+    if (nameLen === 0 || !Buffer.from(target, 'utf8').equals(name))
+      throw new BadFrame(`${where} names no file, or one that is not UTF-8`)
+    records.push({
+      type,
+      flags: recFlags,
+      target,
+      ino,
+      offset,
+      data: buf.subarray(nameEnd, nameEnd + dataLen),
+    })
     at = nameEnd + dataLen
   }
   return { lsn, flags, length, records }

@@ -9,6 +9,12 @@
  * only hold unreplayed records for files it had locked until it died (an owner makes a file's
  * journaled bytes durable in the file before it releases it); so whoever next opens any of them
  * replays that journal first, and no live owner can be writing a file that a replay touches.
+ *
+ * Nothing is written before every dead journal has been checked (journal-trust.ts). One that
+ * breaks a rule is untrusted: none of its records is applied, it is moved aside to
+ * `journal/quarantine/` with a note of why and of the workspaces it names, a warning names it,
+ * and only those workspaces are refused (NOA_JOURNAL) until someone looks at it and removes it.
+ * Every other workspace of the root goes on.
  */
 import {
   closeSync,
@@ -20,44 +26,47 @@ import {
   openSync,
   readdirSync,
   readFileSync,
-  readSync,
   renameSync,
   rmSync,
+  type Stats,
   writeSync,
 } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fsyncDir, mkdirDurable, tempPath } from './atomic.js'
-import { isWorkspaceName } from './entry.js'
-import { Errors } from './errors.js'
-import { checkDirsBelow, filePathProblem, openFileSync } from './files.js'
+import { basename, dirname, join } from 'node:path'
+import { fsyncDir, mkdirDurable, tempPath, writeFileAtomic } from './atomic.js'
+import { Errors, type NoaError } from './errors.js'
+import { checkDirsBelow, mkdirBelow, openFileSync } from './files.js'
+import { REC_DATA, REC_FILE, REC_READ_ONLY } from './journal-format.js'
 import {
-  DATA_START,
-  decodeFrame,
-  FLAG_END,
-  FLAG_WRAP,
-  FRAME_HEADER,
-  type JournalHeader,
-  type JournalRecord,
-  newestHeader,
-  REC_FILE,
-  REC_READ_ONLY,
-  SECTOR,
-} from './journal-format.js'
+  BadRecord,
+  checkLog,
+  type DeadJournal,
+  findDeadJournals,
+  journalFileProblem,
+  type LogPlan,
+  type ScannedJournal,
+  type SourcedRecord,
+  scanJournal,
+  Untrusted,
+} from './journal-trust.js'
 import { loadNative } from './native.js'
 
+export { JOURNAL_SUFFIX, JOURNAL_TEMP_SUFFIX, scanJournal, Untrusted } from './journal-trust.js'
+
 export const JOURNAL_DIR = 'journal'
-export const JOURNAL_SUFFIX = '.jnl'
-/** A journal being allocated: renamed to its `.jnl` name only once it is locked and whole. */
-export const JOURNAL_TEMP_SUFFIX = '.jnl.tmp'
+/** Below the journal folder: journals that were not trusted, each with a `.json` note beside it. */
+export const QUARANTINE_DIR = 'quarantine'
 
 export function journalDir(root: string): string {
   return join(root, JOURNAL_DIR)
 }
 
-/** The file a record names: a workspace's log, or an absolute path (appendToFile). */
-export function recordFile(root: string, target: string): string | null {
-  if (target.startsWith('/')) return target
-  return isWorkspaceName(target) ? join(root, 'agent-logs', `${target}.log`) : null
+export function quarantineDir(root: string): string {
+  return join(root, JOURNAL_DIR, QUARANTINE_DIR)
+}
+
+/** A workspace's log below the root (logs.ts owns the layout; it imports this file). */
+function logOf(root: string, workspace: string): string {
+  return join(root, 'agent-logs', `${workspace}.log`)
 }
 
 /**
@@ -87,64 +96,6 @@ export function setFdHook(hook: ((fd: number, open: boolean) => void) | null): v
   fdHook = hook
 }
 
-export interface ScannedJournal {
-  header: JournalHeader
-  /** Records of whole rounds (every frame of the round valid, the last one flagged END), in order. */
-  records: JournalRecord[]
-  rounds: number
-  /** Where the valid prefix ends: the next frame's lsn and offset. */
-  next: { lsn: number; offset: number }
-}
-
-function readAll(fd: number, size: number): Buffer {
-  const buf = Buffer.allocUnsafe(size)
-  let got = 0
-  while (got < size) {
-    const n = readSync(fd, buf, got, size - got, got)
-    if (n === 0) break
-    got += n
-  }
-  return got === size ? buf : buf.subarray(0, got)
-}
-
-/** Reads a journal's valid prefix from its header's tail. Null when it has no valid header. */
-export function scanJournal(fd: number): ScannedJournal | null {
-  const size = fstatSync(fd).size
-  if (size < DATA_START) return null
-  const buf = readAll(fd, size)
-  const header = newestHeader(buf.subarray(0, SECTOR), buf.subarray(SECTOR, 2 * SECTOR))
-  if (!header) return null
-  const end = Math.min(header.size, buf.length)
-  const records: JournalRecord[] = []
-  let pending: JournalRecord[] = []
-  let rounds = 0
-  let lsn = header.tailLsn
-  let offset = header.tailOffset
-  let scanned = 0
-  let next = { lsn, offset }
-  while (scanned < end) {
-    if (offset >= end) offset = DATA_START
-    if (offset + FRAME_HEADER > end) break
-    const frame = decodeFrame(buf.subarray(offset, end), header.journalId, lsn)
-    if (!frame) break
-    scanned += frame.length
-    lsn++
-    if (frame.flags & FLAG_WRAP) {
-      offset = DATA_START
-      continue
-    }
-    offset += frame.length
-    for (const r of frame.records) pending.push(r)
-    if (frame.flags & FLAG_END) {
-      for (const r of pending) records.push(r)
-      pending = []
-      rounds++
-      next = { lsn, offset: offset >= end ? DATA_START : offset }
-    }
-  }
-  return { header, records, rounds, next }
-}
-
 export interface ReplayReport {
   journal: string
   rounds: number
@@ -156,89 +107,189 @@ export interface ReplayReport {
   skipped: Array<{ file: string; reason: string }>
 }
 
-interface Target {
-  fd: number
-  file: string
+/** A journal that was not trusted: where it is, why, and the workspaces it names. */
+export interface QuarantinedJournal {
+  /** Where it is now: in `journal/quarantine/`, or where it was found if it could not be moved. */
+  journal: string
+  /** Where it was found. */
+  found: string
+  reason: string
+  /** Workspaces its frames name: refused until it is removed. */
+  workspaces: string[]
+  /** When it was found (ISO 8601). */
+  at: string
+}
+
+/** What checking the dead journals found, before anything is written. */
+export interface JournalCheck {
+  dead: DeadJournal[]
+  scans: Array<ScannedJournal | null>
+  untrusted: Map<number, Untrusted>
+  logs: LogPlan[]
+  /** Whole files to put back (the last record of a path wins), in journal order. */
+  files: SourcedRecord[]
+  skipped: Array<{ file: string; reason: string }>
+}
+
+/** Untrusted verdicts of journals that could not be moved aside, by file identity: checked once. */
+const verdicts = new Map<string, Untrusted>()
+
+function identity(j: DeadJournal): string {
+  const s = j.stats
+  return `${j.path}\0${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`
+}
+
+/** The workspaces a journal names, read as far as it can be (for a journal refused whole). */
+function namesOf(j: DeadJournal): string[] {
+  if (j.fd < 0 || !j.stats.isFile()) return []
+  try {
+    const names = new Set<string>()
+    for (const r of scanJournal(j.fd, j.stats.size).records) if (r.type === REC_DATA) names.add(r.target)
+    return [...names].sort()
+  } catch (err) {
+    return err instanceof Untrusted ? err.workspaces : []
+  }
 }
 
 /**
- * Writes every record of a scanned journal again at its offset in its file and fdatasyncs the
- * files. Records whose file is gone, was replaced since (another inode) or is held by a live
- * writer are skipped and reported. A record that would leave a hole is an error: the journal is
- * kept, nothing is guessed.
+ * Checks every dead journal (file, frames, records, and what the records of each log would do
+ * together) and returns what a replay would do. Reads only. The caller holds the root lock.
  */
-export function applyRecords(
-  root: string,
-  journal: string,
-  scanned: Pick<ScannedJournal, 'records' | 'rounds'>,
-  only?: (target: string) => boolean,
-): ReplayReport {
-  const native = loadNative()
-  const report: ReplayReport = {
-    journal,
-    rounds: scanned.rounds,
-    records: 0,
-    bytes: 0,
-    files: [],
-    skipped: [],
+export function checkJournals(root: string, dead: DeadJournal[]): JournalCheck {
+  const scans: Array<ScannedJournal | null> = dead.map(() => null)
+  const untrusted = new Map<number, Untrusted>()
+  for (const [i, j] of dead.entries()) {
+    if (j.temp) continue
+    const known = verdicts.get(identity(j))
+    if (known) {
+      untrusted.set(i, known)
+      continue
+    }
+    const problem = journalFileProblem(j.stats, j.fd >= 0)
+    if (problem !== null) {
+      untrusted.set(i, new Untrusted(problem, namesOf(j)))
+      continue
+    }
+    try {
+      scans[i] = scanJournal(j.fd, j.stats.size)
+    } catch (err) {
+      if (!(err instanceof Untrusted)) throw err
+      untrusted.set(i, err)
+    }
   }
-  const open = new Map<string, Target | null>()
-  // Whole files first: the entries replayed below may name them. The last record of a path wins.
-  const files = new Map<string, JournalRecord>()
-  for (const r of scanned.records)
-    if (r.type === REC_FILE && (!only || only(r.target))) files.set(r.target, r)
-  if (files.size > 0) applyFileRecords(root, journal, [...files.values()], report)
+  // The records of every log from every trusted journal, checked together; a journal whose
+  // record breaks a rule is untrusted as a whole, and the rest is checked again without it.
+  for (;;) {
+    const skipped: Array<{ file: string; reason: string }> = []
+    const byLog = new Map<string, SourcedRecord[]>()
+    const files = new Map<string, SourcedRecord>()
+    let order = 0
+    for (const [i, scan] of scans.entries()) {
+      if (scan === null || untrusted.has(i)) continue
+      for (const r of scan.records) {
+        const sourced = { ...r, journal: i, order: order++ }
+        if (r.type === REC_FILE) {
+          files.delete(r.target) // the last record of a path wins, in journal order
+          files.set(r.target, sourced)
+          continue
+        }
+        const list = byLog.get(r.target)
+        if (list) list.push(sourced)
+        else byLog.set(r.target, [sourced])
+      }
+    }
+    const logs: LogPlan[] = []
+    let refused: BadRecord | null = null
+    for (const ws of [...byLog.keys()].sort()) {
+      const records = (byLog.get(ws) as SourcedRecord[]).sort(
+        (x, y) => x.offset - y.offset || x.order - y.order,
+      )
+      try {
+        const plan = checkLog(logOf(root, ws), ws, records, (file, reason) => skipped.push({ file, reason }))
+        if (plan) logs.push(plan)
+      } catch (err) {
+        if (!(err instanceof BadRecord)) throw err
+        refused = err
+        break
+      }
+    }
+    if (refused === null) return { dead, scans, untrusted, logs, files: [...files.values()], skipped }
+    const names = new Set<string>()
+    for (const r of (scans[refused.journal] as ScannedJournal).records)
+      if (r.type === REC_DATA) names.add(r.target)
+    untrusted.set(refused.journal, new Untrusted(refused.message, [...names].sort()))
+  }
+}
+
+/**
+ * Replays and removes every journal under the root whose owner is gone, and removes the
+ * leftovers of allocations that died half-way; an untrusted journal is moved aside instead
+ * (see the file's comment). The caller holds the root lock (withRootLock). Journals named in
+ * `own` (this process's) are left alone.
+ *
+ * The records of all dead journals are applied together, file by file in offset order: one
+ * file's records can be in several journals (an atomic batch's part is committed by another
+ * worker's journal), and within a file the bytes only ever grow at the end.
+ */
+export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = new Set()): ReplayReport[] {
+  const dir = journalDir(root)
+  if (checkDirsBelow(root, dir) !== null) return []
+  const dead = findDeadJournals(dir, own)
   try {
-    for (const r of scanned.records) {
-      if (r.type === REC_FILE || (only && !only(r.target))) continue
-      let t = open.get(r.target)
-      if (t === undefined) {
-        t = openTarget(root, journal, r, report, native)
-        open.set(r.target, t)
-      }
-      if (t === null) continue
-      const size = fstatSync(t.fd).size
-      if (r.offset > size) {
-        throw Errors.JOURNAL(
-          `${journal}: a record for ${t.file} starts at byte ${r.offset}, beyond its end (${size}); the journal is kept for inspection`,
-          { file: t.file, journal, offset: r.offset },
-        )
-      }
-      let off = 0
-      while (off < r.data.length) off += writeSync(t.fd, r.data, off, r.data.length - off, r.offset + off)
-      report.records++
-      report.bytes += r.data.length
+    if (dead.length === 0) return []
+    const check = checkJournals(root, dead)
+    quarantine(root, check)
+    const trusted = dead.filter((j, i) => !j.temp && !check.untrusted.has(i))
+    const reports = trusted.map((j, n) => ({
+      journal: j.path,
+      rounds: (check.scans[dead.indexOf(j)] as ScannedJournal).rounds,
+      records: 0,
+      bytes: 0,
+      files: [] as string[],
+      skipped: n === 0 ? check.skipped : [],
+    }))
+    // One replay covers them all; the first report carries what it did.
+    const total = reports[0] ?? {
+      journal: '',
+      rounds: 0,
+      records: 0,
+      bytes: 0,
+      files: [],
+      skipped: check.skipped,
     }
-    for (const t of open.values()) {
-      if (t === null) continue
-      fdatasyncSync(t.fd)
-      report.files.push(t.file)
+    applyFiles(root, check.files, total)
+    for (const plan of check.logs) applyLog(plan, total)
+    let removed = false
+    for (const j of dead) {
+      if (!j.temp && !trusted.includes(j)) continue
+      // A leftover allocation is removed only if it is one this user's writer made.
+      if (j.temp && journalFileProblem(j.stats, j.fd >= 0) !== null) continue
+      rmSync(j.path, { force: true })
+      removed = true
     }
+    if (removed) fsyncDir(dir)
+    return reports
   } finally {
-    for (const t of open.values()) if (t) closeSync(t.fd)
+    for (const j of dead) if (j.fd >= 0) closeSync(j.fd)
   }
-  return report
+}
+
+/** recoverJournalsLocked under the root lock. */
+export function recoverJournals(root: string, own?: ReadonlySet<string>): ReplayReport[] {
+  if (checkDirsBelow(root, journalDir(root)) !== null) return []
+  return withRootLock(root, () => recoverJournalsLocked(root, own))
 }
 
 /**
  * Makes each file hold exactly its record's bytes, durably: a file that already does (the
  * process wrote it, then died) is fdatasynced where it is; any other is written again to a temp
- * file, fdatasynced and renamed into place. Then each folder is fsynced. A record whose path
- * would leave the root, or lead through a symlink, is skipped and reported.
+ * file, fdatasynced and renamed into place. Then each folder is fsynced. Every record was
+ * checked (a normalized path below the root, outside the engine's folders; an object's bytes
+ * hash to its name); one whose folder cannot be made is skipped and reported.
  */
-function applyFileRecords(
-  root: string,
-  journal: string,
-  records: JournalRecord[],
-  report: ReplayReport,
-): void {
+function applyFiles(root: string, records: readonly SourcedRecord[], report: ReplayReport): void {
   const dirs = new Set<string>()
   for (const r of records) {
-    const problem = filePathProblem(r.target)
-    if (problem !== null) {
-      report.skipped.push({ file: r.target, reason: `not a path for a file beside entries: it ${problem}` })
-      continue
-    }
     const file = join(root, r.target)
     const dir = dirname(file)
     try {
@@ -270,8 +321,8 @@ function applyFileRecords(
       } catch (err) {
         rmSync(temp, { force: true })
         throw Errors.JOURNAL(
-          `${journal}: cannot put back ${file} from its journal record (${(err as Error).message}); the journal is kept`,
-          { journal, file },
+          `${report.journal}: cannot put back ${file} from its journal record (${(err as Error).message}); the journal is kept`,
+          { journal: report.journal, file },
         )
       }
     }
@@ -302,149 +353,195 @@ function sameBytes(file: string, data: Buffer): boolean {
   }
 }
 
-function openTarget(
-  root: string,
-  _journal: string,
-  r: JournalRecord,
-  report: ReplayReport,
-  native: ReturnType<typeof loadNative>,
-): Target | null {
-  const file = recordFile(root, r.target)
-  if (file === null) {
-    report.skipped.push({ file: r.target, reason: 'not a workspace name or an absolute path' })
-    return null
+/**
+ * Writes a checked log's records at their offsets and fdatasyncs it. A log a live writer holds
+ * (it replayed these journals before it took the log: the root lock orders the two), or that
+ * changed since it was checked, is skipped and reported.
+ */
+function applyLog(plan: LogPlan, report: ReplayReport): void {
+  const native = loadNative()
+  const skip = (reason: string): void => {
+    report.skipped.push({ file: plan.file, reason })
   }
   let fd: number
   try {
     // Positional writes: never O_APPEND (Linux appends whatever the offset on such a descriptor).
-    fd = openFileSync(file, constants.O_RDWR, { what: 'journaled file' })
+    fd = openFileSync(plan.file, constants.O_RDWR, { what: 'workspace log' })
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-      report.skipped.push({ file, reason: 'the file no longer exists' })
-      return null
-    }
-    throw err
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') skip('the file no longer exists')
+    else if (code === 'NOA_NOT_REGULAR_FILE' || code === 'NOA_NOT_DIRECTORY') skip((err as Error).message)
+    else throw err
+    return
   }
   try {
-    native.flock(fd, true, true)
-  } catch (err) {
-    closeSync(fd)
-    const code = (err as NodeJS.ErrnoException).code
-    if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
-      // A live writer took the file after this journal's owner died, so it replayed this
-      // journal before it opened the file (the root lock orders the two): nothing is missing.
-      report.skipped.push({
-        file,
-        reason: 'a live writer holds it (it replayed this journal before it took it)',
-      })
-      return null
+    try {
+      native.flock(fd, true, true)
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code !== 'EAGAIN' && code !== 'EWOULDBLOCK') throw err
+      skip('a live writer holds it (it replayed this journal before it took it)')
+      return
     }
-    throw err
-  }
-  if (fstatSync(fd, { bigint: true }).ino !== r.ino) {
+    const st = fstatSync(fd, { bigint: true })
+    if (st.ino !== plan.ino || Number(st.size) !== plan.size) {
+      skip('it changed since it was checked')
+      return
+    }
+    for (const r of plan.records) {
+      let off = 0
+      while (off < r.data.length) off += writeSync(fd, r.data, off, r.data.length - off, r.offset + off)
+      report.records++
+      report.bytes += r.data.length
+    }
+    fdatasyncSync(fd)
+    report.files.push(plan.file)
+  } finally {
     closeSync(fd)
-    report.skipped.push({ file, reason: 'the file was replaced since the record was made' })
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quarantine
+
+/** Warnings already given in this process, by journal: each is named once. */
+const warned = new Set<string>()
+
+/** Names an untrusted journal on stderr (a process warning), once per process; `where` says what became of it. */
+export function warnUntrusted(q: QuarantinedJournal, where: string): void {
+  const key = `${q.found}\0${q.reason}`
+  if (warned.has(key)) return
+  warned.add(key)
+  const n = q.workspaces.length
+  const names =
+    n > 0 ? `; workspace${n === 1 ? '' : 's'} ${q.workspaces.join(', ')} refused until it is removed` : ''
+  process.emitWarning(
+    `the commit journal ${q.found} is not trusted and was not replayed: ${q.reason}; ${where}${names}`,
+    { code: 'NOA_JOURNAL_QUARANTINED' },
+  )
+}
+
+/** Moves each untrusted journal of `check` aside, with its note; one that cannot be moved is remembered. */
+function quarantine(root: string, check: JournalCheck): void {
+  if (check.untrusted.size === 0) return
+  const dir = quarantineDir(root)
+  let ready = false
+  for (const [i, u] of check.untrusted) {
+    const j = check.dead[i] as DeadJournal
+    const at = new Date().toISOString()
+    const q: QuarantinedJournal = {
+      journal: j.path,
+      found: j.path,
+      reason: u.reason,
+      workspaces: u.workspaces,
+      at,
+    }
+    let moved = false
+    let note: string | null = null
+    try {
+      if (!ready) {
+        for (const created of mkdirBelow(root, dir)) fsyncDir(dirname(created))
+        ready = true
+      }
+      let target = join(dir, basename(j.path))
+      for (let n = 1; lstatSync(target, { throwIfNoEntry: false }) !== undefined; n++) {
+        target = join(dir, `${basename(j.path)}.${n}`)
+      }
+      note = `${target}.json`
+      writeFileAtomic(note, `${JSON.stringify({ ...q, journal: target }, null, 2)}\n`, {
+        base: root,
+        what: 'quarantine note',
+      })
+      renameSync(j.path, target)
+      fsyncDir(dirname(j.path))
+      q.journal = target
+      moved = true
+    } catch {
+      if (note !== null) rmSync(note, { force: true })
+      // Not ours to move (a folder others own, say): it stays, and is judged the same way next time.
+      verdicts.set(identity(j), u)
+      unmoved.set(j.path, q)
+    }
+    warnUntrusted(q, moved ? `moved aside to ${q.journal}` : 'left where it is (it could not be moved)')
+  }
+}
+
+/** Untrusted journals that could not be moved, by path (this process's view). */
+const unmoved = new Map<string, QuarantinedJournal>()
+
+/** Notes read from the quarantine folder, by name, with the stats they were read at. */
+const notes = new Map<string, { key: string; note: QuarantinedJournal | null }>()
+
+const MAX_NOTE = 1 << 20
+
+function readNote(path: string, st: Stats): QuarantinedJournal | null {
+  if (!st.isFile() || st.size > MAX_NOTE) return null
+  try {
+    const fd = openFileSync(path, constants.O_RDONLY, { what: 'quarantine note' })
+    let text: string
+    try {
+      text = readFileSync(fd, 'utf8')
+    } finally {
+      closeSync(fd)
+    }
+    const v = JSON.parse(text) as Partial<QuarantinedJournal>
+    if (typeof v.journal !== 'string' || typeof v.reason !== 'string' || !Array.isArray(v.workspaces))
+      return null
+    return {
+      journal: v.journal,
+      found: typeof v.found === 'string' ? v.found : v.journal,
+      reason: v.reason,
+      workspaces: v.workspaces.filter((w): w is string => typeof w === 'string'),
+      at: typeof v.at === 'string' ? v.at : '',
+    }
+  } catch {
     return null
   }
-  return { fd, file }
 }
 
 /**
- * Replays and removes every journal under the root whose owner is gone, and removes the
- * leftovers of allocations that died half-way. The caller holds the root lock (withRootLock).
- * Journals named in `own` (this process's) are left alone.
- *
- * The records of all dead journals are applied together, file by file in offset order: one
- * file's records can be in several journals (an atomic batch's part is committed by another
- * worker's journal), and within a file the bytes only ever grow at the end.
+ * The journals of the root that are not trusted: those in the quarantine folder whose journal
+ * is still there, and those this process found and could not move.
  */
-export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = new Set()): ReplayReport[] {
-  const dir = journalDir(root)
-  if (checkDirsBelow(root, dir) !== null) return []
-  const native = loadNative()
-  const dead: Array<{ path: string; fd: number; temp: boolean }> = []
+export function quarantinedJournals(root: string): QuarantinedJournal[] {
+  const out: QuarantinedJournal[] = []
+  const dir = quarantineDir(root)
+  let names: string[] = []
   try {
-    for (const name of readdirSync(dir).sort()) {
-      const path = join(dir, name)
-      const temp = name.endsWith(JOURNAL_TEMP_SUFFIX)
-      if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || own.has(path)) continue
-      // Gone since the listing (a journal being allocated is renamed into place): nothing to do.
-      const st = lstatSync(path, { throwIfNoEntry: false })
-      if (!st?.isFile()) continue
-      let fd: number
-      try {
-        fd = openFileSync(path, constants.O_RDWR, { what: 'commit journal' })
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
-        throw err
-      }
-      try {
-        native.flock(fd, true, true)
-      } catch (err) {
-        closeSync(fd)
-        const code = (err as NodeJS.ErrnoException).code
-        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') continue // its owner is alive
-        throw err
-      }
-      dead.push({ path, fd, temp })
-    }
-    if (dead.length === 0) return []
-    const records: Array<JournalRecord & { order: number }> = []
-    const reports: ReplayReport[] = []
-    let order = 0
-    for (const j of dead) {
-      if (j.temp) continue
-      const scanned = scanJournal(j.fd)
-      if (!scanned) {
-        throw Errors.JOURNAL(
-          `${j.path} has no valid header: it cannot be replayed, and is kept for inspection`,
-          {
-            journal: j.path,
-          },
-        )
-      }
-      for (const r of scanned.records) records.push({ ...r, order: order++ })
-      reports.push({ journal: j.path, rounds: scanned.rounds, records: 0, bytes: 0, files: [], skipped: [] })
-    }
-    // Whole files keep journal order (the stable sort leaves equal targets in it).
-    records.sort((x, y) =>
-      x.target < y.target ? -1 : x.target > y.target ? 1 : x.offset - y.offset || x.order - y.order,
-    )
-    const applied = applyRecords(root, reports.map((r) => r.journal).join(', '), { records, rounds: 0 })
-    const total = reports[0]
-    if (total) {
-      // One replay covered them all; the first report carries what it did.
-      total.records = applied.records
-      total.bytes = applied.bytes
-      total.files = applied.files
-      total.skipped = applied.skipped
-    }
-    for (const j of dead) rmSync(j.path)
-    fsyncDir(dir)
-    return reports
-  } finally {
-    for (const j of dead) closeSync(j.fd)
+    if (checkDirsBelow(root, dir) === null) names = readdirSync(dir)
+  } catch {
+    names = []
   }
+  const present = new Set(names)
+  for (const name of names.sort()) {
+    if (!name.endsWith('.json') || !present.has(name.slice(0, -'.json'.length))) continue
+    const path = join(dir, name)
+    const st = lstatSync(path, { throwIfNoEntry: false })
+    if (st === undefined) continue
+    const key = `${st.ino}:${st.size}:${st.mtimeMs}`
+    let cached = notes.get(name)
+    if (cached?.key !== key) {
+      cached = { key, note: readNote(path, st) }
+      notes.set(name, cached)
+    }
+    if (cached.note) out.push({ ...cached.note, journal: join(dir, name.slice(0, -'.json'.length)) })
+  }
+  for (const [path, q] of unmoved) {
+    if (lstatSync(path, { throwIfNoEntry: false }) === undefined) unmoved.delete(path)
+    else out.push(q)
+  }
+  return out
 }
 
-/** recoverJournalsLocked under the root lock. */
-export function recoverJournals(root: string, own?: ReadonlySet<string>): ReplayReport[] {
-  if (checkDirsBelow(root, journalDir(root)) !== null) return []
-  return withRootLock(root, () => recoverJournalsLocked(root, own))
+/** NOA_JOURNAL when an untrusted journal names `workspace`: it is not opened for writing. */
+export function refuseIfQuarantined(root: string, workspace: string): void {
+  const q = quarantinedJournals(root).find((j) => j.workspaces.includes(workspace))
+  if (q) throw quarantinedError(workspace, q)
 }
 
-/**
- * For readers: replays dead journals if there are any and the root can be written; a read-only
- * root is read as it is (a reader cannot repair it, and the logs hold every entry that was
- * acknowledged before a process crash; only a power loss can leave entries in a journal alone).
- */
-export function recoverJournalsForRead(root: string): void {
-  try {
-    if (checkDirsBelow(root, journalDir(root)) !== null) return
-    recoverJournals(root)
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code
-    if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM') return
-    throw err
-  }
+export function quarantinedError(workspace: string, q: QuarantinedJournal): NoaError {
+  return Errors.JOURNAL(
+    `workspace ${workspace} is refused: the commit journal ${q.found} names it and is not trusted (${q.reason}); nothing of it was applied. It is kept at ${q.journal}: look at it, then remove it${q.journal === q.found ? '' : ' and its .json note'} to use the workspace again`,
+    { workspace, journal: q.journal, reason: q.reason },
+  )
 }

@@ -7,7 +7,8 @@ import { join, resolve } from 'node:path'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { Errors } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
-import { recoverJournalsForRead, recoverJournalsLocked, withRootLock } from './journal-recovery.js'
+import { recoverJournalsLocked, refuseIfQuarantined, withRootLock } from './journal-recovery.js'
+import { readThroughJournals } from './journal-view.js'
 import { loadNative } from './native.js'
 
 function kindAt(file: string): string {
@@ -153,7 +154,7 @@ export interface ListOptions {
 
 export async function scanWorkspaces(root: string, options: ListOptions = {}): Promise<WorkspaceScan> {
   const { workspaces: names, problems } = scanLogDir(root)
-  recoverJournalsForRead(root)
+  readThroughJournals(root)
   const workspaces: WorkspaceInfo[] = []
   for (const [i, ws] of names.entries()) {
     options.onProgress?.(i, names.length, ws)
@@ -203,7 +204,7 @@ export async function* readWorkspace(
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry> {
   const file = existingLog(root, workspace)
-  recoverJournalsForRead(root)
+  readThroughJournals(root)
   yield* readEntries(file, options)
 }
 
@@ -213,7 +214,7 @@ export async function* readWorkspaceBatches(
   options: EntryReadOptions = {},
 ): AsyncGenerator<Entry[]> {
   const file = existingLog(root, workspace)
-  recoverJournalsForRead(root)
+  readThroughJournals(root)
   yield* readEntryBatches(file, options)
 }
 
@@ -224,7 +225,7 @@ export async function* readWorkspaceBytes(
   fromSeq = 1,
 ): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
-  recoverJournalsForRead(root)
+  readThroughJournals(root)
   yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
 }
 
@@ -234,7 +235,7 @@ export async function verifyWorkspace(
   options: VerifyOptions = {},
 ): Promise<VerifyReport> {
   const file = existingLog(root, workspace)
-  recoverJournalsForRead(root)
+  readThroughJournals(root)
   const report = await verifyLog(file, options)
   return checkSidecar(root, workspace, file, report)
 }
@@ -302,6 +303,7 @@ export function recoverLog(root: string, workspace: string): RecoverReport {
   const native = loadNative()
   return withRootLock(root, () => {
     recoverJournalsLocked(root)
+    refuseIfQuarantined(root, workspace)
     let fd: number
     try {
       fd = native.openAppend(file, false, true)

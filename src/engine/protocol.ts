@@ -4,6 +4,7 @@
  */
 import type { MessagePort } from 'node:worker_threads'
 import type { SerializedError } from './errors.js'
+import type { QuarantinedJournal } from './journal-recovery.js'
 import type { LocalPort } from './local-port.js'
 
 export type Durability = 'journal' | 'fdatasync'
@@ -283,4 +284,6 @@ export interface OwnerStatus {
     error: string | null
   } | null
   pool: { threads: number; idle: number; maxThreads: number; queued: number; pending: number }
+  /** Commit journals of the root that were not trusted (moved aside, not replayed), and the workspaces they keep refused. */
+  quarantined: QuarantinedJournal[]
 }

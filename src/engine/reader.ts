@@ -8,7 +8,7 @@ import { closeSync, fstatSync, readSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { crc32c } from './crc.js'
 import { type Entry, parseCounters } from './entry.js'
-import { openFile, openFileSync, READ } from './files.js'
+import { hasReadView, openFile, openFileSync, READ } from './files.js'
 import { parallelEntryBatches, useThreads } from './parallel.js'
 import { BadLine, corruptLine, LineScanner, type ParseOptions, parseLines } from './scan.js'
 import { blockOfSeq, readSidecar, SIDECAR_DIR } from './sidecar.js'
@@ -117,7 +117,7 @@ export async function* readEntryBatches(
   const end = options.end ?? logSize(file)
   let lineNo = 0
   let from = start
-  if (!options.skipBadLines && useThreads(end - start)) {
+  if (!options.skipBadLines && useThreads(end - start) && !hasReadView(file)) {
     const state = { lines: 0, resumeAt: start, complete: false }
     yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
     if (state.complete) return

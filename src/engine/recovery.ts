@@ -5,7 +5,7 @@
 import { closeSync, fstatSync, readSync } from 'node:fs'
 import { parseCounters, parseEntry } from './entry.js'
 import { Errors } from './errors.js'
-import { openFileSync, READ } from './files.js'
+import { hasReadView, openFileSync, READ } from './files.js'
 import { useThreads, verifyInThread } from './parallel.js'
 import { findLastNewline, lineStartFrom, readChunks } from './reader.js'
 import { LineScanner } from './scan.js'
@@ -124,7 +124,7 @@ export async function verifyLog(file: string, options: VerifyOptions = {}): Prom
   let middle = 0
   try {
     size = fstatSync(fd).size
-    if (useThreads(size)) middle = lineStartFrom(fd, Math.floor(size / 2), size)
+    if (useThreads(size) && !hasReadView(file)) middle = lineStartFrom(fd, Math.floor(size / 2), size)
   } finally {
     closeSync(fd)
   }

@@ -47,7 +47,7 @@ import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
-import { recoverJournalsForRead } from '../engine/journal-recovery.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
@@ -260,7 +260,7 @@ class Thread {
   private async readLog(): Promise<void> {
     if (!this.loaded) {
       // After a power loss the last entries may be only in a dead process's commit journal.
-      recoverJournalsForRead(this.saver.root)
+      readThroughJournals(this.saver.root)
       const size = this.follower.size()
       this.index.reset()
       const lastSeq = await this.index.scan(this.saver.root, this.saver.store, this.workspace, { end: size })

@@ -17,7 +17,7 @@ import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import type { Entry, EntryInput } from '../engine/entry.js'
 import { Errors } from '../engine/errors.js'
-import { recoverJournalsForRead } from '../engine/journal-recovery.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
@@ -233,7 +233,7 @@ export class NoaSession implements Session {
 
   private async load(): Promise<void> {
     // After a power loss the last items may be only in a dead process's commit journal.
-    recoverJournalsForRead(this.root)
+    readThroughJournals(this.root)
     const size = this.follower.size()
     this.files = new Map()
     this.items = new Map()

@@ -21,6 +21,7 @@ import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
+import { journalFile } from '../engine/journal-view.js'
 import {
   type Dir,
   decodePack,
@@ -1201,7 +1202,10 @@ export class ObjectStore implements ObjectChecks {
   private logged(id: string): Buffer | null {
     const index = objectLogIndex(this.root)
     const loc = index.find(id)
-    return loc === null ? null : index.read(loc)
+    if (loc !== null) return index.read(loc)
+    // A power cut can leave an object only in a dead process's commit journal until a writer
+    // replays it: a reader reads it from there (journal-view.ts), writing nothing.
+    return journalFile(this.root, `objects/${id.slice(0, 2)}/${id.slice(2)}`)
   }
 
   /**

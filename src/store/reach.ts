@@ -20,6 +20,7 @@
  */
 import { existsSync } from 'node:fs'
 import { NoaError } from '../engine/errors.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import type { SnapshotRecord } from './objects.js'
@@ -152,6 +153,7 @@ export async function writesAfter(
   since: number,
   sink: ReachSink,
 ): Promise<void> {
+  readThroughJournals(engine.root)
   for await (const batch of readEntryBatches(logPath(engine.root, workspace), {
     fromSeq: since + 1,
     validate: false,

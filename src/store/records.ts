@@ -17,9 +17,11 @@
  * not a fork, no effect (recorded as `unknown-snapshot` / `foreign-snapshot`), so a workspace
  * that holds one from before these checks goes on.
  */
-import { closeSync, existsSync, openSync } from 'node:fs'
+import { closeSync, existsSync } from 'node:fs'
 import type { Entry, EntryInput, MergeEntry, SnapshotEntry } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
+import { openFileSync, READ } from '../engine/files.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog, logPath } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
@@ -29,7 +31,8 @@ import type { ObjectStore, SnapshotRecord } from './objects.js'
 export function lastSeqOf(root: string, workspace: string): number {
   const file = logPath(root, workspace)
   if (!existsSync(file)) return 0
-  const fd = openSync(file, 'r')
+  readThroughJournals(root)
+  const fd = openFileSync(file, READ, { what: 'workspace log' })
   try {
     return countersOf(file, inspectTail(fd)).lastSeq
   } finally {

@@ -18,6 +18,7 @@ import { closeSync, fstatSync, readSync } from 'node:fs'
 import { type Entry, parseCounters } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog } from '../engine/logs.js'
 import { endOfCompleteLines, readChunks, readEntryBatches, seekSeq } from '../engine/reader.js'
 import { inspectTail } from '../engine/recovery.js'
@@ -282,6 +283,8 @@ export async function replaySegment(
   let entries = 0
   const noEffect: NoEffect[] = []
   const ignored = options.ignoredSnapshots
+  // Entries a dead process left only in its commit journal are read from there (nothing is written).
+  readThroughJournals(root)
   const last = until ?? (onProgress ? lastSeqBefore(root, workspace, options.endByte) : undefined)
   const file = existingLog(root, workspace)
   const start = since > 0 ? seekSeq(file, since + 1) : 0

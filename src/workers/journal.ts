@@ -36,6 +36,11 @@ export interface FrameFile {
 
 export type JournalState = 'none' | 'creating' | 'ready' | 'failed'
 
+/**
+ * Only its owner may write a journal: replay refuses one that others can write (journal-trust.ts).
+ */
+const JOURNAL_MODE = 0o600
+
 /** Zero-fill in steps of this, so that a close can stop an allocation between two. */
 const ZERO_CHUNK = 1 << 20
 
@@ -86,7 +91,7 @@ export class Journal {
     try {
       fd = withRootLock(this.root, () => {
         for (const created of mkdirBelow(this.root, this.dir)) io.fsyncDir(dirname(created))
-        const f = io.createFile(temp)
+        const f = io.createFile(temp, JOURNAL_MODE)
         try {
           io.flock(f, true, true)
         } catch (err) {

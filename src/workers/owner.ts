@@ -39,7 +39,9 @@ import {
 } from '../engine/journal-format.js'
 import {
   journalDir,
+  quarantinedJournals,
   recoverJournalsLocked,
+  refuseIfQuarantined,
   scanJournal,
   setFdHook,
   withRootLock,
@@ -1678,6 +1680,7 @@ class Owner {
       if (!this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
       withRootLock(this.init.root, () => {
         recoverJournalsLocked(this.init.root)
+        refuseIfQuarantined(this.init.root, file.key)
         this.openWorkspace(file)
       })
     }
@@ -1904,8 +1907,12 @@ class Owner {
   /** Writes a file's records again from the live journal at their offsets, then fdatasyncs it. */
   private reapply(file: OwnedFile): void {
     const j = this.journal as Journal
-    const scanned = scanJournal(j.fd)
-    if (scanned === null) throw Errors.JOURNAL(`${j.path} has no valid header`, { journal: j.path })
+    let scanned: ReturnType<typeof scanJournal>
+    try {
+      scanned = scanJournal(j.fd)
+    } catch (err) {
+      throw Errors.JOURNAL(`${j.path}: ${(err as Error).message}`, { journal: j.path })
+    }
     const target = file.kind === 'ws' ? file.key : file.path
     // A second descriptor without O_APPEND (pwrite on an O_APPEND one appends on Linux); the
     // owner's descriptor keeps the lock.
@@ -1985,6 +1992,7 @@ class Owner {
         error: this.journal.error?.message ?? null,
       },
       pool: this.io.poolStats(),
+      quarantined: quarantinedJournals(this.init.root),
     }
   }
 }

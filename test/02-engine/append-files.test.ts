@@ -3,11 +3,18 @@
  * resolves, carried by the commit journal (or fsynced first without one), refused by name when
  * their path would leave the root or enter the engine's own folders.
  */
+import { createHash } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
+
+/** An object of the store as a file beside an entry: named by the SHA-256 of its bytes. */
+function objectPath(data: Buffer): string {
+  const sha = createHash('sha256').update(data).digest('hex')
+  return `objects/${sha.slice(0, 2)}/${sha.slice(2)}`
+}
 
 function write(i: number): EntryInput {
   return { op: 'write', path: `f${i}`, blob: blobOf(i) }
@@ -35,11 +42,7 @@ describe('append files', () => {
           Array.from({ length: 20 }, (_, i) =>
             log.append('w', write(i + 2), {
               files: [
-                {
-                  path: `objects/${(i % 4).toString(16).padStart(2, '0')}/o${i}`,
-                  data: data(i),
-                  readOnly: true,
-                },
+                { path: objectPath(data(i)), data: data(i), readOnly: true },
                 { path: `extra/deep/e${i}`, data: data(i) },
               ],
             }),
@@ -49,7 +52,7 @@ describe('append files', () => {
           Array.from({ length: 20 }, (_, i) => i + 3),
         )
         for (let i = 0; i < 20; i++) {
-          const o = join(root, 'objects', (i % 4).toString(16).padStart(2, '0'), `o${i}`)
+          const o = join(root, objectPath(data(i)))
           expect(readFileSync(o).equals(data(i))).toBe(true)
           expect(statSync(o).mode & 0o222).toBe(0) // read-only
           expect(statSync(join(root, 'extra', 'deep', `e${i}`)).mode & 0o200).toBe(0o200)
@@ -58,7 +61,8 @@ describe('append files', () => {
         expect(status.reduce((n, s) => n + s.filesWritten, 0)).toBe(40)
         if (durability === 'journal') expect(status.reduce((n, s) => n + s.rounds, 0)).toBeGreaterThan(0)
         // No temp file is left behind.
-        expect(readdirSync(join(root, 'objects', '00')).filter((n) => n.endsWith('.tmp'))).toEqual([])
+        for (const shard of readdirSync(join(root, 'objects')))
+          expect(readdirSync(join(root, 'objects', shard)).filter((n) => n.endsWith('.tmp'))).toEqual([])
       } finally {
         await log.close()
       }
@@ -83,6 +87,9 @@ describe('append files', () => {
         'checksums/s',
         'a/./b',
         '',
+        'objects/ab/cd',
+        `objects/${'a'.repeat(64)}`,
+        `objects/${'A'.repeat(2)}/${'a'.repeat(62)}`,
       ]) {
         const err = await log.append('w', write(1), { files: [{ path, data }] }).catch((e) => e)
         expect(err.code, path).toBe('NOA_BAD_OPTION')
@@ -102,6 +109,12 @@ describe('append files', () => {
         .catch((e) => e)
       expect(notBytes.code).toBe('NOA_BAD_OPTION')
       expect(notBytes.message).toContain('files[0].data')
+      // An object's bytes must hash to its name: a commit journal replays nothing else.
+      const forged = await log
+        .append('w', write(1), { files: [{ path: objectPath(Buffer.from('other')), data }] })
+        .catch((e) => e)
+      expect(forged.code).toBe('NOA_BAD_OPTION')
+      expect(forged.message).toContain('hash to')
       const notArray = await log.append('w', write(1), { files: {} as never }).catch((e) => e)
       expect(notArray.code).toBe('NOA_BAD_OPTION')
       expect(await log.workspaces()).toEqual([])
@@ -120,7 +133,7 @@ describe('append files', () => {
     const log = await AgentLog.open({ root, workers: 1 })
     try {
       const err = await log
-        .append('w', write(1), { files: [{ path: 'objects/ab/cd', data: Buffer.from('x') }] })
+        .append('w', write(1), { files: [{ path: objectPath(Buffer.from('x')), data: Buffer.from('x') }] })
         .catch((e) => e)
       expect(err.code).toBe('NOA_NOT_DIRECTORY')
       expect(err.message).toContain(join(root, 'objects'))

@@ -48,8 +48,8 @@ const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'engine/journal-recovery.js',
-        from: "const applied = applyRecords(root, reports.map((r) => r.journal).join(', '), { records, rounds: 0 });",
-        to: 'const applied = { records: 0, bytes: 0, files: [], skipped: [] };',
+        from: 'applyLog(plan, total);',
+        to: ';',
       },
     ],
   },
@@ -57,7 +57,7 @@ const MUTANTS: Mutant[] = [
     name: "replay starts at the data region's start, not at the header's tail",
     edits: [
       {
-        file: 'engine/journal-recovery.js',
+        file: 'engine/journal-trust.js',
         from: 'let offset = header.tailOffset;',
         to: 'let offset = DATA_START;',
       },
@@ -75,7 +75,13 @@ const MUTANTS: Mutant[] = [
   },
   {
     name: 'replay applies records journal by journal, not in offset order per file',
-    edits: [{ file: 'engine/journal-recovery.js', from: 'records.sort((x, y) =>', to: '[].sort((x, y) =>' }],
+    edits: [
+      {
+        file: 'engine/journal-recovery.js',
+        from: 'byLog.get(ws).sort((x, y) => x.offset - y.offset || x.order - y.order)',
+        to: 'byLog.get(ws)',
+      },
+    ],
   },
   {
     name: 'a checkpoint frees frames whose logs are not durable yet',
@@ -152,7 +158,7 @@ const MUTANTS: Mutant[] = [
   },
   {
     name: 'recovery does not put back the files written beside entries',
-    edits: [{ file: 'engine/journal-recovery.js', from: 'if (files.size > 0)', to: 'if (false)' }],
+    edits: [{ file: 'engine/journal-recovery.js', from: 'applyFiles(root, check.files, total);', to: ';' }],
   },
 ]
 

@@ -20,6 +20,7 @@ import { describe, expect, it } from 'vitest'
 import { readEntries } from '../../dist/src/engine/index.js'
 import { REC_FILE } from '../../dist/src/engine/journal-format.js'
 import { scanJournal } from '../../dist/src/engine/journal-recovery.js'
+import { listing } from '../helpers/hostile.js'
 import { runCli, tempDir } from '../helpers/index.js'
 
 const WRITER = new URL('../fixtures/journal-writer.mjs', import.meta.url).pathname
@@ -123,6 +124,30 @@ async function checkLogs(root: string, acked: Acked): Promise<void> {
   }
 }
 
+/**
+ * A second process that only reads (noa verify, noa log) sees every acknowledged entry through
+ * the dead journals and changes nothing; then noa recover replays them and removes them.
+ */
+async function readThroughThenRecover(root: string, acked: Acked): Promise<void> {
+  const before = listing(root)
+  const verify = runCli(['verify', '--root', root])
+  expect(verify.status, verify.stderr).toBe(0)
+  for (const [ws, seen] of acked) {
+    const log = runCli(['log', ws, '--root', root, '--json'])
+    expect(log.status, log.stderr).toBe(0)
+    const paths = log.stdout
+      .trim()
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => (JSON.parse(l) as { path: string }).path)
+    for (const [seq, path] of seen) expect(paths[seq - 1], `noa log ${ws} seq ${seq}`).toBe(path)
+  }
+  expect(listing(root), 'a command that only reads changed the root').toEqual(before)
+  const recover = runCli(['recover', '--root', root])
+  expect(recover.status, recover.stderr).toBe(0)
+  expect(readdirSync(join(root, 'journal')).filter((n) => n.endsWith('.jnl'))).toEqual([])
+}
+
 describe('commit journal crash safety (SIGKILL)', () => {
   for (const mode of ['slow', 'plain'] as const) {
     const when = mode === 'slow' ? 'in the middle of a checkpoint' : 'at random moments'
@@ -134,10 +159,7 @@ describe('commit journal crash safety (SIGKILL)', () => {
         const got = await runAndKill(root, mode, 300 + Math.floor(Math.random() * 500))
         mergeAcked(acked, got)
         cuts += losePageCache(root)
-        // A second process: noa verify replays the dead journals before it reads.
-        const verify = runCli(['verify', '--root', root])
-        expect(verify.status, verify.stderr).toBe(0)
-        expect(readdirSync(join(root, 'journal')).filter((n) => n.endsWith('.jnl'))).toEqual([])
+        await readThroughThenRecover(root, acked)
         await checkLogs(root, acked)
       }
       // The journals did hold bytes the logs had lost (the replay was needed, and done).
@@ -154,8 +176,7 @@ describe('commit journal crash safety (SIGKILL)', () => {
       const got = await runAndKill(root, 'files', 200 + Math.floor(Math.random() * 300))
       mergeAcked(acked, got)
       cuts += losePageCache(root)
-      const verify = runCli(['verify', '--root', root])
-      expect(verify.status, verify.stderr).toBe(0)
+      await readThroughThenRecover(root, acked)
       await checkLogs(root, acked)
       for (const [ws, seen] of acked) {
         for (const [seq, path] of seen) {

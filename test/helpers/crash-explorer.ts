@@ -16,6 +16,7 @@
  *    seq; each `.log` is a byte-prefix (whole lines) of the uncrashed run's final log, whose seqs
  *    run 1, 2, 3 … without a gap; each appendAtomic batch is there whole or not at all.
  */
+import { createHash } from 'node:crypto'
 import {
   closeSync,
   existsSync,
@@ -206,9 +207,11 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
           if (rand() < 0.3) {
             // With a file beside it, in a folder of its own now and then (made for it); half of
             // them appended to the owner's object log instead (packed).
+            const data = Buffer.from(`file ${t} ${pad(Math.floor(rand() * 1500))}`)
+            const sha = createHash('sha256').update(data).digest('hex')
             const file = {
-              path: `objects/${(t % 7).toString(16).padStart(2, '0')}/o${t}`,
-              data: Buffer.from(`file ${t} ${pad(Math.floor(rand() * 1500))}`),
+              path: `objects/${sha.slice(0, 2)}/${sha.slice(2)}`,
+              data,
               readOnly: true,
               packed: rand() < 0.5,
             }

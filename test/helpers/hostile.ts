@@ -7,6 +7,7 @@
  * so a test can show it byte-identical afterwards, with nothing created in it.
  */
 import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import {
   lstatSync,
   mkdirSync,
@@ -79,6 +80,34 @@ export function outsideState(dir: string): Record<string, string> {
         walk(p, r)
       } else if (st.isFile()) out[r] = readFileSync(p, 'latin1')
       else out[r] = `mode ${st.mode.toString(8)}`
+    }
+  }
+  walk(dir, '')
+  return out
+}
+
+/**
+ * Every entry below `dir` with its kind, mode, size, mtime and SHA-256 (or link target): two
+ * listings are equal only if nothing below `dir` was created, removed, written or touched.
+ */
+export function listing(dir: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  const walk = (d: string, rel: string) => {
+    for (const name of readdirSync(d).sort()) {
+      const p = join(d, name)
+      const r = rel ? `${rel}/${name}` : name
+      const st = lstatSync(p)
+      const meta = `mode ${(st.mode & 0o7777).toString(8)} mtime ${st.mtimeMs}`
+      if (st.isSymbolicLink()) out[r] = `-> ${readlinkSync(p)}`
+      else if (st.isDirectory()) {
+        out[r] = `dir ${meta}`
+        walk(p, r)
+      } else if (st.isFile()) {
+        // A huge (sparse) file planted by a test: its size and times stand for its bytes.
+        const sha =
+          st.size > 256 << 20 ? 'not hashed' : createHash('sha256').update(readFileSync(p)).digest('hex')
+        out[r] = `file ${st.size} bytes sha256 ${sha} ${meta}`
+      } else out[r] = `other ${meta}`
     }
   }
   walk(dir, '')

@@ -5,7 +5,7 @@ import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args
 import { type CliIo, isClosedPipeError, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 import { meter, percent } from '../progress.js'
-import { describe, safeLogPath } from './verify.js'
+import { describe, journalProblems, safeLogPath } from './verify.js'
 
 export const spec = command({
   usage: 'usage: noa recover [workspace…] [--root DIR] [--json]',
@@ -16,7 +16,10 @@ export const spec = command({
     'last line, then verifies the whole log. One that fails does not stop the others; every\n' +
     'failure, and every entry of agent-logs/ that is not a regular log, is named at the end.',
   examples: ['noa recover agent-1'],
-  exitCodes: { 0: 'every workspace is consistent', 1: 'a workspace is not consistent or cannot be opened' },
+  exitCodes: {
+    0: 'every workspace is consistent',
+    1: 'a workspace is not consistent or cannot be opened, or a commit journal is not trusted',
+  },
 })
 
 /**
@@ -79,5 +82,6 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   } finally {
     await log.close()
   }
+  problems.push(...journalProblems(root))
   return reportProblems(io, 'recover', problems, 'could not be recovered')
 }

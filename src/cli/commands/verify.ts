@@ -1,3 +1,4 @@
+import { untrustedJournals } from '../../engine/journal-view.js'
 import { type LogProblem, logPath, problemOf, scanLogDir, verifyWorkspace } from '../../engine/logs.js'
 import type { VerifyReport } from '../../engine/recovery.js'
 import type { Skipped } from '../../store/replay.js'
@@ -22,15 +23,16 @@ export const spec = command({
   },
   positionals: [0, Number.POSITIVE_INFINITY],
   details:
-    'Reads every line of each log (all workspaces when none is named) without changing it, then\n' +
-    'checks that every snapshot and merge entry names a record of that workspace (one that does\n' +
-    'not, which a later snapshot has recorded as without effect, is a note, not a failure). One\n' +
-    'log that fails does not stop the others; every failure, and every entry of agent-logs/ that\n' +
-    'is not a regular log, is named again at the end.',
+    'Reads every line of each log (all workspaces when none is named) without changing anything\n' +
+    '(entries a dead process left only in its commit journal are read from there), then checks\n' +
+    'that every snapshot and merge entry names a record of that workspace (one that does not,\n' +
+    'which a later snapshot has recorded as without effect, is a note, not a failure). One log\n' +
+    'that fails does not stop the others; every failure, every entry of agent-logs/ that is not\n' +
+    'a regular log, and every commit journal that is not trusted is named again at the end.',
   examples: ['noa verify agent-1 agent-2', 'noa verify --objects'],
   exitCodes: {
     0: 'every log is consistent',
-    1: 'a log has a problem or cannot be read (file:line: reason on stderr)',
+    1: 'a log has a problem or cannot be read (file:line: reason on stderr), or a commit journal is not trusted',
   },
 })
 
@@ -65,7 +67,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const root = rootOf(values)
   const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
   const engine = new SnapshotEngine({ root })
-  const problems: LogProblem[] = []
+  const problems: LogProblem[] = journalProblems(root)
   for (const p of scan.problems) {
     problems.push(p)
     if (values.json && p.code !== 'NOA_BAD_WORKSPACE') {
@@ -144,6 +146,24 @@ async function skippedBy(engine: SnapshotEngine, ws: string): Promise<Array<Skip
   } catch {
     return []
   }
+}
+
+/**
+ * Commit journals of the root that are not trusted (quarantined, or found so by this read): each
+ * a problem naming the journal, why, and the workspaces it keeps refused.
+ */
+export function journalProblems(root: string): LogProblem[] {
+  return untrustedJournals(root).map((q) => {
+    const n = q.workspaces.length
+    const refused =
+      n > 0 ? `; workspace${n === 1 ? '' : 's'} ${q.workspaces.join(', ')} refused until it is removed` : ''
+    const where = q.journal === q.found ? '' : ` (found as ${q.found})`
+    return {
+      file: q.journal,
+      code: 'NOA_JOURNAL',
+      message: `${q.journal}${where}: a commit journal that is not trusted, not replayed: ${q.reason}${refused}`,
+    }
+  })
 }
 
 /** The log's path for a report; a name that is not a workspace name has none. */
