@@ -533,6 +533,33 @@ export function quarantinedJournals(root: string): QuarantinedJournal[] {
   return out
 }
 
+/**
+ * Gives each quarantined journal that this user may trust as a file (its own, writable by no
+ * one else: a journal another user's process left in a shared root, quarantined by someone
+ * else) back to replay: it is moved back into the journal folder, where the next replay checks
+ * it again, record by record (and quarantines it again if a record breaks a rule). `noa recover`
+ * calls this first. Returns the journals given back.
+ */
+export function retryQuarantined(root: string): string[] {
+  const back: string[] = []
+  if (checkDirsBelow(root, quarantineDir(root)) !== null) return back
+  withRootLock(root, () => {
+    for (const q of quarantinedJournals(root)) {
+      if (q.journal === q.found) continue
+      const st = lstatSync(q.journal, { throwIfNoEntry: false })
+      if (st === undefined || journalFileProblem(st, true) !== null) continue
+      const target = join(journalDir(root), basename(q.found))
+      if (lstatSync(target, { throwIfNoEntry: false }) !== undefined) continue
+      renameSync(q.journal, target)
+      rmSync(`${q.journal}.json`, { force: true })
+      fsyncDir(journalDir(root))
+      fsyncDir(quarantineDir(root))
+      back.push(target)
+    }
+  })
+  return back
+}
+
 /** NOA_JOURNAL when an untrusted journal names `workspace`: it is not opened for writing. */
 export function refuseIfQuarantined(root: string, workspace: string): void {
   const q = quarantinedJournals(root).find((j) => j.workspaces.includes(workspace))

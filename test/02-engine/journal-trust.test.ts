@@ -8,6 +8,7 @@
  * other workspace; `recover` fails naming it. Huge and sparse journals are refused in bounded
  * time and memory.
  */
+import { execFileSync, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import {
   chmodSync,
@@ -39,7 +40,7 @@ import {
 } from '../../dist/src/engine/journal-format.js'
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
-import { blobOf, runCli, tempDir } from '../helpers/index.js'
+import { blobOf, CLI, runCli, tempDir } from '../helpers/index.js'
 
 const JOURNAL = 'journal/4242-0badf00d-w0.jnl'
 const SIZE = 64 << 10
@@ -385,4 +386,39 @@ describe('planted commit journals', () => {
     expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, data]))).toBe(true)
     expect(readFileSync(join(r.root, objectPath(object))).equals(object)).toBe(true)
   })
+
+  it.runIf(process.getuid?.() === 0)(
+    "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's noa recover",
+    async () => {
+      const r = await makeRoot()
+      const ts = lastTs(r.aBytes)
+      const data = Buffer.from(line(4, 'p4', ts + 1))
+      const path = plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
+      chownSync(path, 4242, 4242)
+      const b = cli(r, ['append', 'b', '--no-blob-check'], entryLine('q2'))
+      expect(b.status, b.stderr).toBe(0)
+      expect(b.stderr).toContain('owned by uid 4242')
+      // The root is the group's: its owner (uid 4242) recovers it.
+      execFileSync('chmod', ['-R', 'a+rwX', r.root])
+      chmodSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'), 0o600) // as its owner made it
+      const asOwner = spawnSync(
+        'setpriv',
+        [
+          '--reuid=4242',
+          '--regid=4242',
+          '--clear-groups',
+          process.execPath,
+          CLI,
+          'recover',
+          '--root',
+          r.root,
+        ],
+        { encoding: 'utf8' },
+      )
+      expect(asOwner.status, asOwner.stderr).toBe(0)
+      expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, data]))).toBe(true)
+      expect(existsSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'))).toBe(false)
+      expect(cli(r, ['verify']).status).toBe(0)
+    },
+  )
 })

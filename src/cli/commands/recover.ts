@@ -1,5 +1,6 @@
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
+import { retryQuarantined } from '../../engine/journal-recovery.js'
 import { type LogProblem, problemOf, scanLogDir } from '../../engine/logs.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
 import { type CliIo, isClosedPipeError, json, write } from '../io.js'
@@ -38,6 +39,9 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       await write(io.stdout, json({ file: p.file, ok: false, code: p.code, error: p.message }))
     }
   }
+  // Quarantined journals this user may trust as files (left by this user's process, moved
+  // aside by another user's) are checked again, record by record, by the replay below.
+  retryQuarantined(root)
   const log = await AgentLog.open({ root, workers: 0 })
   const shown = meter(io)
   const n = scan.workspaces.length
