@@ -48,6 +48,31 @@ async function write(ctx: Awaited<ReturnType<typeof setup>>, ws: string, files: 
 }
 
 describe('gc', () => {
+  it('keeps an aged object a writer stores again (found, not written: freshened) within the grace period', async () => {
+    const ctx = await setup()
+    const { root, engine } = ctx
+    const again = await engine.store.putBlob('stored again by a writer, as bytes')
+    const streamed = await engine.store.putBlob('stored again by a writer, as a stream')
+    const untouched = await engine.store.putBlob('nobody stores this one again')
+    await ctx.log.close()
+    age(root)
+    // Other processes store the same bytes again, before any entry names them: the objects are
+    // found in place, so each writer sets its mtime to now instead of writing it. A gc that read
+    // the logs before their entries land must still keep them.
+    const writer = new SnapshotEngine({ root })
+    expect(await writer.store.putBlob('stored again by a writer, as bytes')).toBe(again)
+    const put = runCli(['blob', 'put', '-', '--root', root], {
+      input: 'stored again by a writer, as a stream',
+    })
+    expect(put.stdout.trim()).toBe(streamed)
+    const r = await new SnapshotEngine({ root }).gc({ dryRun: false, graceMs: 3_600_000 })
+    expect(r.removed).toBe(1)
+    const left = objectIds(root)
+    expect(left).toContain(again)
+    expect(left).toContain(streamed)
+    expect(left).not.toContain(untouched)
+  })
+
   it('dry run by default; removes only what no log reaches and nothing younger than the grace period', async () => {
     const ctx = await setup()
     const { root, engine } = ctx
