@@ -47,7 +47,7 @@ import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkPath, type Entry, type EntryInput } from '../engine/entry.js'
-import { Errors, isNoaError, type NoaError } from '../engine/errors.js'
+import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -83,6 +83,7 @@ import {
   type WritesRecord,
   writesPath,
 } from './layout.js'
+import { checkStorable } from './storable.js'
 
 export const THREADS: NameScheme = { prefix: 'lg', what: 'thread id' }
 
@@ -199,6 +200,20 @@ function checkLog(log: AgentLog): void {
 
 function configError(what: string): NoaError {
   return Errors.BAD_ARGUMENT(what, { field: 'config.configurable' })
+}
+
+/** `checkpoint <id> of thread <id>` (and its namespace), for messages. */
+function checkpointName(threadId: string, ns: string, id: string): string {
+  return `checkpoint ${id}${ns === '' ? '' : ` (namespace ${JSON.stringify(ns)})`} of thread ${JSON.stringify(threadId)}`
+}
+
+/** A read's NoaError, with what was being read put in front of its message (its code kept). */
+async function named<T>(what: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p
+  } catch (err) {
+    throw err instanceof NoaError ? rewrap(err, `${what}: ${err.message}`) : err
+  }
 }
 
 function nsKey(ns: string, id: string): string {
@@ -874,9 +889,13 @@ export class NoaSaver extends BaseCheckpointSaver {
     const wanted = Object.entries(filter ?? {}).filter(([, v]) => v !== undefined)
     for (const c of found) {
       if (limit !== undefined && limit <= 0) return
-      const record = await this.recordAt(c.ref.blob)
+      const of = checkpointName(c.threadId, c.ns, c.id)
+      const record = await named(of, this.recordAt(c.ref.blob))
       if (wanted.length > 0) {
-        const metadata = (await this.load(record.metadata)) as Record<string, unknown>
+        const metadata = (await this.load(record.metadata, `the metadata of ${of}`, c.ref.blob)) as Record<
+          string,
+          unknown
+        >
         if (!wanted.every(([k, v]) => sameValue(metadata?.[k], v))) continue
       }
       if (limit !== undefined) limit--
@@ -908,19 +927,28 @@ export class NoaSaver extends BaseCheckpointSaver {
     for (const [ch, v] of Object.entries(copy.channel_versions ?? {}))
       versions[checkText(ch, 'channel name')] = v
     const fresh = new Map<string, Serialized | null>()
-    const serialize = async (v: unknown): Promise<Serialized> => {
+    const of = checkpointName(threadId, ns, id)
+    // Refused here, before anything is queued, when the serializer cannot give it back.
+    const serialize = async (v: unknown, what: string, field: string): Promise<Serialized> => {
       const [type, data] = await this.serde.dumpsTyped(v)
+      const loading = checkStorable(this.serde, v, type, data, { what, of, field })
+      if (loading) await loading
       return { type, data }
     }
     await Promise.all(
       Object.keys(newVersions ?? {}).map(async (ch) => {
         fresh.set(
           ch,
-          Object.hasOwn(values, ch) && values[ch] !== undefined ? await serialize(values[ch]) : null,
+          Object.hasOwn(values, ch) && values[ch] !== undefined
+            ? await serialize(values[ch], `channel ${JSON.stringify(ch)}`, `checkpoint.channel_values.${ch}`)
+            : null,
         )
       }),
     )
-    const [cp, md] = await Promise.all([serialize(copy), serialize(metadata)])
+    const [cp, md] = await Promise.all([
+      serialize(copy, 'the checkpoint (but its channel values)', 'checkpoint'),
+      serialize(metadata, 'the metadata', 'metadata'),
+    ])
     // Not brought up to date here: the commit does that itself, under the workspace's lock.
     const t = this.open(threadId)
     await new Promise<void>((resolve, reject) =>
@@ -961,10 +989,17 @@ export class NoaSaver extends BaseCheckpointSaver {
     if (taskPath !== undefined) checkText(taskPath, 'task path')
     if (!Array.isArray(writes))
       throw Errors.BAD_ARGUMENT('putWrites takes an array of [channel, value] writes')
+    const of = checkpointName(threadId, ns, id)
     const serialized = await Promise.all(
       writes.map(async ([channel, value], i) => {
         checkText(channel, 'write channel')
         const [type, data] = await this.serde.dumpsTyped(value)
+        const loading = checkStorable(this.serde, value, type, data, {
+          what: `write ${i} (channel ${JSON.stringify(channel)}) of task ${task}`,
+          of,
+          field: `writes[${i}]`,
+        })
+        if (loading) await loading
         return {
           idx: (WRITES_IDX_MAP as Record<string, number>)[channel] ?? i,
           channel,
@@ -1113,16 +1148,35 @@ export class NoaSaver extends BaseCheckpointSaver {
     return record
   }
 
-  private async load(v: StoredValue): Promise<unknown> {
-    return this.serde.loadsTyped(v.type, await valueData(v, this.blobs))
+  /**
+   * A stored value through the serializer. Bytes it cannot read (a value stored before such
+   * values were refused, or by another serializer) are a named error, never its raw SyntaxError.
+   */
+  private async load(v: StoredValue, what: string, record: string): Promise<unknown> {
+    const where = 'blob' in v ? `blob ${v.blob}` : `record ${record}`
+    const data = await named(what, valueData(v, this.blobs))
+    try {
+      return await this.serde.loadsTyped(v.type, data)
+    } catch (err) {
+      throw Errors.CORRUPT_OBJECT(
+        `${what}: the serializer cannot read the stored value (${v.type}, in ${where}) back: ${(err as Error)?.message?.split('\n')[0]}`,
+        { object: 'blob' in v ? v.blob : record },
+        { cause: err },
+      )
+    }
   }
 
   /** A checkpoint's pending writes in LangGraph's order: (task path, task id, idx). */
-  private async pendingWrites(t: Thread, ns: string, id: string): Promise<CheckpointPendingWrite[]> {
-    const keyed: Array<{ path: string; task: string; idx: number; write: StoredWrite }> = []
+  private async pendingWrites(
+    t: Thread,
+    ns: string,
+    id: string,
+    of: string,
+  ): Promise<CheckpointPendingWrite[]> {
+    const keyed: Array<{ path: string; task: string; idx: number; write: StoredWrite; blob: string }> = []
     for (const blob of t.index.writesOf(ns, id)?.values() ?? []) {
-      const r = await this.writesAt(blob)
-      for (const w of r.writes) keyed.push({ path: r.task_path, task: r.task_id, idx: w.idx, write: w })
+      const r = await named(`the writes of ${of}`, this.writesAt(blob))
+      for (const w of r.writes) keyed.push({ path: r.task_path, task: r.task_id, idx: w.idx, write: w, blob })
     }
     keyed.sort(
       (a, b) =>
@@ -1132,8 +1186,16 @@ export class NoaSaver extends BaseCheckpointSaver {
     )
     return Promise.all(
       keyed.map(
-        async ({ task, write }) =>
-          [task, write.channel, await this.load(write.value)] as CheckpointPendingWrite,
+        async ({ task, write, blob }) =>
+          [
+            task,
+            write.channel,
+            await this.load(
+              write.value,
+              `write ${write.idx} (channel ${JSON.stringify(write.channel)}) of task ${task} against ${of}`,
+              blob,
+            ),
+          ] as CheckpointPendingWrite,
       ),
     )
   }
@@ -1145,15 +1207,20 @@ export class NoaSaver extends BaseCheckpointSaver {
     id: string,
     ref: CheckpointRef,
   ): Promise<CheckpointTuple> {
-    const record = await this.recordAt(ref.blob)
-    const checkpoint = (await this.load(record.checkpoint)) as Checkpoint
+    const of = checkpointName(threadId, ns, id)
+    const record = await named(of, this.recordAt(ref.blob))
+    const checkpoint = (await this.load(record.checkpoint, of, ref.blob)) as Checkpoint
     const values: Record<string, unknown> = {}
-    for (const [ch, c] of Object.entries(record.channels)) values[ch] = await this.load(c.value)
+    for (const [ch, c] of Object.entries(record.channels)) {
+      values[ch] = await this.load(c.value, `channel ${JSON.stringify(ch)} of ${of}`, ref.blob)
+    }
     checkpoint.channel_values = values
     const parent = record.parent_checkpoint_id
     if (checkpoint.v < 4 && parent !== undefined) {
       // Checkpoints before format 4 kept pending sends as the parent's TASKS writes.
-      const sends = (await this.pendingWrites(t, ns, parent)).filter((w) => w[1] === TASKS).map((w) => w[2])
+      const sends = (await this.pendingWrites(t, ns, parent, checkpointName(threadId, ns, parent)))
+        .filter((w) => w[1] === TASKS)
+        .map((w) => w[2])
       checkpoint.channel_values[TASKS] = sends
       const versions = Object.values(checkpoint.channel_versions)
       checkpoint.channel_versions[TASKS] =
@@ -1162,8 +1229,8 @@ export class NoaSaver extends BaseCheckpointSaver {
     const tuple: CheckpointTuple = {
       config: { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: id } },
       checkpoint,
-      metadata: (await this.load(record.metadata)) as CheckpointMetadata,
-      pendingWrites: await this.pendingWrites(t, ns, id),
+      metadata: (await this.load(record.metadata, `the metadata of ${of}`, ref.blob)) as CheckpointMetadata,
+      pendingWrites: await this.pendingWrites(t, ns, id, of),
     }
     if (parent !== undefined) {
       tuple.parentConfig = { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: parent } }
