@@ -7,7 +7,8 @@
  * `clearSession` a `delete` of each. So `noa log` shows the history as it happened, and
  * `noa snapshot` + `noa tree`/`noa blob get` show it as it stands; `noa fork` copies a session.
  * Every change resolves once its blobs are fsynced and its entries are covered by an
- * fdatasync.
+ * fdatasync. An item JSON cannot give back as it is is refused before anything is written
+ * (items.ts).
  */
 import type { AgentInputItem, Session } from '@openai/agents'
 import { LogFollower } from '../adapters/follow.js'
@@ -16,13 +17,14 @@ import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } fro
 import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import type { Ack, Entry, EntryInput } from '../engine/entry.js'
-import { Errors, isNoaError } from '../engine/errors.js'
+import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
 import { ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
 import { SnapshotEngine } from '../store/snapshot.js'
+import { encodeItem } from './items.js'
 
 export const SESSIONS: NameScheme = { prefix: 'oa', what: 'session id' }
 
@@ -105,18 +107,8 @@ export class NoaSession implements Session {
       throw Errors.BAD_ARGUMENT(`addItems takes an array of items, got ${describe(items)}`)
     }
     if (items.length === 0) return
-    const encoded = items.map((item, i) => {
-      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-        throw Errors.BAD_ARGUMENT(`addItems: item ${i} must be an object, got ${describe(item)}`)
-      }
-      let text: string
-      try {
-        text = JSON.stringify(item)
-      } catch (err) {
-        throw Errors.BAD_ARGUMENT(`addItems: item ${i} is not JSON: ${(err as Error).message}`)
-      }
-      return Buffer.from(text, 'utf8')
-    })
+    // Every item is checked before anything is written: one that JSON cannot give back refuses the call.
+    const encoded = items.map((item, i) => encodeItem(item, i))
     await this.write(async () => {
       let next = this.lastPosition() + 1
       const objects: StoredObject[] = []
@@ -168,7 +160,14 @@ export class NoaSession implements Session {
   private async item(blob: string): Promise<AgentInputItem> {
     let v = this.values.get(blob)
     if (v === undefined) {
-      const bytes = await this.store.getBlob(blob)
+      let bytes: Buffer
+      try {
+        bytes = await this.store.getBlob(blob)
+      } catch (err) {
+        throw err instanceof NoaError
+          ? rewrap(err, `session ${this.sessionId}: item blob ${blob}: ${err.message}`)
+          : err
+      }
       try {
         v = JSON.parse(bytes.toString('utf8')) as AgentInputItem
       } catch {
