@@ -21,6 +21,7 @@ import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { recoverJournalsForRead } from '../engine/journal-recovery.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { socketState } from '../serve/paths.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
 import { ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
 import { SnapshotEngine } from '../store/snapshot.js'
@@ -276,8 +277,10 @@ export class NoaSession implements Session {
     // After a power loss the last items may be only in a dead process's commit journal. Through
     // a daemon that is the daemon's to replay (it did when it opened the root): this process
     // takes no lock on a root the daemon serves.
-    // (The root's AgentLog is opened here if it was not yet: it says whether a daemon serves it.)
-    if (!this.closed) await this.log()
+    // Before the first write that is known only when a daemon's socket is there: then the root's
+    // AgentLog is opened now to find out (one whose daemon died removes the socket and opens
+    // the root in process). Without a socket nothing is opened for a read, as before.
+    if (this.viaDaemon === undefined && !this.closed && socketState(this.root) === 'socket') await this.log()
     if (this.viaDaemon !== true) recoverJournalsForRead(this.root)
     const size = this.follower.size()
     this.files = new Map()
