@@ -14,7 +14,10 @@ export type LogChange = { kind: 'none' } | { kind: 'grew'; entries: Entry[] } | 
 
 export class LogFollower {
   readonly file: string
-  /** Bytes of the log accounted for (what was read, or what this process wrote). */
+  /**
+   * Bytes of the log accounted for (what was read, or what this process wrote); -1 after an
+   * append through a daemon, whose end in the file is not known here (see acceptAppended).
+   */
   private knownSize = 0
   /** Last seq read or written. */
   lastSeq = 0
@@ -51,7 +54,8 @@ export class LogFollower {
     }
     const size = this.size()
     if (size === this.knownSize) return { kind: 'none' }
-    if (size < this.knownSize) {
+    // Shrunk below what was read (or, after an append through a daemon, gone): read it again.
+    if (size < this.knownSize || (this.knownSize < 0 && size === 0)) {
       this.knownSize = 0
       this.lastSeq = 0
       return { kind: 'reset' }
@@ -73,6 +77,17 @@ export class LogFollower {
     this.lastSeq = lastSeq
     this.knownSize = size
     this.held = held ?? null
+  }
+
+  /**
+   * After this process's own append through a daemon, acknowledged up to `lastSeq`: another
+   * client may have appended right after it, before any stat here could tell the two apart, so
+   * the next look reads whatever follows `lastSeq`, not what follows a size.
+   */
+  acceptAppended(lastSeq: number): void {
+    this.lastSeq = lastSeq
+    this.knownSize = -1
+    this.held = null
   }
 }
 

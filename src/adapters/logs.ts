@@ -3,10 +3,20 @@
  * root: a second AgentLog on the same root would fight the first for each workspace's flock
  * (NOA_WORKSPACE_LOCKED). So adapters opened on the same root share one, counted, and the last
  * to close ends it. A caller may also hand in its own open AgentLog, which is never closed here.
+ *
+ * On a root a daemon serves (`noa serve`), the AgentLog is the daemon's client, whatever the
+ * program imported first: this module installs the forwarder itself. The adapter then holds no
+ * workspace lock: other clients of the daemon may append to the same workspace between two of
+ * its reads, so it commits with a compare-and-append and builds again when it lost (`viaDaemon`).
  */
 
 import { AgentLog } from '../engine/agent-log.js'
 import { resolveRoot } from '../engine/logs.js'
+// Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon. A program
+// that imports only `noa/langgraph` would otherwise open the root in process beside the daemon
+// and take workspace locks away from it.
+import '../serve/forward.js'
+import { RemoteAgentLog } from '../serve/client.js'
 import { ObjectStore } from '../store/objects.js'
 
 interface Shared {
@@ -20,7 +30,20 @@ const closing = new Map<string, Promise<unknown>>()
 
 export interface LogLease {
   log: AgentLog
+  /**
+   * Whether appends go to a daemon (see viaDaemon): nothing is locked in this process, and the
+   * workspace can change between any two calls.
+   */
+  viaDaemon: boolean
   release(): Promise<void>
+}
+
+/**
+ * Whether `log` is a daemon's client: its workspaces are the daemon's, so this process can
+ * neither hold one (openWorkspace takes no lock here) nor know its seqs ahead of an append.
+ */
+export function viaDaemon(log: AgentLog): boolean {
+  return log instanceof RemoteAgentLog
 }
 
 export interface LeaseOptions {
@@ -68,6 +91,7 @@ export async function leaseLog(options: LeaseOptions): Promise<LogLease> {
   let released = false
   return {
     log,
+    viaDaemon: viaDaemon(log),
     async release() {
       if (released) return
       released = true
@@ -87,5 +111,5 @@ export async function leaseLog(options: LeaseOptions): Promise<LogLease> {
 
 /** A lease on a log the caller opened and will close. */
 export function borrowedLog(log: AgentLog): LogLease {
-  return { log, release: async () => {} }
+  return { log, viaDaemon: viaDaemon(log), release: async () => {} }
 }

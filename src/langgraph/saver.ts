@@ -11,7 +11,8 @@
  * workspace is written only by this process while it holds the workspace's lock, and only through
  * this thread's queue, so the seqs its entries will get are known (and checked on the acks). The
  * record is exactly what SnapshotEngine.snapshot would make at that point, without a second
- * round of fsyncs.
+ * round of fsyncs. Through a daemon (`noa serve`) nothing is locked here: the seqs are known only
+ * if nobody appends first, so the append is a compare-and-append, built again when it lost.
  */
 import { statSync } from 'node:fs'
 import type { RunnableConfig } from '@langchain/core/runnables'
@@ -45,8 +46,8 @@ import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters
 import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
-import { checkPath, type Entry, type EntryInput } from '../engine/entry.js'
-import { Errors, type NoaError } from '../engine/errors.js'
+import { type Ack, checkPath, type Entry, type EntryInput } from '../engine/entry.js'
+import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
@@ -82,6 +83,7 @@ import {
   type WritesRecord,
   writesPath,
 } from './layout.js'
+import { checkStorable } from './storable.js'
 
 export const THREADS: NameScheme = { prefix: 'lg', what: 'thread id' }
 
@@ -98,6 +100,12 @@ export interface NoaSaverOptions {
 
 const OPTION_KEYS = new Set(['root', 'log', 'workers', 'serde'])
 const RECORD_CACHE = 4096
+/**
+ * How long a commit through a daemon goes on trying while other clients' commits to the same
+ * thread keep going in first. Each lost try means one of theirs went in; 4 processes stepping one
+ * thread as fast as they can lost up to 53 tries in a row (a few hundred ms) on the 2-core VM.
+ */
+const GIVE_UP_MS = 30_000
 
 interface Serialized {
   type: string
@@ -194,6 +202,20 @@ function configError(what: string): NoaError {
   return Errors.BAD_ARGUMENT(what, { field: 'config.configurable' })
 }
 
+/** `checkpoint <id> of thread <id>` (and its namespace), for messages. */
+function checkpointName(threadId: string, ns: string, id: string): string {
+  return `checkpoint ${id}${ns === '' ? '' : ` (namespace ${JSON.stringify(ns)})`} of thread ${JSON.stringify(threadId)}`
+}
+
+/** A read's NoaError, with what was being read put in front of its message (its code kept). */
+async function named<T>(what: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p
+  } catch (err) {
+    throw err instanceof NoaError ? rewrap(err, `${what}: ${err.message}`) : err
+  }
+}
+
 function nsKey(ns: string, id: string): string {
   return `${ns}\0${id}`
 }
@@ -231,6 +253,8 @@ class Thread {
   private draining: Promise<void> | null = null
   private refreshing: Promise<void> | null = null
   committing = false
+  /** The workspace was opened through the saver's AgentLog (see loadTree). */
+  private opened = false
   /** Whether the workspace's name is a hash of the thread id (`lgh.`), not the id itself. */
   readonly hashed: boolean
 
@@ -260,7 +284,9 @@ class Thread {
   private async readLog(): Promise<void> {
     if (!this.loaded) {
       // After a power loss the last entries may be only in a dead process's commit journal.
-      readThroughJournals(this.saver.root)
+      // Through a daemon that is the daemon's to replay (it did when it opened the root), not a
+      // client's: this process takes no lock on a root the daemon serves.
+      if (!this.saver.viaDaemon) readThroughJournals(this.saver.root)
       const size = this.follower.size()
       this.index.reset()
       const lastSeq = await this.index.scan(this.saver.root, this.saver.store, this.workspace, { end: size })
@@ -303,22 +329,67 @@ class Thread {
     }
   }
 
+  /**
+   * Commits a batch. In process this thread's workspace is locked to this process, so the first
+   * try is the only one. Through a daemon another client may append to the workspace between
+   * the read a commit is built on and its append: the append is a compare-and-append on the
+   * seq it was built after, and a batch that lost is built again on the log as it is then (the
+   * daemon orders the two writers; LangGraph sees both checkpoints, as with any shared store).
+   */
   private async commit(batch: Op[]): Promise<void> {
+    let settle: () => void
+    this.committing = true
+    const started = performance.now()
+    try {
+      for (let attempt = 1; ; attempt++) {
+        const done = await this.attempt(batch)
+        if (done) {
+          settle = done
+          break
+        }
+        if (performance.now() - started > GIVE_UP_MS) {
+          const err = Errors.CONFLICT(
+            `workspace ${this.workspace}: for ${GIVE_UP_MS / 1000} s (${attempt} tries), other clients of the daemon appended to it before each try of this commit went in; nothing of it was written`,
+            { workspace: this.workspace },
+          )
+          settle = () => {
+            for (const op of batch) op.reject(err)
+          }
+          break
+        }
+      }
+    } catch (err) {
+      this.tree = null
+      settle = () => {
+        for (const op of batch) op.reject(err)
+      }
+    } finally {
+      this.committing = false
+    }
+    settle()
+  }
+
+  /**
+   * One try at a batch: how to settle its operations, or null when (through a daemon) another
+   * client appended first and nothing of the batch was appended.
+   */
+  private async attempt(batch: Op[]): Promise<(() => void) | null> {
     const saver = this.saver
     const entries: EntryInput[] = []
     const objects: StoredObject[] = []
     const trees: string[] = []
     const done: Op[] = []
-    let state: TreeState
-    this.committing = true
+    const rejectAll = (err: unknown) => () => {
+      for (const op of batch) op.reject(err)
+    }
+    let state: TreeState | null
     try {
       await this.refresh(true)
       state = this.tree ?? (await this.loadTree())
     } catch (err) {
-      this.committing = false
-      for (const op of batch) op.reject(err)
-      return
+      return rejectAll(err)
     }
+    if (state === null) return null
     const pending: Pending = { records: new Map(), writes: new Map() }
     for (const op of batch) {
       const e: EntryInput[] = []
@@ -333,36 +404,51 @@ class Thread {
       } catch (err) {
         // The tree state may be half changed by this operation: nothing of the batch is written.
         this.tree = null
-        this.committing = false
-        for (const rest of batch) rest.reject(err)
-        return
+        return rejectAll(err)
       }
       entries.push(...e)
       objects.push(...o)
       done.push(op)
     }
-    if (entries.length === 0) {
-      this.committing = false
+    const resolveDone = () => {
       for (const op of done) op.resolve()
-      return
     }
+    if (entries.length === 0) return resolveDone
     try {
-      // The objects go with the entries: in the same journal frame, one sync for both (the
-      // records the snapshot entries name are among them, so this is the store's own path).
-      // Appended to the owner's object log (packed), not each a file of its own.
-      const files = saver.store.filesFor(objects, true)
       const first = state.lastSeq + 1
-      const acks = await saver.log[STORE_APPEND](
-        this.workspace,
-        entries,
-        files.length > 0 ? { files } : undefined,
-      )
-      for (const id of trees) saver.store.stored(id)
+      let acks: Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
+      if (saver.viaDaemon) {
+        // The objects first, as files of their own: the daemon checks each snapshot entry
+        // against the record it names. Then the entries, committed only if nobody appended
+        // since the seq they were built after. A try that lost leaves its objects unnamed
+        // (content addressed: the next try writes most of them again; gc takes the rest).
+        await saver.store.write(objects)
+        for (const id of trees) saver.store.stored(id)
+        try {
+          acks = await saver.log.appendMany(this.workspace, entries, { ifLastSeq: state.lastSeq })
+        } catch (err) {
+          if (!isNoaError(err, 'NOA_SEQ_MISMATCH')) throw err
+          this.tree = null
+          return null
+        }
+      } else {
+        // The objects go with the entries: in the same journal frame, one sync for both (the
+        // records the snapshot entries name are among them, so this is the store's own path).
+        // Appended to the owner's object log (packed), not each a file of its own.
+        const files = saver.store.filesFor(objects, true)
+        acks = await saver.log[STORE_APPEND](
+          this.workspace,
+          entries,
+          files.length > 0 ? { files } : undefined,
+        )
+        for (const id of trees) saver.store.stored(id)
+      }
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
+      if (saver.viaDaemon) this.follower.acceptAppended(last)
       // The owner says where our last line ends: what the follower has accounted for.
-      this.follower.accept(last, acks[LOG_END] ?? this.follower.size(), acks[LOG_HELD])
+      else this.follower.accept(last, acks[LOG_END] ?? this.follower.size(), acks[LOG_HELD])
       state.lastSeq = last
       if (unexpected >= 0) {
         // Another writer in this process appended between our entries: the snapshot records
@@ -376,19 +462,24 @@ class Thread {
       }
     } catch (err) {
       this.tree = null
-      for (const op of done) op.reject(err)
-      return
-    } finally {
-      this.committing = false
+      return () => {
+        for (const op of done) op.reject(err)
+      }
     }
-    for (const op of done) op.resolve()
+    return resolveDone
   }
 
-  /** The thread's files and head, from the log (takes the workspace's lock first). */
-  private async loadTree(): Promise<TreeState> {
+  /**
+   * The thread's files and head, from the log (takes the workspace's lock first). Null when,
+   * through a daemon, another client appended while the log was read: try again.
+   */
+  private async loadTree(): Promise<TreeState | null> {
     const saver = this.saver
-    // With the lock held nobody else appends: the log as read now is what the next commit follows.
-    await saver.log.openWorkspace(this.workspace)
+    // In process, with the lock held nobody else appends: the log as read now is what the next
+    // commit follows. Through a daemon this opens it there (cutting a torn tail; nothing is
+    // locked here), which is needed once, not at each try that lost.
+    if (!saver.viaDaemon || !this.opened) await saver.log.openWorkspace(this.workspace)
+    this.opened = true
     await this.refresh(true) // opening may have cut a torn tail
     const lastSeq = this.follower.lastSeq
     if (lastSeq === 0) {
@@ -405,6 +496,7 @@ class Thread {
     }
     const s = await saver.engine.replay(this.workspace)
     if (s.seq !== lastSeq) {
+      if (saver.viaDaemon) return null
       throw Errors.CONFLICT(
         `workspace ${this.workspace} changed while it was read (seq ${lastSeq}, then ${s.seq}); is another writer in this process appending to it?`,
         { workspace: this.workspace },
@@ -661,6 +753,8 @@ export class NoaSaver extends BaseCheckpointSaver {
   private readonly threads = new Map<string, Thread>()
   /** The same threads by thread id (the name mapping is done once per thread). */
   private readonly byId = new Map<string, Thread>()
+  /** @internal Whether the log is a daemon's client (adapters/logs.ts, viaDaemon). */
+  readonly viaDaemon: boolean
   private readonly lease: LogLease
   private closed = false
   private released = false
@@ -668,6 +762,7 @@ export class NoaSaver extends BaseCheckpointSaver {
   private constructor(lease: LogLease, serde?: SerializerProtocol) {
     super(serde)
     this.lease = lease
+    this.viaDaemon = lease.viaDaemon
     this.root = lease.log.root
     this.store = new ObjectStore(this.root)
     this.engine = new SnapshotEngine({ log: lease.log, store: this.store })
@@ -794,9 +889,13 @@ export class NoaSaver extends BaseCheckpointSaver {
     const wanted = Object.entries(filter ?? {}).filter(([, v]) => v !== undefined)
     for (const c of found) {
       if (limit !== undefined && limit <= 0) return
-      const record = await this.recordAt(c.ref.blob)
+      const of = checkpointName(c.threadId, c.ns, c.id)
+      const record = await named(of, this.recordAt(c.ref.blob))
       if (wanted.length > 0) {
-        const metadata = (await this.load(record.metadata)) as Record<string, unknown>
+        const metadata = (await this.load(record.metadata, `the metadata of ${of}`, c.ref.blob)) as Record<
+          string,
+          unknown
+        >
         if (!wanted.every(([k, v]) => sameValue(metadata?.[k], v))) continue
       }
       if (limit !== undefined) limit--
@@ -828,19 +927,28 @@ export class NoaSaver extends BaseCheckpointSaver {
     for (const [ch, v] of Object.entries(copy.channel_versions ?? {}))
       versions[checkText(ch, 'channel name')] = v
     const fresh = new Map<string, Serialized | null>()
-    const serialize = async (v: unknown): Promise<Serialized> => {
+    const of = checkpointName(threadId, ns, id)
+    // Refused here, before anything is queued, when the serializer cannot give it back.
+    const serialize = async (v: unknown, what: string, field: string): Promise<Serialized> => {
       const [type, data] = await this.serde.dumpsTyped(v)
+      const loading = checkStorable(this.serde, v, type, data, { what, of, field })
+      if (loading) await loading
       return { type, data }
     }
     await Promise.all(
       Object.keys(newVersions ?? {}).map(async (ch) => {
         fresh.set(
           ch,
-          Object.hasOwn(values, ch) && values[ch] !== undefined ? await serialize(values[ch]) : null,
+          Object.hasOwn(values, ch) && values[ch] !== undefined
+            ? await serialize(values[ch], `channel ${JSON.stringify(ch)}`, `checkpoint.channel_values.${ch}`)
+            : null,
         )
       }),
     )
-    const [cp, md] = await Promise.all([serialize(copy), serialize(metadata)])
+    const [cp, md] = await Promise.all([
+      serialize(copy, 'the checkpoint (but its channel values)', 'checkpoint'),
+      serialize(metadata, 'the metadata', 'metadata'),
+    ])
     // Not brought up to date here: the commit does that itself, under the workspace's lock.
     const t = this.open(threadId)
     await new Promise<void>((resolve, reject) =>
@@ -881,10 +989,17 @@ export class NoaSaver extends BaseCheckpointSaver {
     if (taskPath !== undefined) checkText(taskPath, 'task path')
     if (!Array.isArray(writes))
       throw Errors.BAD_ARGUMENT('putWrites takes an array of [channel, value] writes')
+    const of = checkpointName(threadId, ns, id)
     const serialized = await Promise.all(
       writes.map(async ([channel, value], i) => {
         checkText(channel, 'write channel')
         const [type, data] = await this.serde.dumpsTyped(value)
+        const loading = checkStorable(this.serde, value, type, data, {
+          what: `write ${i} (channel ${JSON.stringify(channel)}) of task ${task}`,
+          of,
+          field: `writes[${i}]`,
+        })
+        if (loading) await loading
         return {
           idx: (WRITES_IDX_MAP as Record<string, number>)[channel] ?? i,
           channel,
@@ -1033,16 +1148,35 @@ export class NoaSaver extends BaseCheckpointSaver {
     return record
   }
 
-  private async load(v: StoredValue): Promise<unknown> {
-    return this.serde.loadsTyped(v.type, await valueData(v, this.blobs))
+  /**
+   * A stored value through the serializer. Bytes it cannot read (a value stored before such
+   * values were refused, or by another serializer) are a named error, never its raw SyntaxError.
+   */
+  private async load(v: StoredValue, what: string, record: string): Promise<unknown> {
+    const where = 'blob' in v ? `blob ${v.blob}` : `record ${record}`
+    const data = await named(what, valueData(v, this.blobs))
+    try {
+      return await this.serde.loadsTyped(v.type, data)
+    } catch (err) {
+      throw Errors.CORRUPT_OBJECT(
+        `${what}: the serializer cannot read the stored value (${v.type}, in ${where}) back: ${(err as Error)?.message?.split('\n')[0]}`,
+        { object: 'blob' in v ? v.blob : record },
+        { cause: err },
+      )
+    }
   }
 
   /** A checkpoint's pending writes in LangGraph's order: (task path, task id, idx). */
-  private async pendingWrites(t: Thread, ns: string, id: string): Promise<CheckpointPendingWrite[]> {
-    const keyed: Array<{ path: string; task: string; idx: number; write: StoredWrite }> = []
+  private async pendingWrites(
+    t: Thread,
+    ns: string,
+    id: string,
+    of: string,
+  ): Promise<CheckpointPendingWrite[]> {
+    const keyed: Array<{ path: string; task: string; idx: number; write: StoredWrite; blob: string }> = []
     for (const blob of t.index.writesOf(ns, id)?.values() ?? []) {
-      const r = await this.writesAt(blob)
-      for (const w of r.writes) keyed.push({ path: r.task_path, task: r.task_id, idx: w.idx, write: w })
+      const r = await named(`the writes of ${of}`, this.writesAt(blob))
+      for (const w of r.writes) keyed.push({ path: r.task_path, task: r.task_id, idx: w.idx, write: w, blob })
     }
     keyed.sort(
       (a, b) =>
@@ -1052,8 +1186,16 @@ export class NoaSaver extends BaseCheckpointSaver {
     )
     return Promise.all(
       keyed.map(
-        async ({ task, write }) =>
-          [task, write.channel, await this.load(write.value)] as CheckpointPendingWrite,
+        async ({ task, write, blob }) =>
+          [
+            task,
+            write.channel,
+            await this.load(
+              write.value,
+              `write ${write.idx} (channel ${JSON.stringify(write.channel)}) of task ${task} against ${of}`,
+              blob,
+            ),
+          ] as CheckpointPendingWrite,
       ),
     )
   }
@@ -1065,15 +1207,20 @@ export class NoaSaver extends BaseCheckpointSaver {
     id: string,
     ref: CheckpointRef,
   ): Promise<CheckpointTuple> {
-    const record = await this.recordAt(ref.blob)
-    const checkpoint = (await this.load(record.checkpoint)) as Checkpoint
+    const of = checkpointName(threadId, ns, id)
+    const record = await named(of, this.recordAt(ref.blob))
+    const checkpoint = (await this.load(record.checkpoint, of, ref.blob)) as Checkpoint
     const values: Record<string, unknown> = {}
-    for (const [ch, c] of Object.entries(record.channels)) values[ch] = await this.load(c.value)
+    for (const [ch, c] of Object.entries(record.channels)) {
+      values[ch] = await this.load(c.value, `channel ${JSON.stringify(ch)} of ${of}`, ref.blob)
+    }
     checkpoint.channel_values = values
     const parent = record.parent_checkpoint_id
     if (checkpoint.v < 4 && parent !== undefined) {
       // Checkpoints before format 4 kept pending sends as the parent's TASKS writes.
-      const sends = (await this.pendingWrites(t, ns, parent)).filter((w) => w[1] === TASKS).map((w) => w[2])
+      const sends = (await this.pendingWrites(t, ns, parent, checkpointName(threadId, ns, parent)))
+        .filter((w) => w[1] === TASKS)
+        .map((w) => w[2])
       checkpoint.channel_values[TASKS] = sends
       const versions = Object.values(checkpoint.channel_versions)
       checkpoint.channel_versions[TASKS] =
@@ -1082,8 +1229,8 @@ export class NoaSaver extends BaseCheckpointSaver {
     const tuple: CheckpointTuple = {
       config: { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: id } },
       checkpoint,
-      metadata: (await this.load(record.metadata)) as CheckpointMetadata,
-      pendingWrites: await this.pendingWrites(t, ns, id),
+      metadata: (await this.load(record.metadata, `the metadata of ${of}`, ref.blob)) as CheckpointMetadata,
+      pendingWrites: await this.pendingWrites(t, ns, id, of),
     }
     if (parent !== undefined) {
       tuple.parentConfig = { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: parent } }

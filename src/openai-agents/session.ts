@@ -7,7 +7,8 @@
  * `clearSession` a `delete` of each. So `noa log` shows the history as it happened, and
  * `noa snapshot` + `noa tree`/`noa blob get` show it as it stands; `noa fork` copies a session.
  * Every change resolves once its blobs are fsynced and its entries are covered by an
- * fdatasync.
+ * fdatasync. An item JSON cannot give back as it is is refused before anything is written
+ * (items.ts).
  */
 import type { AgentInputItem, Session } from '@openai/agents'
 import { LogFollower } from '../adapters/follow.js'
@@ -15,14 +16,16 @@ import { borrowedLog, type LogLease, leaseLog } from '../adapters/logs.js'
 import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } from '../adapters/names.js'
 import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
-import type { Entry, EntryInput } from '../engine/entry.js'
-import { Errors } from '../engine/errors.js'
+import type { Ack, Entry, EntryInput } from '../engine/entry.js'
+import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { socketState } from '../serve/paths.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
 import { ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
 import { SnapshotEngine } from '../store/snapshot.js'
+import { encodeItem } from './items.js'
 
 export const SESSIONS: NameScheme = { prefix: 'oa', what: 'session id' }
 
@@ -40,6 +43,11 @@ export interface NoaSessionOptions {
 const OPTION_KEYS = new Set(['root', 'sessionId', 'log', 'workers'])
 const ITEM_RE = /^items\/(\d{12})$/
 const SESSION_FILE = 'session'
+/**
+ * How long a change through a daemon goes on trying while other clients' changes to the same
+ * session keep going in first (each lost try means one of theirs went in).
+ */
+const GIVE_UP_MS = 30_000
 
 function itemPath(n: number): string {
   return `items/${String(n).padStart(12, '0')}`
@@ -58,7 +66,11 @@ export class NoaSession implements Session {
   private readonly values = new Map<string, AgentInputItem>()
   private loaded = false
   private lease: Promise<LogLease> | null = null
+  /** Whether the root's AgentLog is a daemon's client; unknown until it is opened. */
+  private viaDaemon: boolean | undefined
   private writing = false
+  /** The workspace was opened through the root's AgentLog (see write). */
+  private opened = false
   private closed = false
 
   constructor(options: NoaSessionOptions = {}) {
@@ -96,18 +108,8 @@ export class NoaSession implements Session {
       throw Errors.BAD_ARGUMENT(`addItems takes an array of items, got ${describe(items)}`)
     }
     if (items.length === 0) return
-    const encoded = items.map((item, i) => {
-      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-        throw Errors.BAD_ARGUMENT(`addItems: item ${i} must be an object, got ${describe(item)}`)
-      }
-      let text: string
-      try {
-        text = JSON.stringify(item)
-      } catch (err) {
-        throw Errors.BAD_ARGUMENT(`addItems: item ${i} is not JSON: ${(err as Error).message}`)
-      }
-      return Buffer.from(text, 'utf8')
-    })
+    // Every item is checked before anything is written: one that JSON cannot give back refuses the call.
+    const encoded = items.map((item, i) => encodeItem(item, i))
     await this.write(async () => {
       let next = this.lastPosition() + 1
       const objects: StoredObject[] = []
@@ -159,7 +161,14 @@ export class NoaSession implements Session {
   private async item(blob: string): Promise<AgentInputItem> {
     let v = this.values.get(blob)
     if (v === undefined) {
-      const bytes = await this.store.getBlob(blob)
+      let bytes: Buffer
+      try {
+        bytes = await this.store.getBlob(blob)
+      } catch (err) {
+        throw err instanceof NoaError
+          ? rewrap(err, `session ${this.sessionId}: item blob ${blob}: ${err.message}`)
+          : err
+      }
       try {
         v = JSON.parse(bytes.toString('utf8')) as AgentInputItem
       } catch {
@@ -172,7 +181,7 @@ export class NoaSession implements Session {
     return v
   }
 
-  private async log(): Promise<{ log: AgentLog; mutex: KeyedMutex }> {
+  private async log(): Promise<LogLease & { mutex: KeyedMutex }> {
     if (this.closed) throw Errors.CLOSED(`NoaSession ${this.sessionId} is closed`)
     this.lease ??= this.options.log
       ? Promise.resolve(borrowedLog(this.options.log))
@@ -181,36 +190,69 @@ export class NoaSession implements Session {
       this.lease = null
       throw err
     })
-    return { log: lease.log, mutex: mutexFor(lease.log) }
+    this.viaDaemon = lease.viaDaemon
+    return { ...lease, mutex: mutexFor(lease.log) }
   }
 
-  /** One change: built from the items as they stand (under the workspace's mutex), then made durable. */
+  /**
+   * One change: built from the items as they stand (under the workspace's mutex), then made
+   * durable. In process the workspace's lock makes the first try the only one. Through a daemon
+   * (nothing locked here) the append is a compare-and-append on the seq the change was built
+   * after; when another client appended first, the change is built again on the items as they
+   * are then (an added item takes the next position, a pop the last item), so the daemon orders
+   * the two writers and neither is refused.
+   */
   private async write(
     build: () => Promise<{ objects: StoredObject[]; entries: EntryInput[] }>,
   ): Promise<void> {
-    const { log, mutex } = await this.log()
+    const { log, mutex, viaDaemon } = await this.log()
     await mutex.run([this.workspace], async () => {
-      await log.openWorkspace(this.workspace) // the lock first: nobody else appends from here on
+      // In process, the lock first: nobody else appends from here on. Through a daemon this takes
+      // no lock (the daemon opens the log, cutting a torn tail): once is enough.
+      if (!viaDaemon || !this.opened) await log.openWorkspace(this.workspace)
+      this.opened = true
       this.writing = true
       try {
-        await this.refresh(true)
-        const { objects, entries } = await build()
-        if (entries.length === 0) return
-        // The items' blobs go with the entries, appended to the owner's object log: one journal
-        // sync for both, instead of an fsync per blob and its folder before the append.
-        // (The store's own path: a log opened with checkBlobs would refuse writes whose blobs
-        // arrive with them.)
-        const files = this.store.filesFor(objects, true)
-        const acks = await log[STORE_APPEND](
-          this.workspace,
-          entries,
-          files.length > 0 ? { files } : undefined,
-        )
-        for (const [i, a] of acks.entries()) this.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
-        const last = acks[acks.length - 1]?.seq ?? this.follower.lastSeq
-        const end = acks[LOG_END]
-        if (end === undefined) this.follower.accept(last)
-        else this.follower.accept(last, end, acks[LOG_HELD])
+        const started = performance.now()
+        for (let attempt = 1; ; attempt++) {
+          await this.refresh(true)
+          const { objects, entries } = await build()
+          if (entries.length === 0) return
+          let acks: Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
+          if (viaDaemon) {
+            try {
+              // Plain writes and deletes: the client writes the blobs as files of their own
+              // before it sends the entries (nothing of them goes through the daemon's journal).
+              acks = await log.appendMany(this.workspace, entries, {
+                ifLastSeq: this.follower.lastSeq,
+                files: this.store.filesFor(objects),
+              })
+            } catch (err) {
+              if (!isNoaError(err, 'NOA_SEQ_MISMATCH')) throw err
+              if (performance.now() - started > GIVE_UP_MS) {
+                throw Errors.CONFLICT(
+                  `session ${this.sessionId}: for ${GIVE_UP_MS / 1000} s (${attempt} tries), other clients of the daemon appended to ${this.workspace} before each try of this change went in; nothing of it was written`,
+                  { workspace: this.workspace },
+                )
+              }
+              continue
+            }
+          } else {
+            // The items' blobs go with the entries, appended to the owner's object log: one
+            // journal sync for both, instead of an fsync per blob and its folder before the
+            // append. (The store's own path: a log opened with checkBlobs would refuse writes
+            // whose blobs arrive with them.)
+            const files = this.store.filesFor(objects, true)
+            acks = await log[STORE_APPEND](this.workspace, entries, files.length > 0 ? { files } : undefined)
+          }
+          for (const [i, a] of acks.entries()) this.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
+          const last = acks[acks.length - 1]?.seq ?? this.follower.lastSeq
+          const end = acks[LOG_END]
+          if (viaDaemon) this.follower.acceptAppended(last)
+          else if (end === undefined) this.follower.accept(last)
+          else this.follower.accept(last, end, acks[LOG_HELD])
+          return
+        }
       } finally {
         this.writing = false
       }
@@ -232,8 +274,14 @@ export class NoaSession implements Session {
   }
 
   private async load(): Promise<void> {
-    // After a power loss the last items may be only in a dead process's commit journal.
-    readThroughJournals(this.root)
+    // After a power loss the last items may be only in a dead process's commit journal. Through
+    // a daemon that is the daemon's to replay (it did when it opened the root): this process
+    // takes no lock on a root the daemon serves.
+    // Before the first write that is known only when a daemon's socket is there: then the root's
+    // AgentLog is opened now to find out (one whose daemon died removes the socket and opens
+    // the root in process). Without a socket nothing is opened for a read, as before.
+    if (this.viaDaemon === undefined && !this.closed && socketState(this.root) === 'socket') await this.log()
+    if (this.viaDaemon !== true) readThroughJournals(this.root)
     const size = this.follower.size()
     this.files = new Map()
     this.items = new Map()

@@ -120,7 +120,9 @@ describe('NoaSession', () => {
     await expect(s.addItems([null as never])).rejects.toThrow(/item 0 must be an object/)
     const cyclic: Record<string, unknown> = { type: 'message' }
     cyclic.self = cyclic
-    await expect(s.addItems([cyclic as never])).rejects.toThrow(/item 0 is not JSON/)
+    await expect(s.addItems([cyclic as never])).rejects.toThrow(
+      /item 0 cannot be stored as JSON: at .self, a cycle/,
+    )
     await expect(s.getItems('3' as never)).rejects.toThrow(/limit must be a number/)
     expect(await s.getItems()).toEqual([]) // nothing was written by the refused calls
     await s.close()
