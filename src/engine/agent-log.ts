@@ -14,7 +14,7 @@ import type { Piscina } from 'piscina'
 import { isRecordEntry, LOG_END, LOG_HELD, type ObjectChecks, STORE_APPEND } from './checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
-import { checkRoot, fileDataProblem, filePathProblem, isInside } from './files.js'
+import { checkRoot, filePathProblem, isInside } from './files.js'
 import { MAX_JOURNAL_SIZE } from './journal-format.js'
 import { recoverJournals } from './journal-recovery.js'
 import { LocalPort } from './local-port.js'
@@ -1295,7 +1295,7 @@ export function checkFiles(files: AppendOptions['files']): FileWrite[] | null {
         field: 'files',
         path,
       })
-    const problem = filePathProblem(path) ?? fileDataProblem(path, data)
+    const problem = filePathProblem(path)
     if (problem !== null) throw bad(problem)
     if (seen.has(path)) throw bad('is named twice')
     seen.add(path)

@@ -410,7 +410,7 @@ export function filePathProblem(path: string): string | null {
     return `must be in a folder below the root other than ${ENGINE_DIRS.join(', ')}`
   }
   if (segments[0] === 'objects' && !OBJECT_FILE.test(path)) {
-    return "is in objects/, which holds only the store's objects (objects/<2 hex>/<62 hex>, named by the SHA-256 of their bytes)"
+    return "is in objects/, which holds only the store's objects (objects/<2 hex>/<62 hex>, named by their SHA-256)"
   }
   return null
 }
@@ -419,12 +419,11 @@ export function filePathProblem(path: string): string | null {
 export const OBJECT_FILE = /^objects\/[0-9a-f]{2}\/[0-9a-f]{62}$/
 
 /**
- * Why `data` cannot be the file at `path`: an object's bytes must hash to its name (a commit
- * journal replays only such objects, journal-trust.ts). Null when it can.
+ * Whether `data` is the object `path` (below the root) names: its bytes hash to its name. A
+ * store object that does not (a tree stored as a delta, named by what it decodes to) is an
+ * encoded one: a journal replay writes it only where nothing is stored under its name.
  */
-export function fileDataProblem(path: string, data: Uint8Array): string | null {
-  if (!path.startsWith('objects/')) return null
+export function isExactObject(path: string, data: Uint8Array): boolean {
   const id = path.slice(8, 10) + path.slice(11)
-  const actual = createHash('sha256').update(data).digest('hex')
-  return actual === id ? null : `is object ${id}, but its ${data.length} bytes hash to ${actual}`
+  return createHash('sha256').update(data).digest('hex') === id
 }

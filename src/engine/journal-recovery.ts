@@ -34,7 +34,7 @@ import {
 import { basename, dirname, join } from 'node:path'
 import { fsyncDir, mkdirDurable, tempPath, writeFileAtomic } from './atomic.js'
 import { Errors, type NoaError } from './errors.js'
-import { checkDirsBelow, mkdirBelow, openFileSync } from './files.js'
+import { checkDirsBelow, isExactObject, mkdirBelow, openFileSync } from './files.js'
 import { REC_DATA, REC_FILE, REC_READ_ONLY } from './journal-format.js'
 import {
   BadRecord,
@@ -284,14 +284,25 @@ export function recoverJournals(root: string, own?: ReadonlySet<string>): Replay
  * Makes each file hold exactly its record's bytes, durably: a file that already does (the
  * process wrote it, then died) is fdatasynced where it is; any other is written again to a temp
  * file, fdatasynced and renamed into place. Then each folder is fsynced. Every record was
- * checked (a normalized path below the root, outside the engine's folders; an object's bytes
- * hash to its name); one whose folder cannot be made is skipped and reported.
+ * checked (a normalized path below the root, outside the engine's folders, an object's name in
+ * objects/); an object whose bytes do not hash to its name is written only where nothing is
+ * stored under that name. One whose folder cannot be made is skipped and reported.
  */
 function applyFiles(root: string, records: readonly SourcedRecord[], report: ReplayReport): void {
   const dirs = new Set<string>()
   for (const r of records) {
     const file = join(root, r.target)
     const dir = dirname(file)
+    if (r.target.startsWith('objects/') && !isExactObject(r.target, r.data)) {
+      // An encoded object (a delta tree): never written over what is stored under its name.
+      if (lstatSync(file, { throwIfNoEntry: false }) !== undefined) {
+        report.skipped.push({
+          file,
+          reason: 'an object is stored under its name already: an encoded one never replaces it',
+        })
+        continue
+      }
+    }
     try {
       mkdirDurable(root, dir)
     } catch (err) {

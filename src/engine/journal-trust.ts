@@ -12,7 +12,9 @@
  *   BadFrame) makes the journal untrusted.
  * - Its records: a workspace's log by its name (never a path); a whole file by a path an append
  *   may write beside its entries (files.ts: normalized, below the root, outside the engine's
- *   own folders; under `objects/` only an object whose bytes hash to its name).
+ *   own folders; under `objects/` only an object's name). An object whose bytes do not hash to
+ *   its name (a tree stored as a delta) never replaces a file stored under that name
+ *   (journal-recovery.ts); the store checks every object it reads.
  * - What they would write: the records of one log, from every dead journal, in offset order,
  *   each starting at a line start no further than the log's end, whole entry lines that pass the
  *   engine's own checks, seq following the line before, ts never going back; a record may only rewrite
@@ -25,7 +27,7 @@
 import { closeSync, constants, fstatSync, lstatSync, readdirSync, readSync, type Stats } from 'node:fs'
 import { join } from 'node:path'
 import { isWorkspaceName, parseCounters, parseEntry } from './entry.js'
-import { fileDataProblem, filePathProblem, openFileSync } from './files.js'
+import { filePathProblem, openFileSync } from './files.js'
 import {
   BadFrame,
   DATA_START,
@@ -243,7 +245,7 @@ export function recordProblem(r: JournalRecord): string | null {
     return null
   }
   if (r.type !== REC_FILE) return `a record has unknown type ${r.type}`
-  const problem = filePathProblem(r.target) ?? fileDataProblem(r.target, r.data)
+  const problem = filePathProblem(r.target)
   if (problem !== null) return `a whole-file record names ${JSON.stringify(r.target)}, which ${problem}`
   return null
 }

@@ -15,7 +15,7 @@
 import { closeSync, constants, lstatSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { checkDirsBelow, openFileSync, setReadView } from './files.js'
+import { checkDirsBelow, isExactObject, openFileSync, setReadView } from './files.js'
 import {
   checkJournals,
   type JournalCheck,
@@ -140,6 +140,7 @@ function makeViews(root: string, check: JournalCheck, view: RootView, valid: () 
   for (const r of check.files) {
     const file = join(root, r.target)
     const st = lstatSync(file, { throwIfNoEntry: false })
+    if (st !== undefined && r.target.startsWith('objects/') && !isExactObject(r.target, r.data)) continue
     if (st?.isFile() && st.size === r.data.length) {
       const fd = openFileSync(file, constants.O_RDONLY)
       try {
