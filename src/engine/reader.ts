@@ -141,7 +141,8 @@ export async function* readEntries(file: string, options: EntryReadOptions = {})
   for await (const batch of readEntryBatches(file, options)) yield* batch
 }
 
-function readAt(fd: number, buf: Buffer, pos: number): number {
+/** Reads `buf.length` bytes at `pos` (fewer at the end of the file); returns how many. */
+export function readAt(fd: number, buf: Buffer, pos: number): number {
   let got = 0
   while (got < buf.length) {
     const n = readSync(fd, buf, got, buf.length - got, pos + got)
