@@ -144,3 +144,30 @@ export function tooLarge(what: string, bytes: number, max: number, flag: string)
     { bytes, limit: max },
   )
 }
+
+export function badArgument(message: string): NoaError {
+  return Errors.BAD_ARGUMENT(message)
+}
+
+/** A request's fields beyond id and op must be the op's own: a misspelled one is refused by name. */
+export function checkFields(req: Request, known: readonly string[]): void {
+  for (const key of Object.keys(req)) {
+    if (key === 'id' || key === 'op' || known.includes(key)) continue
+    throw Errors.BAD_ARGUMENT(
+      `unknown field ${JSON.stringify(key)} in ${req.op} (known: ${known.join(', ') || 'none'})`,
+      { field: key },
+    )
+  }
+}
+
+export function bool(v: unknown, what: string): boolean {
+  if (typeof v !== 'boolean') throw badArgument(`${what} must be true or false, got ${JSON.stringify(v)}`)
+  return v
+}
+
+export function seqArg(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
+    throw badArgument(`${what} must be an integer >= 1, got ${JSON.stringify(v)}`)
+  }
+  return v
+}

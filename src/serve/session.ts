@@ -14,13 +14,13 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
 import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
-import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
+import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError } from '../engine/errors.js'
-import type { WatchOptions } from '../engine/watch.js'
 import { LineReader } from './lines.js'
 import {
-  CHUNK_BYTES,
-  CHUNK_ENTRIES,
+  badArgument,
+  bool,
+  checkFields,
   DEFAULT_WINDOW,
   HELLO_MAX_LINE,
   HELLO_TIMEOUT_MS,
@@ -35,6 +35,7 @@ import {
   tooLarge,
   utf8Bytes,
 } from './protocol.js'
+import { type Chunk, orAbort, type StreamSource, streamSource } from './streams.js'
 
 /** What a session needs from its daemon. */
 export interface SessionHost {
@@ -62,8 +63,10 @@ const PAUSE_OUTPUT = 1
 const PAUSE_IN_FLIGHT = 2
 const PAUSE_BUDGET = 4
 
-/** Answers buffered in the socket past which reading stops and streams wait. */
+/** Answers buffered in the socket past which reading stops. */
 const OUTPUT_HIGH = 1 << 20
+/** Answers buffered past which streams read no further (they park until the client takes them). */
+const STREAM_OUTPUT_HIGH = 64 << 10
 
 interface InFlight {
   op: string
@@ -77,12 +80,6 @@ interface InFlight {
   credits?: number
   wake?: (() => void) | null
 }
-
-interface Chunk {
-  data: unknown
-}
-
-type Streamer = (req: Request, signal: AbortSignal) => AsyncGenerator<Chunk>
 
 export class Session {
   private readonly reader = new LineReader(HELLO_MAX_LINE)
@@ -416,7 +413,7 @@ export class Session {
       )
       return
     }
-    let gen: AsyncGenerator<Chunk>
+    let source: StreamSource
     try {
       const window = req.window ?? DEFAULT_WINDOW
       if (!Number.isSafeInteger(window) || (window as number) < 1 || (window as number) > MAX_WINDOW) {
@@ -425,13 +422,13 @@ export class Session {
         )
       }
       r.credits = window as number
-      gen = this.streamer(req.op)(req, (r.abort as AbortController).signal)
+      source = streamSource(req, this.host.log, this.host.root)
     } catch (err) {
       this.settle(req.id, r, null, err)
       return
     }
     this.streams++
-    this.pump(req.id, r, gen).then(
+    this.pump(req.id, r, source).then(
       (result) => {
         this.streams--
         this.settle(req.id, r, result, null)
@@ -443,73 +440,42 @@ export class Session {
     )
   }
 
-  /** Sends a stream's chunks as credit and the socket allow; its result once it ends. */
-  private async pump(id: number, r: InFlight, gen: AsyncGenerator<Chunk>): Promise<unknown> {
+  /** Whether a stream may read its next chunk now: its client granted one and takes what it is sent. */
+  private mayPull(r: InFlight): boolean {
+    return (r.credits as number) > 0 && this.buffered < STREAM_OUTPUT_HIGH
+  }
+
+  /**
+   * Sends a stream's chunks as credit and the socket allow; its result once it ends. The reader
+   * is open only while chunks can go out: a stream its client does not take from is parked, its
+   * reader closed (file, buffers, watch), and opened again at its position once it can go on.
+   */
+  private async pump(id: number, r: InFlight, source: StreamSource): Promise<unknown> {
     const signal = (r.abort as AbortController).signal
+    let reader: AsyncGenerator<Chunk> | null = null
     let sent = 0
     try {
       let next: IteratorResult<Chunk, unknown> | null = null
       for (;;) {
-        next = await orAbort(gen.next(), signal)
-        if (next.done) return { chunks: sent, ...(next.value as object) }
-        while ((r.credits as number) <= 0 || this.socket.writableLength > OUTPUT_HIGH) {
+        if (!this.mayPull(r)) {
+          if (reader) closeReader(reader)
+          reader = null
           await orAbort(new Promise<void>((wake) => (r.wake = wake)), signal)
           r.wake = null
+          continue
         }
+        reader ??= source.open(signal)
+        next = await orAbort(reader.next(), signal)
+        if (next.done) return { chunks: sent, ...source.result() }
+        source.sent(next.value)
         this.send({ id, chunk: next.value.data })
         next = null
         r.credits = (r.credits as number) - 1
         sent++
+        await null // the chunk's flush (a microtask queued before this one): then what the kernel did not take
       }
     } finally {
-      // Not awaited: a generator waiting inside (a watch waiting for a commit) returns once it wakes.
-      gen.return(undefined).catch(() => {})
-    }
-  }
-
-  private streamer(op: string): Streamer {
-    const log = this.host.log
-    switch (op) {
-      case 'read':
-        return async function* (req) {
-          checkFields(req, ['ws', 'fromSeq', 'validate', 'end', 'window'])
-          const options: { fromSeq?: number; validate?: boolean; end?: number } = {}
-          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'read.fromSeq')
-          if (req.validate !== undefined) options.validate = bool(req.validate, 'read.validate')
-          if (req.end !== undefined) options.end = seqArg(req.end, 'read.end')
-          let entries = 0
-          for await (const batch of log.readBatches(req.ws as string, options)) {
-            for (const part of entryChunks(batch)) {
-              entries += part.length
-              yield { data: part }
-            }
-          }
-          return { entries }
-        }
-      case 'readBytes':
-        return async function* (req) {
-          checkFields(req, ['ws', 'fromSeq', 'window'])
-          const from = req.fromSeq === undefined ? 1 : seqArg(req.fromSeq, 'readBytes.fromSeq')
-          let bytes = 0
-          for await (const buf of log.readBytes(req.ws as string, from)) {
-            for (let i = 0; i < buf.length; i += CHUNK_BYTES) {
-              const part = buf.subarray(i, Math.min(buf.length, i + CHUNK_BYTES))
-              bytes += part.length
-              yield { data: part.toString('base64') }
-            }
-          }
-          return { bytes }
-        }
-      case 'watch':
-        return async function* (req, signal) {
-          checkFields(req, ['ws', 'fromSeq', 'pollMs', 'window'])
-          const options: WatchOptions = { signal }
-          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'watch.fromSeq')
-          if (req.pollMs !== undefined) options.pollMs = seqArg(req.pollMs, 'watch.pollMs')
-          yield* watchChunks(log.watch(req.ws as string, options), signal)
-        }
-      default:
-        throw protocolError(`op ${op} is not a stream`)
+      if (reader) closeReader(reader)
     }
   }
 
@@ -552,10 +518,16 @@ export class Session {
     this.out = []
     this.socket.write(data)
     if (this.socket.writableLength > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
+    // The kernel took it all: no 'drain' follows, and streams parked on this queue go on now.
+    if (this.socket.writableLength < STREAM_OUTPUT_HIGH) this.wakeStreams()
   }
 
   private onDrain(): void {
     this.unpause(PAUSE_OUTPUT)
+    this.wakeStreams()
+  }
+
+  private wakeStreams(): void {
     for (const r of this.inFlight.values()) r.wake?.()
   }
 
@@ -606,84 +578,6 @@ export class Session {
   }
 }
 
-/** Splits a read batch into chunks the protocol allows. */
-function* entryChunks(batch: Entry[]): Generator<Entry[]> {
-  if (batch.length <= CHUNK_ENTRIES) {
-    yield batch
-    return
-  }
-  for (let i = 0; i < batch.length; i += CHUNK_ENTRIES) yield batch.slice(i, i + CHUNK_ENTRIES)
-}
-
-const IDLE = Symbol('idle')
-
-/** About an entry's JSON size (its strings and some room for keys and numbers), cheaply. */
-function entrySize(e: Entry): number {
-  let n = 64
-  for (const v of Object.values(e)) if (typeof v === 'string') n += v.length
-  return n
-}
-
-/**
- * A watch's entries, gathered into chunks: whatever the iterator has ready now goes into one
- * chunk (up to the chunk bounds); the chunk is sent as soon as the iterator would have to wait.
- */
-async function* watchChunks(source: AsyncIterable<Entry>, signal: AbortSignal): AsyncGenerator<Chunk> {
-  const it = source[Symbol.asyncIterator]()
-  try {
-    let pending = it.next()
-    for (;;) {
-      const first = await orAbort(pending, signal)
-      if (first.done) return
-      let batch: Entry[] = [first.value]
-      let bytes = entrySize(first.value)
-      pending = it.next()
-      while (batch.length < CHUNK_ENTRIES && bytes < CHUNK_BYTES) {
-        const r = await orAbort(
-          Promise.race([pending, new Promise<typeof IDLE>((ok) => setImmediate(ok, IDLE))]),
-          signal,
-        )
-        if (r === IDLE) break
-        if (r.done) {
-          yield { data: batch }
-          return
-        }
-        batch.push(r.value)
-        bytes += entrySize(r.value)
-        pending = it.next()
-      }
-      yield { data: batch }
-      batch = [] // not kept alive by a suspended generator while it waits for the next commit
-    }
-  } finally {
-    it.return?.(undefined)?.catch(() => {})
-  }
-}
-
-/**
- * `p`, or a rejection with the signal's reason once it aborts. Not a race with one promise that
- * rejects on abort: every race adds a reaction to that promise, which stays until it settles and
- * keeps the race's result alive, so a stream that never aborts kept every chunk it ever sent
- * (1,000 watches that had each delivered 1,000 entries held 564 KB of heap apiece).
- */
-function orAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort)
-        resolve(v)
-      },
-      (err) => {
-        signal.removeEventListener('abort', onAbort)
-        reject(err)
-      },
-    )
-  })
-}
-
 /** An error as it crosses the wire: the engine's own serialization, so clients rebuild it exactly. */
 export function wireError(err: unknown): Record<string, unknown> {
   const s = serializeError(err) as unknown as Record<string, unknown>
@@ -695,35 +589,13 @@ export function wireError(err: unknown): Record<string, unknown> {
   return s
 }
 
+/** Not awaited: a reader waiting inside (a watch waiting for a commit) returns once it wakes. */
+function closeReader(reader: AsyncGenerator<Chunk>): void {
+  reader.return(undefined).catch(() => {})
+}
+
 function shuttingDown(): NoaError {
   return Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken')
-}
-
-function badArgument(message: string): NoaError {
-  return Errors.BAD_ARGUMENT(message)
-}
-
-/** A request's fields beyond id and op must be the op's own: a misspelled one is refused by name. */
-function checkFields(req: Request, known: readonly string[]): void {
-  for (const key of Object.keys(req)) {
-    if (key === 'id' || key === 'op' || known.includes(key)) continue
-    throw Errors.BAD_ARGUMENT(
-      `unknown field ${JSON.stringify(key)} in ${req.op} (known: ${known.join(', ') || 'none'})`,
-      { field: key },
-    )
-  }
-}
-
-function bool(v: unknown, what: string): boolean {
-  if (typeof v !== 'boolean') throw badArgument(`${what} must be true or false, got ${JSON.stringify(v)}`)
-  return v
-}
-
-function seqArg(v: unknown, what: string): number {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
-    throw badArgument(`${what} must be an integer >= 1, got ${JSON.stringify(v)}`)
-  }
-  return v
 }
 
 function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOptions | undefined {
