@@ -70,7 +70,7 @@ export interface DaemonInfo {
   ops: string[]
 }
 
-const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN'])
+const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN', 'NOA_SLOW_CONSUMER'])
 
 /** Longest answer line this side takes (a workspaces() listing of a very large root). */
 const MAX_ANSWER_LINE = 1 << 30
@@ -563,7 +563,7 @@ export class RemoteAgentLog extends AgentLog {
 
   /**
    * Every acknowledged entry of a workspace from `fromSeq` on, in order, as the daemon commits
-   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST or
+   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST, NOA_SLOW_CONSUMER or
    * NOA_SHUTTING_DOWN the error's `details.resumeFrom` is the seq to watch again from: nothing
    * is missed or repeated.
    */

@@ -55,6 +55,8 @@ export interface DaemonStats {
   pendingBytes: number
   /** Answer bytes queued in this process for clients that have not read them yet. */
   bufferedBytes: number
+  /** Connections closed with NOA_SLOW_CONSUMER since the daemon started. */
+  slowConsumers: number
   draining: boolean
 }
 
@@ -84,6 +86,8 @@ export class Daemon implements SessionHost {
   /** The TCP listener's address, when there is one. */
   tcp: { host: string; port: number } | null = null
   pendingBytes = 0
+  bufferedBytes = 0
+  private slowConsumers = 0
   readonly budgetWaiters = new Set<Session>()
   private readonly sessions = new Set<Session>()
   private readonly servers: Server[] = []
@@ -227,6 +231,10 @@ export class Daemon implements SessionHost {
     this.wakeDrain?.()
   }
 
+  slowConsumer(_session: Session): void {
+    this.slowConsumers++
+  }
+
   released(): void {
     if (this.budgetWaiters.size > 0 && this.pendingBytes <= this.limits.maxPendingBytes / 2) {
       const waiting = [...this.budgetWaiters]
@@ -255,11 +263,9 @@ export class Daemon implements SessionHost {
   stats(): DaemonStats {
     let requests = 0
     let streams = 0
-    let bufferedBytes = 0
     for (const s of this.sessions) {
       requests += s.requests
       streams += s.openStreams
-      bufferedBytes += s.buffered
     }
     return {
       pid: process.pid,
@@ -268,7 +274,8 @@ export class Daemon implements SessionHost {
       requests,
       streams,
       pendingBytes: this.pendingBytes,
-      bufferedBytes,
+      bufferedBytes: this.bufferedBytes,
+      slowConsumers: this.slowConsumers,
       draining: this.drainStarted,
     }
   }

@@ -32,6 +32,11 @@ export interface Limits {
   maxStreams: number
   /** Request bytes in flight across all connections before the daemon stops reading new ones. */
   maxPendingBytes: number
+  /**
+   * A connection whose answers wait this long with none taken off the socket (the client reads
+   * nothing) is closed with NOA_SLOW_CONSUMER, in milliseconds.
+   */
+  slowConsumerMs: number
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = {
@@ -41,6 +46,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
   maxInFlight: 4096,
   maxStreams: 64,
   maxPendingBytes: 64 << 20,
+  slowConsumerMs: 30_000,
 }
 
 /** What an unauthenticated peer may send before `hello` is accepted. */

@@ -17,6 +17,7 @@ import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError } from '../engine/errors.js'
 import { LineReader } from './lines.js'
+import { Outbox } from './outbox.js'
 import {
   badArgument,
   bool,
@@ -35,7 +36,7 @@ import {
   tooLarge,
   utf8Bytes,
 } from './protocol.js'
-import { type Chunk, orAbort, type StreamSource, streamSource } from './streams.js'
+import { type Chunk, orAbort, STREAM_READ_BYTES, type StreamSource, streamSource } from './streams.js'
 
 /** What a session needs from its daemon. */
 export interface SessionHost {
@@ -51,6 +52,10 @@ export interface SessionHost {
   lastSeq(workspace: string): Promise<number>
   /** Request bytes in flight across all sessions (the daemon's budget). */
   pendingBytes: number
+  /** Answer bytes held for clients that have not taken them, all sessions together. */
+  bufferedBytes: number
+  /** A session was closed because its client read none of its answers for slowConsumerMs. */
+  slowConsumer(session: Session): void
   /** Sessions waiting for the budget to go down. */
   readonly budgetWaiters: Set<Session>
   ended(session: Session): void
@@ -63,10 +68,12 @@ const PAUSE_OUTPUT = 1
 const PAUSE_IN_FLIGHT = 2
 const PAUSE_BUDGET = 4
 
-/** Answers buffered in the socket past which reading stops. */
+/** Answers held for a client past which its requests are read no further. */
 const OUTPUT_HIGH = 1 << 20
-/** Answers buffered past which streams read no further (they park until the client takes them). */
+/** Answers not taken by a client past which its streams read no further (they park until it takes them). */
 const STREAM_OUTPUT_HIGH = 64 << 10
+/** Time a closed connection's peer gets to take the refusal before the socket is cut. */
+const CLOSE_GRACE_MS = 1000
 
 interface InFlight {
   op: string
@@ -86,9 +93,10 @@ export class Session {
   private state: 'hello' | 'open' | 'closed' = 'hello'
   private readonly inFlight = new Map<number, InFlight>()
   private streams = 0
+  /** Streams of this connection reading a chunk now (not watches waiting for a commit): each will queue one. */
+  private reading = 0
   private paused = 0
-  private out: string[] = []
-  private flushing = false
+  private readonly outbox: Outbox
   private helloTimer: NodeJS.Timeout | null
   /** Set once the daemon drains: new requests are refused. */
   private ending = false
@@ -98,8 +106,18 @@ export class Session {
     private readonly socket: Socket,
     readonly transport: 'unix' | 'tcp',
   ) {
+    this.outbox = new Outbox(
+      socket,
+      {
+        changed: (delta) => {
+          host.bufferedBytes += delta
+        },
+        taken: () => this.taken(),
+        stuck: () => this.slow(),
+      },
+      host.limits.slowConsumerMs,
+    )
     socket.on('data', (chunk: Buffer) => this.onData(chunk))
-    socket.on('drain', () => this.onDrain())
     socket.on('error', () => {}) // a peer that vanished: 'close' follows
     socket.on('close', () => this.onClose())
     this.helloTimer = setTimeout(
@@ -117,9 +135,9 @@ export class Session {
     return this.streams
   }
 
-  /** Answer bytes written but not yet taken by the kernel. */
+  /** Answer bytes held for this client: queued, or written and not yet taken by the kernel. */
   get buffered(): number {
-    return this.socket.writableLength + this.out.reduce((n, l) => n + l.length, 0)
+    return this.outbox.bytes
   }
 
   /** Answered before the connection is closed: too many connections, shutting down. */
@@ -141,7 +159,7 @@ export class Session {
   /** Sends what is left and ends the connection (the daemon is done with it). */
   finish(): void {
     if (this.state === 'closed') return
-    this.flush()
+    this.outbox.end(null, true)
     this.state = 'closed'
     this.socket.end()
   }
@@ -440,9 +458,25 @@ export class Session {
     )
   }
 
-  /** Whether a stream may read its next chunk now: its client granted one and takes what it is sent. */
+  /**
+   * Whether a stream may read its next chunk now: its client granted one and takes what it is
+   * sent. It counts the chunks its connection's other streams are reading already, so all of
+   * a connection's streams together queue about one chunk past the mark, not one each.
+   */
   private mayPull(r: InFlight): boolean {
-    return (r.credits as number) > 0 && this.buffered < STREAM_OUTPUT_HIGH
+    return (
+      (r.credits as number) > 0 && this.outbox.waiting + this.reading * STREAM_READ_BYTES < STREAM_OUTPUT_HIGH
+    )
+  }
+
+  /** A stream stopped reading: the ones parked behind its chunk may go on. */
+  private doneReading(): void {
+    this.reading--
+    this.wakeStreams()
+  }
+
+  private wakeStreams(): void {
+    for (const r of this.inFlight.values()) r.wake?.()
   }
 
   /**
@@ -454,6 +488,14 @@ export class Session {
     const signal = (r.abort as AbortController).signal
     let reader: AsyncGenerator<Chunk> | null = null
     let sent = 0
+    // The chunk being read, counted in `reading` unless its watch waits for a commit.
+    let pull: { counted: boolean } | null = null
+    const tail = (waiting: boolean) => {
+      if (pull === null || pull.counted !== waiting) return // a late call, after its pull ended
+      pull.counted = !waiting
+      if (waiting) this.doneReading()
+      else this.reading++
+    }
     try {
       let next: IteratorResult<Chunk, unknown> | null = null
       for (;;) {
@@ -464,15 +506,22 @@ export class Session {
           r.wake = null
           continue
         }
-        reader ??= source.open(signal)
-        next = await orAbort(reader.next(), signal)
+        reader ??= source.open(signal, tail)
+        pull = { counted: true }
+        this.reading++
+        try {
+          next = await orAbort(reader.next(), signal)
+        } finally {
+          if (pull.counted) this.doneReading()
+          pull = null
+        }
         if (next.done) return { chunks: sent, ...source.result() }
         source.sent(next.value)
         this.send({ id, chunk: next.value.data })
         next = null
         r.credits = (r.credits as number) - 1
         sent++
-        await null // the chunk's flush (a microtask queued before this one): then what the kernel did not take
+        await null // the chunk's write (a microtask queued before this one): then what the kernel did not take
       }
     } finally {
       if (reader) closeReader(reader)
@@ -497,38 +546,14 @@ export class Session {
 
   private send(msg: object): void {
     if (this.state === 'closed') return
-    let line: string
-    try {
-      line = `${JSON.stringify(msg)}\n`
-    } catch (err) {
-      line = `${JSON.stringify({ id: (msg as { id?: unknown }).id ?? null, ok: false, error: wireError(err) })}\n`
-    }
-    this.out.push(line)
-    if (!this.flushing) {
-      this.flushing = true
-      queueMicrotask(() => this.flush())
-    }
+    this.outbox.push(answerLine(msg))
+    if (this.outbox.bytes > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
   }
 
-  /** Everything answered in one turn goes out in one write. */
-  private flush(): void {
-    this.flushing = false
-    if (this.out.length === 0 || this.state === 'closed') return
-    const data = this.out.length === 1 ? (this.out[0] as string) : this.out.join('')
-    this.out = []
-    this.socket.write(data)
-    if (this.socket.writableLength > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
-    // The kernel took it all: no 'drain' follows, and streams parked on this queue go on now.
-    if (this.socket.writableLength < STREAM_OUTPUT_HIGH) this.wakeStreams()
-  }
-
-  private onDrain(): void {
-    this.unpause(PAUSE_OUTPUT)
-    this.wakeStreams()
-  }
-
-  private wakeStreams(): void {
-    for (const r of this.inFlight.values()) r.wake?.()
+  /** The client took a batch of its answers: read its requests again, let its streams go on. */
+  private taken(): void {
+    if (this.outbox.bytes <= OUTPUT_HIGH) this.unpause(PAUSE_OUTPUT)
+    if (this.outbox.waiting < STREAM_OUTPUT_HIGH) this.wakeStreams()
   }
 
   /** Budget freed by the daemon: read again if nothing else holds this session. */
@@ -550,15 +575,35 @@ export class Session {
   /** A protocol violation: answered with id null, then the connection is closed. */
   private fatal(err: unknown): void {
     if (this.state === 'closed') return
-    this.sendError(null, err)
-    this.flush()
+    this.close(err, true, CLOSE_GRACE_MS)
+  }
+
+  /**
+   * The client has taken none of its answers for slowConsumerMs: what is queued for it is
+   * dropped, the error follows what the socket already holds, and the connection is closed. The
+   * client gets the error once it reads; one that never does is cut after as long again.
+   */
+  private slow(): void {
+    if (this.state === 'closed') return
+    const ms = this.host.limits.slowConsumerMs
+    const err = Errors.SLOW_CONSUMER(
+      `the client took none of its answers for ${ms} ms (${this.outbox.waiting} bytes waiting): the daemon closed the connection (noa serve --slow-consumer-ms)`,
+      { waitingBytes: this.outbox.waiting, limit: ms },
+    )
+    this.close(err, false, ms)
+    this.host.slowConsumer(this)
+  }
+
+  /** Answers `err` with id null after what is queued (or instead of it), then ends the connection. */
+  private close(err: unknown, keep: boolean, graceMs: number): void {
+    this.outbox.end(answerLine({ id: null, ok: false, error: wireError(err) }), keep)
     this.state = 'closed'
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort?.abort(err)
     }
     this.socket.end()
     // A peer that never reads its socket cannot keep this one open.
-    setTimeout(() => this.socket.destroy(), 1000).unref()
+    setTimeout(() => this.socket.destroy(), graceMs).unref()
   }
 
   /** Cuts the connection (a client that did not close its side after the daemon ended its own). */
@@ -569,6 +614,7 @@ export class Session {
   private onClose(): void {
     if (this.helloTimer) clearTimeout(this.helloTimer)
     this.state = 'closed'
+    this.outbox.release()
     // Appends in flight still commit (they are with the owners); their answers have nowhere to go.
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort?.abort(Errors.ABORTED('the client went away'))
@@ -587,6 +633,15 @@ export function wireError(err: unknown): Record<string, unknown> {
     s.details = {}
   }
   return s
+}
+
+/** One answer line; an answer that cannot be serialized is answered by why. */
+function answerLine(msg: object): string {
+  try {
+    return `${JSON.stringify(msg)}\n`
+  } catch (err) {
+    return `${JSON.stringify({ id: (msg as { id?: unknown }).id ?? null, ok: false, error: wireError(err) })}\n`
+  }
 }
 
 /** Not awaited: a reader waiting inside (a watch waiting for a commit) returns once it wakes. */

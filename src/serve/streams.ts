@@ -35,8 +35,11 @@ export interface Chunk {
 
 /** A stream's place in its log, and how to read on from it. */
 export interface StreamSource {
-  /** A reader from the position, ended by `signal` or by its `return()`. */
-  open(signal: AbortSignal): AsyncGenerator<Chunk>
+  /**
+   * A reader from the position, ended by `signal` or by its `return()`. A watch calls `tail`
+   * with true when it has read everything and waits for a commit, false once it reads again.
+   */
+  open(signal: AbortSignal, tail: (waiting: boolean) => void): AsyncGenerator<Chunk>
   /** `chunk` was sent: the position moves past it. */
   sent(chunk: Chunk): void
   /** What the final answer holds besides `chunks`. */
@@ -119,7 +122,7 @@ function watchSource(req: Request, log: AgentLog): StreamSource {
   let next = req.fromSeq === undefined ? 1 : seqArg(req.fromSeq, 'watch.fromSeq')
   const pollMs = req.pollMs === undefined ? undefined : seqArg(req.pollMs, 'watch.pollMs')
   return {
-    async *open(signal) {
+    async *open(signal, tail) {
       // Its own signal: a reader closed while it waits for a commit stops waiting at once.
       const own = new AbortController()
       const stop = () => own.abort(signal.reason)
@@ -127,7 +130,7 @@ function watchSource(req: Request, log: AgentLog): StreamSource {
       try {
         const options: WatchOptions = { fromSeq: next, signal: own.signal }
         if (pollMs !== undefined) options.pollMs = pollMs
-        yield* watchChunks(log.watch(req.ws as string, options), own.signal)
+        yield* watchChunks(log.watch(req.ws as string, options), own.signal, tail)
       } finally {
         signal.removeEventListener('abort', stop)
         own.abort()
@@ -152,6 +155,11 @@ function* entryChunks(batch: Entry[]): Generator<Chunk> {
 
 const IDLE = Symbol('idle')
 
+/** IDLE after the I/O of this turn: what an iterator does not have by then, it waits for. */
+function nextTurn(): Promise<typeof IDLE> {
+  return new Promise((ok) => setImmediate(ok, IDLE))
+}
+
 /** About an entry's JSON size (its strings and some room for keys and numbers), cheaply. */
 function entrySize(e: Entry): number {
   let n = 64
@@ -163,21 +171,30 @@ function entrySize(e: Entry): number {
  * A watch's entries, gathered into chunks: whatever the iterator has ready now goes into one
  * chunk (up to the chunk bounds); the chunk is sent as soon as the iterator would have to wait.
  */
-async function* watchChunks(source: AsyncIterable<Entry>, signal: AbortSignal): AsyncGenerator<Chunk> {
+async function* watchChunks(
+  source: AsyncIterable<Entry>,
+  signal: AbortSignal,
+  tail: (waiting: boolean) => void,
+): AsyncGenerator<Chunk> {
   const it = source[Symbol.asyncIterator]()
   try {
     let pending = it.next()
     for (;;) {
-      const first = await orAbort(pending, signal)
+      let first = await orAbort(Promise.race([pending, nextTurn()]), signal)
+      if (first === IDLE) {
+        tail(true)
+        try {
+          first = await orAbort(pending, signal)
+        } finally {
+          tail(false)
+        }
+      }
       if (first.done) return
       let batch: Entry[] = [first.value]
       let bytes = entrySize(first.value)
       pending = it.next()
       while (batch.length < CHUNK_ENTRIES && bytes < STREAM_READ_BYTES) {
-        const r = await orAbort(
-          Promise.race([pending, new Promise<typeof IDLE>((ok) => setImmediate(ok, IDLE))]),
-          signal,
-        )
+        const r = await orAbort(Promise.race([pending, nextTurn()]), signal)
         if (r === IDLE) break
         if (r.done) {
           yield { data: batch }

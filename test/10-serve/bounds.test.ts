@@ -51,6 +51,41 @@ describe('noa serve bounds', () => {
     await writer.close()
   })
 
+  it('closes a client that takes none of its answers with NOA_SLOW_CONSUMER, serving the others meanwhile', async () => {
+    const d = await daemon({ slowConsumerMs: 1000 })
+    const writer = await connectDaemon({ root: d.root })
+    for (let i = 0; i < 8000; i += 2000) {
+      await writer.appendMany(
+        'w',
+        Array.from({ length: 2000 }, (_, k) => del(`p/${'x'.repeat(100)}/${i + k}`)),
+      )
+    }
+    const lazy = await LineClient.open(d.socketPath)
+    await lazy.hello()
+    lazy.socket.pause() // reads nothing from here on
+    lazy.send({ id: 1, op: 'read', ws: 'w', window: 256 })
+    lazy.send({ id: 2, op: 'readBytes', ws: 'w', window: 256 })
+    // A reader that reads gets everything while the lazy one is stuck.
+    let n = 0
+    for await (const e of writer.read('w')) n = e.seq
+    expect(n).toBe(8000)
+    expect((await writer.append('w', del('meanwhile'))).seq).toBe(8001)
+    for (let i = 0; ((await writer.serverStatus()) as { slowConsumers: number }).slowConsumers < 1; i++) {
+      expect(i).toBeLessThan(1000)
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    const stats = (await writer.serverStatus()) as { streams: number; bufferedBytes: number }
+    expect(stats.streams).toBe(0)
+    expect(stats.bufferedBytes).toBeLessThan(1000) // the writer's own answer in flight at most
+    // Once it reads, the client gets what the socket held, then the refusal, then the end.
+    lazy.socket.resume()
+    let last: { id: unknown; error?: { code: string; message: string } } | null = null
+    for (let m = await lazy.next(); m !== null; m = await lazy.next()) last = m
+    expect(last).toMatchObject({ id: null, ok: false, error: { code: 'NOA_SLOW_CONSUMER' } })
+    expect(last?.error?.message).toMatch(/took none of its answers for 1000 ms/)
+    await writer.close()
+  })
+
   it('answers every pipelined request, in order, past tiny in-flight and byte budgets', async () => {
     const d = await daemon({ maxInFlight: 8, maxPendingBytes: 4096 })
     const c = await LineClient.open(d.socketPath)
