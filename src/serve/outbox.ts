@@ -27,6 +27,9 @@ export class Outbox {
   /** Bytes handed to the socket whose write has not called back yet. */
   private writing = 0
   private scheduled = false
+  /** Nothing more is queued or written (the connection ends); what the socket holds is counted until it closes. */
+  private ended = false
+  /** Nothing more is counted: the connection is gone. */
   private closed = false
   /** When the client last took a batch, or answers began to wait for it. */
   private takenAt = 0
@@ -48,10 +51,9 @@ export class Outbox {
     return this.queued + this.socket.writableLength
   }
 
-  /** Queues a line; everything queued in one turn of the event loop goes out in one write. */
-  push(line: string): void {
-    if (this.closed) return
-    const n = Buffer.byteLength(line)
+  /** Queues a line of `n` bytes; what is queued in one turn of the event loop goes out in one write. */
+  push(line: string, n: number): void {
+    if (this.ended) return
     this.lines.push(line)
     this.sizes.push(n)
     this.queued += n
@@ -65,7 +67,7 @@ export class Outbox {
   private write(): void {
     this.scheduled = false
     // While the kernel takes everything at once, batches follow each other in this turn.
-    while (!this.closed && this.lines.length > 0 && this.socket.writableLength === 0) {
+    while (!this.ended && this.lines.length > 0 && this.socket.writableLength === 0) {
       let k = 0
       let bytes = 0
       while (k < this.lines.length && (k === 0 || bytes < BATCH_BYTES)) bytes += this.sizes[k++] as number
@@ -81,7 +83,7 @@ export class Outbox {
       this.writing += bytes
       this.socket.write(data, () => this.onTaken(bytes))
     }
-    if (!this.closed && this.socket.writableLength > 0 && this.timer === null) {
+    if (!this.ended && this.socket.writableLength > 0 && this.timer === null) {
       this.takenAt = Date.now()
       this.arm(this.stuckMs)
     }
@@ -91,6 +93,7 @@ export class Outbox {
     if (this.closed) return
     this.writing -= bytes
     this.hooks.changed(-bytes)
+    if (this.ended) return
     this.takenAt = Date.now()
     this.write()
     this.hooks.taken()
@@ -103,7 +106,7 @@ export class Outbox {
 
   private check(): void {
     this.timer = null
-    if (this.closed || this.socket.writableLength === 0) return
+    if (this.ended || this.socket.writableLength === 0) return
     const idle = Date.now() - this.takenAt
     if (idle >= this.stuckMs) this.hooks.stuck()
     else this.arm(this.stuckMs - idle)
@@ -114,13 +117,23 @@ export class Outbox {
    * that reads nothing would never get it), then `last`. Nothing is queued or counted after.
    */
   end(last: string | null, keep: boolean): void {
-    if (this.closed) return
+    if (this.ended) return
+    this.ended = true
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = null
     const data = (keep ? this.lines.join('') : '') + (last ?? '')
-    this.release()
-    if (data !== '') this.socket.write(data)
+    const bytes = (keep ? this.queued : 0) + (last === null ? 0 : Buffer.byteLength(last))
+    this.hooks.changed(bytes - this.queued)
+    this.lines = []
+    this.sizes = []
+    this.queued = 0
+    if (data === '') return
+    // Counted until the client takes it or the socket closes: a client that never reads keeps it.
+    this.writing += bytes
+    this.socket.write(data, () => this.onTaken(bytes))
   }
 
-  /** Counts nothing more: the connection is gone (or ended). */
+  /** Counts nothing more: the connection is gone. */
   release(): void {
     if (this.closed) return
     this.closed = true

@@ -33,6 +33,12 @@ export interface Limits {
   /** Request bytes in flight across all connections before the daemon stops reading new ones. */
   maxPendingBytes: number
   /**
+   * What the daemon holds for its clients, all connections together: answers not yet taken,
+   * request lines still arriving, a share for each open stream reader. Past it, new streams,
+   * read-only answers and growing request lines are refused with NOA_BUSY.
+   */
+  maxBufferedBytes: number
+  /**
    * A connection whose answers wait this long with none taken off the socket (the client reads
    * nothing) is closed with NOA_SLOW_CONSUMER, in milliseconds.
    */
@@ -46,6 +52,7 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
   maxInFlight: 4096,
   maxStreams: 64,
   maxPendingBytes: 64 << 20,
+  maxBufferedBytes: 256 << 20,
   slowConsumerMs: 30_000,
 }
 

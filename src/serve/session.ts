@@ -16,6 +16,7 @@ import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError } from '../engine/errors.js'
+import { type Budget, READER_BYTES, TAIL_BYTES } from './budget.js'
 import { LineReader } from './lines.js'
 import { Outbox } from './outbox.js'
 import {
@@ -52,8 +53,8 @@ export interface SessionHost {
   lastSeq(workspace: string): Promise<number>
   /** Request bytes in flight across all sessions (the daemon's budget). */
   pendingBytes: number
-  /** Answer bytes held for clients that have not taken them, all sessions together. */
-  bufferedBytes: number
+  /** What the daemon holds for its clients: answers, request lines, stream readers (maxBufferedBytes). */
+  readonly budget: Budget
   /** A session was closed because its client read none of its answers for slowConsumerMs. */
   slowConsumer(session: Session): void
   /** Sessions waiting for the budget to go down. */
@@ -72,6 +73,11 @@ const PAUSE_BUDGET = 4
 const OUTPUT_HIGH = 1 << 20
 /** Answers not taken by a client past which its streams read no further (they park until it takes them). */
 const STREAM_OUTPUT_HIGH = 64 << 10
+/** Requests whose answers only report: a large one that would not fit the budget is answered NOA_BUSY instead. */
+const READ_ONLY_OPS: ReadonlySet<string> = new Set(['verify', 'workspaces', 'status', 'serverStatus'])
+/** An answer this small is sent whatever the budget: a refusal would be about as large. */
+const SMALL_ANSWER = 4096
+
 /** Time a closed connection's peer gets to take the refusal before the socket is cut. */
 const CLOSE_GRACE_MS = 1000
 
@@ -96,6 +102,8 @@ export class Session {
   /** Streams of this connection reading a chunk now (not watches waiting for a commit): each will queue one. */
   private reading = 0
   private paused = 0
+  /** Bytes of a request line not yet complete, as counted against the budget. */
+  private lineBytes = 0
   private readonly outbox: Outbox
   private helloTimer: NodeJS.Timeout | null
   /** Set once the daemon drains: new requests are refused. */
@@ -110,7 +118,8 @@ export class Session {
       socket,
       {
         changed: (delta) => {
-          host.bufferedBytes += delta
+          if (delta > 0) host.budget.add(delta)
+          else host.budget.free(-delta)
         },
         taken: () => this.taken(),
         stuck: () => this.slow(),
@@ -170,7 +179,24 @@ export class Session {
       this.reader.push(chunk, (line) => this.onLine(line))
     } catch (err) {
       this.fatal(err)
+      return
     }
+    this.countLine()
+  }
+
+  /** The part of a request line still arriving counts against the budget; past it, the connection is refused. */
+  private countLine(): void {
+    const now = this.reader.pending
+    const delta = now - this.lineBytes
+    if (delta === 0) return
+    this.lineBytes = now
+    const budget = this.host.budget
+    if (delta < 0) {
+      budget.free(-delta)
+      return
+    }
+    budget.add(delta)
+    if (budget.over(0)) this.fatal(budget.busy(`a request line of ${now} bytes so far is refused`))
   }
 
   private onLine(line: string): void {
@@ -486,27 +512,66 @@ export class Session {
    */
   private async pump(id: number, r: InFlight, source: StreamSource): Promise<unknown> {
     const signal = (r.abort as AbortController).signal
+    const budget = this.host.budget
     let reader: AsyncGenerator<Chunk> | null = null
+    let opened = false
     let sent = 0
+    // The reader's share of the budget: READER_BYTES, or TAIL_BYTES while its watch waits.
+    let share = 0
+    const close = () => {
+      if (reader === null) return
+      closeReader(reader)
+      reader = null
+      budget.freeReader(share)
+      share = 0
+    }
     // The chunk being read, counted in `reading` unless its watch waits for a commit.
     let pull: { counted: boolean } | null = null
     const tail = (waiting: boolean) => {
       if (pull === null || pull.counted !== waiting) return // a late call, after its pull ended
       pull.counted = !waiting
-      if (waiting) this.doneReading()
-      else this.reading++
+      if (waiting) {
+        budget.free(READER_BYTES - TAIL_BYTES)
+        share = TAIL_BYTES
+        this.doneReading()
+      } else {
+        // Woken by a commit: it reads now, whether or not that fits (what it reads is small).
+        budget.add(READER_BYTES - TAIL_BYTES)
+        share = READER_BYTES
+        this.reading++
+      }
     }
     try {
       let next: IteratorResult<Chunk, unknown> | null = null
       for (;;) {
         if (!this.mayPull(r)) {
-          if (reader) closeReader(reader)
-          reader = null
+          close()
           await orAbort(new Promise<void>((wake) => (r.wake = wake)), signal)
           r.wake = null
           continue
         }
-        reader ??= source.open(signal, tail)
+        if (reader === null) {
+          if (!budget.takeReader()) {
+            // A new stream is refused; one under way waits its turn (it holds nothing meanwhile).
+            if (!opened) throw budget.busy(`the ${source.op} stream is refused`)
+            let wake!: () => void
+            const freed = new Promise<void>((resolve) => {
+              wake = resolve
+            })
+            r.wake = wake
+            budget.wait(wake)
+            try {
+              await orAbort(freed, signal)
+            } finally {
+              budget.unwait(wake)
+              r.wake = null
+            }
+            continue
+          }
+          opened = true
+          share = READER_BYTES
+          reader = source.open(signal, tail)
+        }
         pull = { counted: true }
         this.reading++
         try {
@@ -524,7 +589,7 @@ export class Session {
         await null // the chunk's write (a microtask queued before this one): then what the kernel did not take
       }
     } finally {
-      if (reader) closeReader(reader)
+      close()
     }
   }
 
@@ -534,7 +599,7 @@ export class Session {
     this.host.pendingBytes -= r.bytes
     if (this.state !== 'closed') {
       if (err) this.sendError(id, err)
-      else this.send({ id, ok: true, result })
+      else this.sendResult(id, r.op, result)
     }
     if (this.inFlight.size < this.host.limits.maxInFlight) this.unpause(PAUSE_IN_FLIGHT)
     this.host.released()
@@ -544,9 +609,34 @@ export class Session {
     this.send({ id, ok: false, error: wireError(err) })
   }
 
+  /**
+   * A result, or NOA_BUSY in its place when it is a large read-only answer that would take the
+   * daemon past its budget (a listing of every workspace, say, asked for again and again by a
+   * client that reads none); an answer to a write is always sent: the write happened.
+   */
+  private sendResult(id: number, op: string, result: unknown): void {
+    let line = answerLine({ id, ok: true, result })
+    let bytes = Buffer.byteLength(line)
+    const budget = this.host.budget
+    if (bytes > SMALL_ANSWER && READ_ONLY_OPS.has(op) && budget.over(bytes)) {
+      line = answerLine({
+        id,
+        ok: false,
+        error: wireError(budget.busy(`the ${op} answer of ${bytes} bytes is refused`)),
+      })
+      bytes = Buffer.byteLength(line)
+    }
+    this.push(line, bytes)
+  }
+
   private send(msg: object): void {
+    const line = answerLine(msg)
+    this.push(line, Buffer.byteLength(line))
+  }
+
+  private push(line: string, bytes: number): void {
     if (this.state === 'closed') return
-    this.outbox.push(answerLine(msg))
+    this.outbox.push(line, bytes)
     if (this.outbox.bytes > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
   }
 
@@ -572,10 +662,13 @@ export class Session {
     if (this.paused === 0 && this.state !== 'closed') this.socket.resume()
   }
 
-  /** A protocol violation: answered with id null, then the connection is closed. */
+  /**
+   * A protocol violation: answered with id null, after the answers queued (unless the client
+   * has not been taking them), then the connection is closed.
+   */
   private fatal(err: unknown): void {
     if (this.state === 'closed') return
-    this.close(err, true, CLOSE_GRACE_MS)
+    this.close(err, this.outbox.waiting <= STREAM_OUTPUT_HIGH, CLOSE_GRACE_MS)
   }
 
   /**
@@ -615,6 +708,8 @@ export class Session {
     if (this.helloTimer) clearTimeout(this.helloTimer)
     this.state = 'closed'
     this.outbox.release()
+    this.host.budget.free(this.lineBytes)
+    this.lineBytes = 0
     // Appends in flight still commit (they are with the owners); their answers have nowhere to go.
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort?.abort(Errors.ABORTED('the client went away'))

@@ -35,6 +35,7 @@ export interface Chunk {
 
 /** A stream's place in its log, and how to read on from it. */
 export interface StreamSource {
+  readonly op: string
   /**
    * A reader from the position, ended by `signal` or by its `return()`. A watch calls `tail`
    * with true when it has read everything and waits for a commit, false once it reads again.
@@ -68,6 +69,7 @@ function readSource(req: Request, root: string): StreamSource {
   let file: string | null = null
   let entries = 0
   return {
+    op: 'read',
     async *open() {
       if (file === null) {
         file = existingLog(root, req.ws as string)
@@ -94,6 +96,7 @@ function bytesSource(req: Request, root: string): StreamSource {
   let end = 0
   let bytes = 0
   return {
+    op: 'readBytes',
     async *open() {
       if (file === null) {
         file = existingLog(root, req.ws as string)
@@ -122,6 +125,7 @@ function watchSource(req: Request, log: AgentLog): StreamSource {
   let next = req.fromSeq === undefined ? 1 : seqArg(req.fromSeq, 'watch.fromSeq')
   const pollMs = req.pollMs === undefined ? undefined : seqArg(req.pollMs, 'watch.pollMs')
   return {
+    op: 'watch',
     async *open(signal, tail) {
       // Its own signal: a reader closed while it waits for a commit stops waiting at once.
       const own = new AbortController()

@@ -74,15 +74,22 @@ describe('noa serve bounds', () => {
       expect(i).toBeLessThan(1000)
       await new Promise((r) => setTimeout(r, 10))
     }
-    const stats = (await writer.serverStatus()) as { streams: number; bufferedBytes: number }
-    expect(stats.streams).toBe(0)
-    expect(stats.bufferedBytes).toBeLessThan(1000) // the writer's own answer in flight at most
+    type Stats = { streams: number; readers: number; bufferedBytes: number; connections: number }
+    const stats = (await writer.serverStatus()) as Stats
+    expect(stats).toMatchObject({ streams: 0, readers: 0 })
+    // Its queue is dropped: what is left is the batch the socket held, and the refusal.
+    expect(stats.bufferedBytes).toBeLessThan((64 << 10) + 2048)
     // Once it reads, the client gets what the socket held, then the refusal, then the end.
     lazy.socket.resume()
     let last: { id: unknown; error?: { code: string; message: string } } | null = null
     for (let m = await lazy.next(); m !== null; m = await lazy.next()) last = m
     expect(last).toMatchObject({ id: null, ok: false, error: { code: 'NOA_SLOW_CONSUMER' } })
     expect(last?.error?.message).toMatch(/took none of its answers for 1000 ms/)
+    for (let i = 0; ((await writer.serverStatus()) as Stats).connections > 1; i++) {
+      expect(i).toBeLessThan(1000)
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    expect(((await writer.serverStatus()) as Stats).bufferedBytes).toBe(0)
     await writer.close()
   })
 

@@ -10,6 +10,10 @@ const LIMIT_FLAGS = {
   'max-in-flight': ['maxInFlight', 'requests in flight per connection before it is read no further'],
   'max-streams': ['maxStreams', 'reads and watches open per connection'],
   'max-pending-bytes': ['maxPendingBytes', 'request bytes in flight, all connections together'],
+  'max-buffered-bytes': [
+    'maxBufferedBytes',
+    'answers not yet read, requests still arriving and open stream readers, all connections together; past it: NOA_BUSY',
+  ],
   'slow-consumer-ms': [
     'slowConsumerMs',
     'a client that takes none of its answers for this long is disconnected (NOA_SLOW_CONSUMER)',
@@ -52,6 +56,7 @@ export const spec = command({
     'max-in-flight': limitOption('max-in-flight'),
     'max-streams': limitOption('max-streams'),
     'max-pending-bytes': limitOption('max-pending-bytes'),
+    'max-buffered-bytes': limitOption('max-buffered-bytes'),
     'slow-consumer-ms': limitOption('slow-consumer-ms'),
   },
   positionals: [0, 0],
