@@ -30,7 +30,10 @@ export interface Limits {
   maxInFlight: number
   /** Streams (read, readBytes, watch) one connection may have open at once. */
   maxStreams: number
-  /** Request bytes in flight across all connections before the daemon stops reading new ones. */
+  /**
+   * Request bytes in flight across all connections before the daemon stops reading new ones
+   * (each request counted with 512 bytes more for its bookkeeping).
+   */
   maxPendingBytes: number
   /**
    * What the daemon holds for its clients, all connections together: answers not yet taken,

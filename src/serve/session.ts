@@ -78,6 +78,14 @@ const READ_ONLY_OPS: ReadonlySet<string> = new Set(['verify', 'workspaces', 'sta
 /** An answer this small is sent whatever the budget: a refusal would be about as large. */
 const SMALL_ANSWER = 4096
 
+/**
+ * What a request in flight costs beyond its line, counted against maxPendingBytes with it: a
+ * 71-byte append held 161 bytes of heap here (its parsed fields, its record, its promise) and
+ * 452 in the engine's queue, so 64 MiB of small appends, counted by their lines alone, held
+ * about 550 MB.
+ */
+const REQUEST_OVERHEAD = 512
+
 /** Time a closed connection's peer gets to take the refusal before the socket is cut. */
 const CLOSE_GRACE_MS = 1000
 
@@ -218,7 +226,7 @@ export class Session {
     }
     if (req.op === 'hello') throw protocolError('hello was sent twice')
     if (this.inFlight.has(req.id)) throw protocolError(`id ${req.id} is already in flight on this connection`)
-    const bytes = line.length
+    const bytes = line.length + REQUEST_OVERHEAD
     const cancellable = STREAM_OPS.has(req.op) || req.cancellable === true
     const r: InFlight = { op: req.op, bytes, abort: cancellable ? new AbortController() : null }
     this.inFlight.set(req.id, r)
