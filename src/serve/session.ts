@@ -88,6 +88,12 @@ const REQUEST_OVERHEAD = 512
 
 /** Time a closed connection's peer gets to take the refusal before the socket is cut. */
 const CLOSE_GRACE_MS = 1000
+/**
+ * Time a slow consumer's connection stays half-open after it was closed (at least its
+ * slowConsumerMs), for a client that wakes up to read what the socket held and the refusal. It
+ * holds one batch at most, counted in the budget, and its connection slot (as an idle one would).
+ */
+const SLOW_LINGER_MS = 60_000
 
 interface InFlight {
   op: string
@@ -687,7 +693,7 @@ export class Session {
   /**
    * The client has taken none of its answers for slowConsumerMs: what is queued for it is
    * dropped, the error follows what the socket already holds, and the connection is closed. The
-   * client gets the error once it reads; one that never does is cut after as long again.
+   * client gets the error once it reads; one that never does is cut after SLOW_LINGER_MS.
    */
   private slow(): void {
     if (this.state === 'closed') return
@@ -696,7 +702,7 @@ export class Session {
       `the client took none of its answers for ${ms} ms (${this.outbox.waiting} bytes waiting): the daemon closed the connection (noa serve --slow-consumer-ms)`,
       { waitingBytes: this.outbox.waiting, limit: ms },
     )
-    this.close(err, false, ms)
+    this.close(err, false, Math.max(ms, SLOW_LINGER_MS))
     this.host.slowConsumer(this)
   }
 
