@@ -68,6 +68,11 @@ export class Budget {
     this.waiting.delete(wake)
   }
 
+  /** A waiter woken for room does not take it: the next ones may. */
+  handOn(): void {
+    if (this.waiting.size > 0) this.wake()
+  }
+
   /** Wakes the earliest waiters, as many as there is room for, in the order they came. */
   private wake(): void {
     let room = this.max - this.used

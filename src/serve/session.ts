@@ -532,6 +532,8 @@ export class Session {
     let sent = 0
     // The reader's share of the budget: READER_BYTES, or TAIL_BYTES while its watch waits.
     let share = 0
+    // Woken (perhaps) because a reader's share came free: taken, or handed on to the next waiter.
+    let wokenForRoom = false
     const close = () => {
       if (reader === null) return
       closeReader(reader)
@@ -560,6 +562,8 @@ export class Session {
       for (;;) {
         if (!this.mayPull(r)) {
           close()
+          if (wokenForRoom) budget.handOn() // room it was woken for, that it does not take now
+          wokenForRoom = false
           await orAbort(new Promise<void>((wake) => (r.wake = wake)), signal)
           r.wake = null
           continue
@@ -580,8 +584,10 @@ export class Session {
               budget.unwait(wake)
               r.wake = null
             }
+            wokenForRoom = true
             continue
           }
+          wokenForRoom = false
           opened = true
           share = READER_BYTES
           reader = source.open(signal, tail)
@@ -609,6 +615,7 @@ export class Session {
       }
     } finally {
       close()
+      if (wokenForRoom) budget.handOn()
     }
   }
 

@@ -100,6 +100,49 @@ describe('noa serve buffer budget', () => {
     await writer.close()
   })
 
+  it('lets a stream under way wait for room rather than refuse it, and go on once there is', async () => {
+    const budget = 1 << 20
+    const d = await daemon({ maxBufferedBytes: budget, maxLineBytes: 64 << 10, maxEntryBytes: 32 << 10 })
+    const writer = await connectDaemon({ root: d.root })
+    for (let i = 0; i < 3000; i += 300) {
+      await writer.appendMany(
+        'big',
+        Array.from({ length: 300 }, (_, k) => del(`p/${'x'.repeat(100)}/${i + k}`)),
+      )
+    }
+    await writer.append('w', del('a'))
+    const reader = await LineClient.open(d.socketPath)
+    await reader.hello()
+    reader.send({ id: 1, op: 'read', ws: 'big', window: 1 })
+    const first = await reader.next()
+    expect(first.chunk[0].seq).toBe(1)
+    // Parked for want of credit: it holds no reader, and the watches take all the room.
+    const watches = await LineClient.open(d.socketPath)
+    await watches.hello()
+    let id = 0
+    for (;;) {
+      watches.send({ id: ++id, op: 'watch', ws: 'w' })
+      const m = await watches.next()
+      if (!m.chunk) {
+        expect(m.error.code).toBe('NOA_BUSY')
+        break
+      }
+    }
+    expect((await stats(writer)).readers).toBe(id - 1)
+    // Granted a chunk, the read finds no room: it waits (no refusal) until two watches end.
+    reader.send({ op: 'more', ref: 1, n: 256 })
+    for (const ref of [1, 2]) {
+      watches.send({ op: 'cancel', ref })
+      expect(await watches.next()).toMatchObject({ id: ref, error: { code: 'NOA_ABORTED' } })
+    }
+    const seqs: number[] = first.chunk.map((e: { seq: number }) => e.seq)
+    for (let m = await reader.next(); m.chunk; m = await reader.next()) {
+      for (const e of m.chunk) seqs.push(e.seq)
+    }
+    expect(seqs).toEqual(Array.from({ length: 3000 }, (_, i) => i + 1))
+    await writer.close()
+  })
+
   it('answers a large read-only request NOA_BUSY rather than hold it past the budget for a client that reads none', async () => {
     const budget = 256 << 10
     const d = await daemon({ maxBufferedBytes: budget, maxLineBytes: 64 << 10, maxEntryBytes: 32 << 10 })
