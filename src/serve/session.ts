@@ -5,10 +5,13 @@
  * Memory stays bounded whatever a client does: a line is at most `maxLineBytes` (64 KiB before
  * `hello`); a connection stops being read while it has `maxInFlight` requests in flight, while its
  * answers are not being taken off the socket, or while all connections together have more than
- * `maxPendingBytes` of requests in flight; a stream pulls its next chunk from the engine only when
- * its client granted one (`window`, then `more`) and the socket is not backed up, so what a slow
- * watcher has not read yet waits in the log file (the engine's watch follows the file from its
- * read position), never in the daemon's memory.
+ * `maxPendingBytes` of requests in flight. Answers wait in the session's Outbox, which a client
+ * that takes none of them for `slowConsumerMs` loses with the connection (NOA_SLOW_CONSUMER). A
+ * stream reads its next chunk only when its client granted one and takes what it is sent;
+ * otherwise it is parked, its reader closed, its position kept (streams.ts), so what a slow
+ * reader has not read yet waits in the log file, never in the daemon's memory. What the daemon
+ * does hold for its clients (answers, unfinished lines, open readers) counts against one budget,
+ * `maxBufferedBytes` (budget.ts); what would go past it is refused with NOA_BUSY.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'

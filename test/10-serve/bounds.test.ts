@@ -14,9 +14,9 @@ import { LineClient, memoryOf, startDaemon } from '../helpers/serve.js'
 /**
  * What clients can make a daemon with the default limits hold, as the README states it (under
  * "Bounded memory"): 256 MiB of buffered data, 64 MiB of requests in flight, and per connection
- * about 9 KB plus 4 KB for each of its 64 streams.
+ * about 9 KiB plus 4 KiB for each of its 64 streams.
  */
-const DOCUMENTED_BOUND = 600e6
+const DOCUMENTED_BOUND = 650e6
 
 /** A client that sends its requests and then reads nothing; once resumed, it keeps the end of what it gets. */
 class LazyClient {

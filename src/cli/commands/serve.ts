@@ -12,7 +12,7 @@ const LIMIT_FLAGS = {
   'max-pending-bytes': ['maxPendingBytes', 'request bytes in flight, all connections together'],
   'max-buffered-bytes': [
     'maxBufferedBytes',
-    'answers not yet read, requests still arriving and open stream readers, all connections together; past it: NOA_BUSY',
+    'what the daemon holds for its clients (unread answers, unfinished requests, stream readers); past it: NOA_BUSY',
   ],
   'slow-consumer-ms': [
     'slowConsumerMs',
@@ -65,7 +65,9 @@ export const spec = command({
     'and AgentLog.open and every noa command on the root then talk to it instead of opening the\n' +
     'logs themselves. One daemon per root. Prints one line once it listens (--json: an object\n' +
     'with root, socket, tcp and pid). SIGTERM or SIGINT: refuses new requests, lets every append\n' +
-    'already taken commit and be answered, then exits 0.',
+    'already taken commit and be answered, then exits 0. Its memory is bounded whatever clients\n' +
+    'do: a stream its client does not read holds no buffer, what it does hold for clients stays\n' +
+    'within --max-buffered-bytes, and a client that reads none of its answers is disconnected.',
   examples: [
     'noa serve --root /var/lib/noa &',
     'noa serve --root /var/lib/noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
