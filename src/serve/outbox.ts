@@ -114,7 +114,8 @@ export class Outbox {
 
   /**
    * The connection's last words, in one write: what is queued (unless `keep` is false: a client
-   * that reads nothing would never get it), then `last`. Nothing is queued or counted after.
+   * that reads nothing would never get it), then `last`. Nothing is queued after; what the socket
+   * holds stays counted until the client takes it or the connection is gone.
    */
   end(last: string | null, keep: boolean): void {
     if (this.ended) return

@@ -115,7 +115,8 @@ export class Session {
   private readonly reader = new LineReader(HELLO_MAX_LINE)
   private state: 'hello' | 'open' | 'closed' = 'hello'
   private readonly inFlight = new Map<number, InFlight>()
-  private streams = 0
+  /** The streams open on this connection (each also in inFlight): what a freed socket or chunk wakes. */
+  private readonly streamSet = new Set<InFlight>()
   /** Streams of this connection reading a chunk now (not watches waiting for a commit): each will queue one. */
   private reading = 0
   private paused = 0
@@ -158,7 +159,7 @@ export class Session {
   }
 
   get openStreams(): number {
-    return this.streams
+    return this.streamSet.size
   }
 
   /** Answer bytes held for this client: queued, or written and not yet taken by the kernel. */
@@ -462,13 +463,13 @@ export class Session {
   }
 
   private startStream(req: Request, r: InFlight): void {
-    if (this.streams >= this.host.limits.maxStreams) {
+    if (this.streamSet.size >= this.host.limits.maxStreams) {
       this.settle(
         req.id,
         r,
         null,
         Errors.TOO_MANY_CONNECTIONS(
-          `this connection has ${this.streams} streams open, the daemon's limit (noa serve --max-streams)`,
+          `this connection has ${this.streamSet.size} streams open, the daemon's limit (noa serve --max-streams)`,
           { limit: this.host.limits.maxStreams },
         ),
       )
@@ -488,14 +489,14 @@ export class Session {
       this.settle(req.id, r, null, err)
       return
     }
-    this.streams++
+    this.streamSet.add(r)
     this.pump(req.id, r, source).then(
       (result) => {
-        this.streams--
+        this.streamSet.delete(r)
         this.settle(req.id, r, result, null)
       },
       (err) => {
-        this.streams--
+        this.streamSet.delete(r)
         this.settle(req.id, r, null, err)
       },
     )
@@ -519,7 +520,7 @@ export class Session {
   }
 
   private wakeStreams(): void {
-    for (const r of this.inFlight.values()) r.wake?.()
+    for (const r of this.streamSet) r.wake?.()
   }
 
   /**
