@@ -4,6 +4,7 @@
  * never would).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { onTestFinished } from 'vitest'
 import { CLI } from './index.js'
@@ -77,6 +78,13 @@ export function startDaemon(
       reject(new Error(`noa serve exited (${code ?? signal}) before listening: ${stderr}`)),
     )
   })
+}
+
+/** A process's resident memory now and at its peak (VmRSS, VmHWM), in bytes (Linux). */
+export function memoryOf(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1]) * 1024
+  return { rss: kb('VmRSS'), peak: kb('VmHWM') }
 }
 
 /** A bare protocol client: sends raw lines, reads answers one at a time. */

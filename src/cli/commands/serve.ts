@@ -10,6 +10,14 @@ const LIMIT_FLAGS = {
   'max-in-flight': ['maxInFlight', 'requests in flight per connection before it is read no further'],
   'max-streams': ['maxStreams', 'reads and watches open per connection'],
   'max-pending-bytes': ['maxPendingBytes', 'request bytes in flight, all connections together'],
+  'max-buffered-bytes': [
+    'maxBufferedBytes',
+    'what the daemon holds for its clients (unread answers, unfinished requests, stream readers); past it: NOA_BUSY',
+  ],
+  'slow-consumer-ms': [
+    'slowConsumerMs',
+    'a client that takes none of its answers for this long is disconnected (NOA_SLOW_CONSUMER)',
+  ],
 } as const satisfies Record<string, readonly [keyof Limits, string]>
 
 function limitOption(flag: keyof typeof LIMIT_FLAGS) {
@@ -48,6 +56,8 @@ export const spec = command({
     'max-in-flight': limitOption('max-in-flight'),
     'max-streams': limitOption('max-streams'),
     'max-pending-bytes': limitOption('max-pending-bytes'),
+    'max-buffered-bytes': limitOption('max-buffered-bytes'),
+    'slow-consumer-ms': limitOption('slow-consumer-ms'),
   },
   positionals: [0, 0],
   details:
@@ -55,7 +65,9 @@ export const spec = command({
     'and AgentLog.open and every noa command on the root then talk to it instead of opening the\n' +
     'logs themselves. One daemon per root. Prints one line once it listens (--json: an object\n' +
     'with root, socket, tcp and pid). SIGTERM or SIGINT: refuses new requests, lets every append\n' +
-    'already taken commit and be answered, then exits 0.',
+    'already taken commit and be answered, then exits 0. Its memory is bounded whatever clients\n' +
+    'do: a stream its client does not read holds no buffer, what it does hold for clients stays\n' +
+    'within --max-buffered-bytes, and a client that reads none of its answers is disconnected.',
   examples: [
     'noa serve --root /var/lib/noa &',
     'noa serve --root /var/lib/noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
