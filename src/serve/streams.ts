@@ -12,7 +12,7 @@
 import { statSync } from 'node:fs'
 import type { AgentLog } from '../engine/agent-log.js'
 import type { Entry } from '../engine/entry.js'
-import { recoverJournalsForRead } from '../engine/journal-recovery.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog } from '../engine/logs.js'
 import { type ReadTuning, readChunks, readEntryBatches, seekSeq } from '../engine/reader.js'
 import type { WatchOptions } from '../engine/watch.js'
@@ -73,7 +73,7 @@ function readSource(req: Request, root: string): StreamSource {
     async *open() {
       if (file === null) {
         file = existingLog(root, req.ws as string)
-        recoverJournalsForRead(root)
+        readThroughJournals(root)
         end ??= statSync(file).size // what a read sees is what was there when it began
       }
       const options = validate === undefined ? { fromSeq: next, end } : { fromSeq: next, end, validate }
@@ -100,7 +100,7 @@ function bytesSource(req: Request, root: string): StreamSource {
     async *open() {
       if (file === null) {
         file = existingLog(root, req.ws as string)
-        recoverJournalsForRead(root)
+        readThroughJournals(root)
         pos = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
         end = statSync(file).size
       }
