@@ -40,7 +40,9 @@ import {
 } from '../../dist/src/engine/journal-format.js'
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
-import { blobOf, CLI, runCli, tempDir } from '../helpers/index.js'
+import { blobOf, runCli, tempDir } from '../helpers/index.js'
+
+const AS_USER = new URL('../fixtures/as-user.mjs', import.meta.url).pathname
 
 const JOURNAL = 'journal/4242-0badf00d-w0.jnl'
 const SIZE = 64 << 10
@@ -398,7 +400,7 @@ describe('planted commit journals', () => {
   })
 
   it.runIf(process.getuid?.() === 0)(
-    "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's noa recover",
+    "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's recovery",
     async () => {
       const r = await makeRoot()
       const ts = lastTs(r.aBytes)
@@ -411,21 +413,11 @@ describe('planted commit journals', () => {
       // The root is the group's: its owner (uid 4242) recovers it.
       execFileSync('chmod', ['-R', 'a+rwX', r.root])
       chmodSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'), 0o600) // as its owner made it
-      const asOwner = spawnSync(
-        'setpriv',
-        [
-          '--reuid=4242',
-          '--regid=4242',
-          '--clear-groups',
-          process.execPath,
-          CLI,
-          'recover',
-          '--root',
-          r.root,
-        ],
-        { encoding: 'utf8' },
-      )
+      const asOwner = spawnSync(process.execPath, [AS_USER, '4242', '4242', r.root], { encoding: 'utf8' })
       expect(asOwner.status, asOwner.stderr).toBe(0)
+      const done = JSON.parse(asOwner.stdout) as { back: string[]; reports: Array<{ records: number }> }
+      expect(done.back).toEqual([join(r.root, JOURNAL)])
+      expect(done.reports.map((x) => x.records)).toEqual([1])
       expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, data]))).toBe(true)
       expect(existsSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'))).toBe(false)
       expect(cli(r, ['verify']).status).toBe(0)
