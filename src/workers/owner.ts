@@ -2057,7 +2057,7 @@ function registering(io: LogIo, table: Int32Array): LogIo {
   return {
     ...io,
     openAppend: (path, create, lock) => opened(io.openAppend(path, create, lock)),
-    createFile: (path) => opened(io.createFile(path)),
+    createFile: (path, mode) => opened(io.createFile(path, mode)),
     openPositional: (path) => opened(io.openPositional(path)),
     close: (fd) => {
       remove(fd)

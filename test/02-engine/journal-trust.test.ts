@@ -8,7 +8,7 @@
  * other workspace; `recover` fails naming it. Huge and sparse journals are refused in bounded
  * time and memory.
  */
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import {
   chmodSync,
@@ -423,4 +423,49 @@ describe('planted commit journals', () => {
       expect(cli(r, ['verify']).status).toBe(0)
     },
   )
+
+  it('a journal noa made under umask 000 is still its own: 0600, replayed in full after a SIGKILL', async () => {
+    const root = tempDir()
+    const child = spawn(process.execPath, ['--input-type=module', '-e', UMASK_WRITER, root], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    const acked = await new Promise<number>((resolve, reject) => {
+      let out = ''
+      child.stdout.on('data', (b) => {
+        out += b
+        const m = /acked (\d+)\n/.exec(out)
+        if (m) resolve(Number(m[1]))
+      })
+      child.on('exit', (code) => reject(new Error(`writer exited (${code}) before it was ready`)))
+    })
+    child.kill('SIGKILL')
+    await new Promise((r) => child.once('exit', r))
+    const journals = readdirSync(join(root, 'journal')).filter((n) => n.endsWith('.jnl'))
+    expect(journals.length).toBe(1)
+    expect(statSync(join(root, 'journal', journals[0] as string)).mode & 0o777).toBe(0o600)
+    const recover = runCli(['recover', '--root', root])
+    expect(recover.status, recover.stderr).toBe(0)
+    expect(recover.stderr).not.toContain('NOA_JOURNAL_QUARANTINED')
+    expect(existsSync(join(root, 'journal', 'quarantine'))).toBe(false)
+    const entries = []
+    for await (const e of readEntries(join(root, 'agent-logs', 'u.log'))) entries.push(e)
+    expect(entries.length).toBe(acked)
+  })
 })
+
+/** Appends under umask 000 until the journal is allocated and holds a round, then waits to be killed. */
+const UMASK_WRITER = `
+import { AgentLog } from ${JSON.stringify(new URL('../../dist/src/index.js', import.meta.url).href)}
+process.umask(0)
+const log = await AgentLog.open({ root: process.argv[1], workers: 1 })
+const blob = 'ab'.repeat(32)
+let n = 0
+for (;;) {
+  await log.append('u', { op: 'write', path: 'p' + n, blob })
+  n++
+  const [s] = await log.status()
+  if (s.journal?.state === 'ready' && s.rounds > 0) break
+}
+process.stdout.write('acked ' + n + '\\n')
+setInterval(() => {}, 1000)
+`
