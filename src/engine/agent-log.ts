@@ -12,6 +12,7 @@ import { dirname, isAbsolute, join } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import type { Piscina } from 'piscina'
 import { isRecordEntry, LOG_END, LOG_HELD, type ObjectChecks, STORE_APPEND } from './checks.js'
+import { openFileBudget } from './descriptors.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
 import { checkRoot, filePathProblem, isInside } from './files.js'
@@ -55,7 +56,11 @@ export interface AgentLogOptions {
    * thread (the lowest cost for a process that commits little, such as a CLI command).
    */
   workers?: number
-  /** Open log files kept across all workers before idle ones are closed. Default 4096. */
+  /**
+   * Open log files kept across all workers before idle ones are closed. Default 4096; never more
+   * than the process's descriptor limit leaves room for (two per workspace, a quarter of
+   * `ulimit -n` kept for the host).
+   */
   maxOpenFiles?: number
   /** fdatasyncs each worker may have in flight (threads in the addon's pool). Default 64. */
   syncThreads?: number
@@ -303,7 +308,8 @@ function checkOptions(options: AgentLogOptions) {
   return {
     root: resolveRoot(options.root),
     workers,
-    maxOpenFiles: positiveInt(options, 'maxOpenFiles', 4096, 1 << 20),
+    // Within what the process's descriptor limit leaves room for (descriptors.ts).
+    maxOpenFiles: Math.min(positiveInt(options, 'maxOpenFiles', 4096, 1 << 20), openFileBudget()),
     syncThreads: positiveInt(options, 'syncThreads', 64, 1024),
     inlineCommit: options.inlineCommit ?? true,
     durability: durability as Durability,

@@ -257,6 +257,8 @@ export interface OpenReport {
 export interface OwnerStatus {
   index: number
   open: number
+  /** Files this owner keeps open at most (its share of maxOpenFiles, within the descriptor limit). */
+  maxOpenFiles: number
   workspaces: string[]
   rawFiles: string[]
   commits: number

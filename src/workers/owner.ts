@@ -20,6 +20,7 @@ import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { crc32c } from '../engine/crc.js'
+import { isOutOfDescriptors, openFileLimit } from '../engine/descriptors.js'
 import { formatLine } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError, withPath } from '../engine/errors.js'
 import { mkdirBelow, openError } from '../engine/files.js'
@@ -1672,6 +1673,38 @@ class Owner {
       this.lru.set(file, true)
       return
     }
+    try {
+      this.openNow(file)
+    } catch (err) {
+      if (!isOutOfDescriptors(err)) throw err
+      // The process is out of descriptors (what else it opens counts too): idle files are
+      // closed and the open is tried once more; then this append fails by name, and the next
+      // one tries again.
+      const closed = this.closeIdle(Math.max(8, this.lru.size >> 2))
+      try {
+        this.openNow(file)
+      } catch (again) {
+        if (!isOutOfDescriptors(again)) throw again
+        const limit = openFileLimit()
+        throw Errors.BUSY(
+          `cannot open ${file.path}: the process is out of file descriptors (${(again as NodeJS.ErrnoException).code}${limit === null ? '' : `, ulimit -n ${limit}`}) with ${this.lru.size} files open by this owner after closing ${closed} idle ones; raise the limit or lower maxOpenFiles`,
+          { file: file.path, resource: 'file descriptors' },
+        )
+      }
+    }
+  }
+
+  /** Closes up to `n` idle open files, least recently used first; returns how many it closed. */
+  private closeIdle(n: number): number {
+    let closed = 0
+    for (const f of [...this.lru.keys()]) {
+      if (closed >= n) break
+      if (f.idle && f.idleWaiters.length === 0 && this.closeFile(f) === null) closed++
+    }
+    return closed
+  }
+
+  private openNow(file: OwnedFile): void {
     // Opening a file and replaying the journals of dead processes happen under the root lock:
     // a dead process's journal may hold the only copy of entries of this very file.
     if (file.kind === 'raw') {
@@ -1980,6 +2013,7 @@ class Owner {
     return {
       index: this.init.index,
       open: this.lru.size,
+      maxOpenFiles: this.init.maxOpenFiles,
       workspaces: [...this.ws.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       rawFiles: [...this.raw.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       ...this.stats,
