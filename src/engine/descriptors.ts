@@ -1,13 +1,14 @@
 /**
  * How many log files an AgentLog may keep open: bounded by the process's descriptor limit
- * (RLIMIT_NOFILE), not only by the `maxOpenFiles` option. An open workspace holds two
- * descriptors (its log and its checksum sidecar); a quarter of the limit (at least 64) is left
- * to everything else the host opens (sockets, journals, object logs, its own files).
+ * (RLIMIT_NOFILE), not only by the `maxOpenFiles` option. An open workspace holds one
+ * descriptor, its log's (its checksum sidecar is written through short-lived ones); a quarter of
+ * the limit (at least 64) is left to everything else the host opens (sockets, journals, object
+ * logs, its own files, a sidecar being appended to).
  */
 import { readFileSync } from 'node:fs'
 
-/** Descriptors an open workspace holds: its `.log` and its checksum sidecar. */
-export const FDS_PER_WORKSPACE = 2
+/** Descriptors an open workspace holds: its `.log`. */
+export const FDS_PER_WORKSPACE = 1
 
 /** The soft RLIMIT_NOFILE of this process, from /proc (Linux); null when it cannot be read. */
 export function openFileLimit(): number | null {

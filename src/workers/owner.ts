@@ -14,7 +14,7 @@
  * serial path.
  */
 import { randomBytes } from 'node:crypto'
-import { fstatSync, mkdirSync } from 'node:fs'
+import { fstatSync, lstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
@@ -198,9 +198,14 @@ class OwnedFile {
   ino = 0n
   /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
   foreign: Array<{ offset: number; data: Buffer }> = []
-  /** A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). */
+  /**
+   * A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). It holds
+   * no descriptor: a record is appended once per ~64 KiB of log through a short-lived one, so an
+   * open workspace costs one descriptor, its log's.
+   */
   sum: {
-    fd: number
+    /** Whether the sidecar is to be started over (made, or cut to its header) with its next record. */
+    fresh: boolean
     start: number
     crc: number
     firstSeq: number
@@ -1857,34 +1862,22 @@ class Owner {
         mkdirDurable(this.io, this.init.root, join(this.init.root, SIDECAR_DIR))
         this.sumDirReady = true
       }
+      const start = { start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
       if (created) {
-        // A new log: its sidecar is made with its first record (sidecarFd), so that creating a
+        // A new log: its sidecar is made with its first record (appendSum), so that creating a
         // workspace makes one file, not two (a file creation costs this disk 0.25-0.7 ms).
-        file.sum = {
-          fd: -1,
-          start: file.size,
-          crc: 0,
-          firstSeq: file.lastSeq + 1,
-          entries: 0,
-          written: false,
-        }
+        file.sum = { fresh: true, ...start }
         return
       }
-      const ino = fstatSync(file.fd, { bigint: true }).ino
-      const found = readSidecar(path, ino, file.size)
-      try {
+      const found = readSidecar(path, fstatSync(file.fd, { bigint: true }).ino, file.size)
+      if (found !== null && (lstatSync(path, { throwIfNoEntry: false })?.size ?? 0) > found.validBytes) {
         fd = this.io.openAppend(path, false, false)
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
-        fd = this.io.openAppend(path, true, false)
-      }
-      if (found === null) {
-        this.io.ftruncate(fd, 0)
-        this.io.write(fd, encodeSumHeader(ino))
-      } else if (fstatSync(fd).size > found.validBytes) {
         this.io.ftruncate(fd, found.validBytes)
+        this.io.close(fd)
+        fd = -1
       }
-      file.sum = { fd, start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
+      // None, or one of another log (inode): started over with the next record.
+      file.sum = { fresh: found === null, ...start }
     } catch {
       if (fd >= 0) this.io.close(fd)
       file.sum = null
@@ -1900,22 +1893,30 @@ class Owner {
       sum.entries += entries
     }
     const length = file.size - sum.start
-    if (length === 0 || (length < BLOCK_BYTES && !end)) return
+    if (length < BLOCK_BYTES && !end) return
+    if (length === 0) {
+      // The close, with no partial block: what was written is fdatasynced.
+      if (end && sum.written) {
+        try {
+          this.appendSum(file, sum, EMPTY, true)
+        } catch {
+          // advisory
+        }
+      }
+      return
+    }
+    const record = encodeSumRecord({
+      offset: sum.start,
+      firstSeq: sum.firstSeq,
+      length,
+      entries: sum.entries,
+      crc: sum.crc,
+    })
     try {
-      this.io.write(
-        this.sidecarFd(file, sum),
-        encodeSumRecord({
-          offset: sum.start,
-          firstSeq: sum.firstSeq,
-          length,
-          entries: sum.entries,
-          crc: sum.crc,
-        }),
-      )
+      this.appendSum(file, sum, record, end)
       sum.written = true
     } catch {
-      if (sum.fd >= 0) this.io.close(sum.fd)
-      file.sum = null
+      file.sum = null // the checksums are advisory: the log goes on without them
       return
     }
     sum.start = file.size
@@ -1924,19 +1925,28 @@ class Owner {
     sum.entries = 0
   }
 
-  /** The sidecar's descriptor, the sidecar made (with its header) if its log is new. */
-  private sidecarFd(file: OwnedFile, sum: NonNullable<OwnedFile['sum']>): number {
-    if (sum.fd >= 0) return sum.fd
-    const fd = this.io.openAppend(sidecarPath(this.init.root, file.key), true, false)
+  /**
+   * Appends a record to the sidecar through a descriptor of its own, started over first (made,
+   * or cut to a new header) when it is fresh; `sync`: fdatasynced too (the last record, at close).
+   */
+  private appendSum(
+    file: OwnedFile,
+    sum: NonNullable<OwnedFile['sum']>,
+    record: Buffer,
+    sync: boolean,
+  ): void {
+    const fd = this.io.openAppend(sidecarPath(this.init.root, file.key), sum.fresh, false)
     try {
-      this.io.ftruncate(fd, 0) // a sidecar left by a removed log of the same name
-      this.io.write(fd, encodeSumHeader(fstatSync(file.fd, { bigint: true }).ino))
-    } catch (err) {
+      if (sum.fresh) {
+        this.io.ftruncate(fd, 0) // a sidecar left by a removed log of the same name
+        this.io.write(fd, encodeSumHeader(fstatSync(file.fd, { bigint: true }).ino))
+        sum.fresh = false
+      }
+      if (record.length > 0) this.io.write(fd, record)
+      if (sync) this.io.fdatasync(fd)
+    } finally {
       this.io.close(fd)
-      throw err
     }
-    sum.fd = fd
-    return fd
   }
 
   /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
@@ -1967,15 +1977,8 @@ class Owner {
     if (file.fd >= 0) {
       const err = this.makeDurable(file)
       if (err !== null) return err
-      const sum = file.sum
-      if (sum !== null) {
-        this.summed(file, EMPTY, 0, true) // the last, partial block
-        try {
-          if (sum.written) this.io.fdatasync(sum.fd)
-        } catch {
-          // the checksums are advisory: the log is durable
-        }
-        if (sum.fd >= 0) this.io.close(sum.fd)
+      if (file.sum !== null) {
+        this.summed(file, EMPTY, 0, true) // the last, partial block (fdatasynced, if any was written)
         file.sum = null
       }
       try {

@@ -6,9 +6,12 @@
  * goes on once descriptors are free again. Each case runs in a child with `ulimit -n` lowered.
  */
 import { spawnSync } from 'node:child_process'
+import { existsSync, readdirSync, statSync } from 'node:fs'
+import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { openFileBudget } from '../../dist/src/engine/descriptors.js'
-import { tempDir } from '../helpers/index.js'
+import { AgentLog } from '../../dist/src/index.js'
+import { blobOf, tempDir } from '../helpers/index.js'
 
 const INDEX = new URL('../../dist/src/index.js', import.meta.url).href
 
@@ -74,6 +77,31 @@ process.stdout.write(JSON.stringify({ code: err.code, message: err.message, agai
 `
 
 describe('descriptors', () => {
+  it('an open workspace holds one descriptor: its checksum sidecar is written through short-lived ones', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 0 })
+    const fds = () => readdirSync('/proc/self/fd').length
+    try {
+      await log.append('warm', { op: 'write', path: 'a', blob: blobOf(0) })
+      const before = fds()
+      for (let w = 0; w < 40; w++) {
+        // Past one ~64 KiB block each: every sidecar gets a record.
+        const entries = Array.from({ length: 600 }, (_, i) => ({
+          op: 'write' as const,
+          path: `dir/file-${i}.txt`,
+          blob: blobOf(i),
+        }))
+        await log.appendMany(`w${w}`, entries)
+      }
+      expect(fds() - before).toBeLessThanOrEqual(40 + 2)
+      for (let w = 0; w < 40; w++)
+        expect(statSync(join(root, 'checksums', `w${w}.sum`)).size).toBeGreaterThan(32)
+    } finally {
+      await log.close()
+    }
+    expect(existsSync(join(root, 'journal'))).toBe(false)
+  })
+
   it('keeps the open files within what ulimit -n leaves room for: 600 workspaces under a limit of 200, every append acknowledged', () => {
     const r = underLimit(200, MANY, tempDir())
     expect(r.status, r.err).toBe(0)
