@@ -61,6 +61,11 @@ export interface DaemonStats {
   bufferedBytes: number
   /** Stream readers open now (a parked stream has none). */
   readers: number
+  /**
+   * Connections the daemon is not reading now: they have --max-in-flight requests in flight, all
+   * connections together have more than --max-pending-bytes, or their unread answers pile up.
+   */
+  paused: number
   /** Connections closed with NOA_SLOW_CONSUMER since the daemon started. */
   slowConsumers: number
   /** Requests refused with NOA_BUSY since the daemon started. */
@@ -272,9 +277,11 @@ export class Daemon implements SessionHost {
   stats(): DaemonStats {
     let requests = 0
     let streams = 0
+    let paused = 0
     for (const s of this.sessions) {
       requests += s.requests
       streams += s.openStreams
+      if (s.readPaused) paused++
     }
     return {
       pid: process.pid,
@@ -285,6 +292,7 @@ export class Daemon implements SessionHost {
       pendingBytes: this.pendingBytes,
       bufferedBytes: this.budget.used,
       readers: this.budget.readers,
+      paused,
       slowConsumers: this.slowConsumers,
       busy: this.budget.refusals,
       draining: this.drainStarted,

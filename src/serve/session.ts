@@ -158,8 +158,18 @@ export class Session {
     return this.inFlight.size
   }
 
+  /** The connection is done with (a request may close it: read no further). */
+  private get closed(): boolean {
+    return this.state === 'closed'
+  }
+
   get openStreams(): number {
     return this.streamSet.size
+  }
+
+  /** The daemon is not reading this connection now: its requests, the pending bytes or its unread answers hold it. */
+  get readPaused(): boolean {
+    return this.state === 'open' && this.socket.isPaused()
   }
 
   /** Answer bytes held for this client: queued, or written and not yet taken by the kernel. */
@@ -191,14 +201,26 @@ export class Session {
     this.socket.end()
   }
 
+  /**
+   * Takes the chunk's requests while the connection is not paused. Once a request pauses it (the
+   * in-flight, pending-bytes or answer bound), the rest of the chunk goes back to the socket,
+   * unread, and comes again when it is resumed: a bound holds at the request that reached it,
+   * not at the end of whatever one read brought (up to 64 KiB of requests).
+   */
   private onData(chunk: Buffer): void {
     if (this.state === 'closed') return
+    let used: number
     try {
-      this.reader.push(chunk, (line) => this.onLine(line))
+      used = this.reader.push(
+        chunk,
+        (line) => this.onLine(line),
+        () => this.paused === 0 && !this.closed,
+      )
     } catch (err) {
       this.fatal(err)
       return
     }
+    if (used < chunk.length && !this.closed) this.socket.unshift(chunk.subarray(used))
     this.countLine()
   }
 
