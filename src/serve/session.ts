@@ -28,7 +28,6 @@ import {
   checkFields,
   DEFAULT_WINDOW,
   HELLO_MAX_LINE,
-  HELLO_TIMEOUT_MS,
   type Limits,
   MAX_WINDOW,
   OPS,
@@ -147,9 +146,15 @@ export class Session {
     socket.on('data', (chunk: Buffer) => this.onData(chunk))
     socket.on('error', () => {}) // a peer that vanished: 'close' follows
     socket.on('close', () => this.onClose())
+    const helloMs = host.limits.helloTimeoutMs
     this.helloTimer = setTimeout(
-      () => this.fatal(Errors.PROTOCOL(`no hello within ${HELLO_TIMEOUT_MS / 1000} s`)),
-      HELLO_TIMEOUT_MS,
+      () =>
+        this.fatal(
+          Errors.PROTOCOL(`no hello within ${helloMs} ms (noa serve --hello-timeout-ms)`, {
+            limit: helloMs,
+          }),
+        ),
+      helloMs,
     )
     this.helloTimer.unref()
   }

@@ -83,6 +83,35 @@ describe('noa serve security', () => {
     expect((await local.call({ id: 1, op: 'appendToFile', file: outside, data: 'x\n' })).ok).toBe(true)
   })
 
+  it('closes a connection that sends no hello within --hello-timeout-ms, having changed nothing; one that did is kept', async () => {
+    const root = tempDir()
+    const hello = ['--hello-timeout-ms', '300']
+    const d = await startDaemon(root, ['--listen', '0', '--token-file', tokenFile(), ...hello])
+    const [host, port] = (d.info.tcp as string).split(':') as [string, string]
+    const tcp = { host, port: Number(port) }
+    // Opened first, so its timer, were it not stopped by the hello, would fire before the others'.
+    const kept = await LineClient.open(tcp)
+    await kept.hello(TOKEN)
+    const silent = await LineClient.open(tcp)
+    const partial = await LineClient.open(tcp)
+    partial.send(`{"id":0,"op":"hello","v":1,"token":"${TOKEN.slice(0, 8)}`) // and no more
+    const local = await LineClient.open(d.info.socket) // the unix socket has the same timer
+    for (const c of [silent, partial, local]) {
+      expect(await c.next()).toMatchObject({
+        id: null,
+        ok: false,
+        error: {
+          code: 'NOA_PROTOCOL',
+          message: 'no hello within 300 ms (noa serve --hello-timeout-ms)',
+          details: { limit: 300 },
+        },
+      })
+      expect(await c.next()).toBeNull() // closed
+    }
+    expect(readdirSync(root).sort()).toEqual(['noa.serve.lock', 'noa.sock'])
+    expect((await kept.call({ id: 1, op: 'append', ws: 'w', entry: del('a') })).result.seq).toBe(1)
+  })
+
   it('refuses to listen on TCP without a proper token file', () => {
     const root = tempDir()
     const cases: Array<[string[], RegExp]> = [

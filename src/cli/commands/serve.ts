@@ -18,6 +18,10 @@ const LIMIT_FLAGS = {
     'slowConsumerMs',
     'a client that takes none of its answers for this long is disconnected (NOA_SLOW_CONSUMER)',
   ],
+  'hello-timeout-ms': [
+    'helloTimeoutMs',
+    'a new connection that sends no hello (over TCP: its token) for this long is closed',
+  ],
 } as const satisfies Record<string, readonly [keyof Limits, string]>
 
 function limitOption(flag: keyof typeof LIMIT_FLAGS) {
@@ -58,6 +62,7 @@ export const spec = command({
     'max-pending-bytes': limitOption('max-pending-bytes'),
     'max-buffered-bytes': limitOption('max-buffered-bytes'),
     'slow-consumer-ms': limitOption('slow-consumer-ms'),
+    'hello-timeout-ms': limitOption('hello-timeout-ms'),
   },
   positionals: [0, 0],
   details:
