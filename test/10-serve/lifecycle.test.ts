@@ -1,6 +1,7 @@
 /**
  * The daemon's life: a drain (SIGTERM, SIGINT) commits and answers every append it had taken and
- * refuses new ones with NOA_SHUTTING_DOWN, then exits 0; a SIGKILL loses no acknowledged entry,
+ * refuses new ones with NOA_SHUTTING_DOWN, then exits 0; a second signal of either kind ends a
+ * drain that waits at once, losing nothing acknowledged; a SIGKILL loses no acknowledged entry,
  * its clients get NOA_DAEMON_LOST, and a restarted daemon recovers the root (the dead one's
  * journal replayed) and the same clients go on through it.
  */
@@ -10,7 +11,9 @@ import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput, isNoaError } from '../../dist/src/index.js'
 import { connectDaemon, Daemon } from '../../dist/src/serve/index.js'
 import { ROOT_DIR, tempDir } from '../helpers/index.js'
-import { commitGate, LineClient, startDaemon, until } from '../helpers/serve.js'
+import { commitGate, LineClient, startDaemon, until, within } from '../helpers/serve.js'
+
+const SERVE_HELD = join(ROOT_DIR, 'test', 'fixtures', 'serve-held.mjs')
 const CRASH_IO = new URL('test/fixtures/crash-io.mjs', `file://${ROOT_DIR}/`).href
 const del = (path: string): EntryInput => ({ op: 'delete', path })
 
@@ -158,6 +161,42 @@ describe('noa serve lifecycle', () => {
       }
       for (const a of acked) expect(stored.has(a)).toBe(true)
       expect(stored.size).toBe(acked.size) // nothing refused was written
+      await log.close()
+    })
+  }
+
+  // A drain that cannot end (an append's commit is held): the second signal ends the process.
+  for (const [first, second] of [
+    ['SIGTERM', 'SIGTERM'],
+    ['SIGTERM', 'SIGINT'],
+    ['SIGINT', 'SIGTERM'],
+  ] as const) {
+    it(`ends at once on a second signal (${first}, then ${second}), losing nothing acknowledged`, async () => {
+      const root = tempDir()
+      const gate = commitGate()
+      const d = await startDaemon(root, [], { script: SERVE_HELD, env: { NOA_TEST_HOLD: gate.file } })
+      const c = await LineClient.open(d.info.socket)
+      await c.hello()
+      expect((await c.call({ id: 1, op: 'append', ws: 'w', entry: del('acked') })).result.seq).toBe(1)
+      gate.hold()
+      c.send({ id: 2, op: 'append', ws: 'w', entry: del('held') })
+      await until('its commit to be held', () => gate.held() === 1)
+      process.kill(d.pid, first)
+      for (let id = 3; ; id++) {
+        const m = await c.call({ id, op: 'lastSeq', ws: 'w' })
+        if (m.ok) continue // the signal has not come yet
+        expect(m.error.code).toBe('NOA_SHUTTING_DOWN') // draining, and waiting for the held append
+        break
+      }
+      expect(await within(10_000, 'the daemon to end', d.stop(second))).toEqual({
+        code: null,
+        signal: second,
+      })
+      expect(await c.next()).toBeNull() // the held append was never answered
+      expect(logLines(root, 'w').map((e) => e.path)).toEqual(['acked'])
+      // The stale socket is removed and the root opened in process: it goes on after seq 1.
+      const log = await AgentLog.open({ root, workers: 1 })
+      expect((await log.append('w', del('after'))).seq).toBe(2)
       await log.close()
     })
   }

@@ -123,6 +123,15 @@ export function startDaemon(
   })
 }
 
+/** `promise`, or a failure after `ms` (a failure bound: it decides nothing when the promise comes). */
+export function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms)
+  })
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
 /** A process's resident memory now and at its peak (VmRSS, VmHWM), in bytes (Linux). */
 export function memoryOf(pid: number): { rss: number; peak: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
