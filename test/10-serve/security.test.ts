@@ -1,17 +1,70 @@
 /**
- * Who may talk to the daemon: its socket is 0600 whatever the umask; TCP exists only with a
+ * Who may talk to the daemon: its socket is 0600 whatever the umask, and no other user gets
+ * through it, whether the daemon runs as root or as an unprivileged user; a connection has
+ * --hello-timeout-ms to say hello; TCP exists only with a
  * token, from a file only its owner can read, and a connection without the right token, or with
  * a malformed or oversized first frame, is refused and changes nothing; files outside the root
  * are written only for clients on the unix socket.
  */
-import { spawnSync } from 'node:child_process'
-import { chmodSync, existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
+import { spawn, spawnSync } from 'node:child_process'
+import { chmodSync, chownSync, existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
-import { runCli, tempDir } from '../helpers/index.js'
+import { describe, expect, it, onTestFinished } from 'vitest'
+import { ROOT_DIR, runCli, tempDir } from '../helpers/index.js'
 import { LineClient, startDaemon } from '../helpers/serve.js'
 
 const TOKEN = 'a-long-enough-secret-token-4f9c2e'
+const SERVE_AS_USER = join(ROOT_DIR, 'test', 'fixtures', 'serve-as-user.mjs')
+/** An unprivileged uid (and gid) for the checks as another user; no such user needs to exist. */
+const OTHER_UID = 4242
+const isRoot = process.getuid?.() === 0
+
+/**
+ * Connects to `socket` as `uid` (its own gid, no other groups) and says hello: 'hello' when the
+ * daemon answered, else the connection's error code. The child loads nothing but Node's own
+ * modules, so it runs from a checkout other users cannot enter.
+ */
+function connectAs(uid: number, socket: string): string {
+  const script = `const s = require('node:net').connect(${JSON.stringify(socket)})
+s.on('error', (e) => { process.stdout.write(e.code); process.exit(0) })
+s.on('connect', () => s.write('{"id":0,"op":"hello","v":1}\\n'))
+s.on('data', (d) => { process.stdout.write(JSON.parse(d).ok ? 'hello' : String(d)); process.exit(0) })`
+  const r = spawnSync(
+    'setpriv',
+    [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', process.execPath, '-e', script],
+    { encoding: 'utf8', cwd: '/' },
+  )
+  expect(r.status, r.stderr).toBe(0)
+  return r.stdout
+}
+
+/** test/fixtures/serve-as-user.mjs serving `root` as `uid`; resolves with its socket once it listens. */
+function startAsUser(uid: number, root: string): Promise<string> {
+  const child = spawn(process.execPath, [SERVE_AS_USER, String(uid), String(uid), root], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  onTestFinished(async () => {
+    child.kill('SIGTERM')
+    await exited
+  })
+  let out = ''
+  let err = ''
+  child.stderr.on('data', (b) => {
+    err += b
+  })
+  return new Promise((resolve, reject) => {
+    child.stdout.on('data', (b) => {
+      out += b
+      if (out.includes('\n')) {
+        const info = JSON.parse(out) as { socket: string; euid: number }
+        expect(info.euid).toBe(uid)
+        resolve(info.socket)
+      }
+    })
+    exited.then((code) => reject(new Error(`the daemon as uid ${uid} exited (${code}): ${err}`)))
+  })
+}
 
 function tokenFile(mode = 0o600, text = `${TOKEN}\n`): string {
   const file = join(tempDir(), 'token')
@@ -28,24 +81,29 @@ describe('noa serve security', () => {
     const d = await startDaemon(root, [], { umask: 0 })
     expect(statSync(d.info.socket).mode & 0o777).toBe(0o600)
     expect(statSync(d.info.socket).isSocket()).toBe(true)
-    // Another user cannot connect (when this test runs as root, "nobody" tries).
-    if (process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0) {
-      chmodSync(root, 0o755) // let nobody reach the socket itself: its own mode must refuse
-      const r = spawnSync(
-        'setpriv',
-        [
-          '--reuid=nobody',
-          '--regid=nogroup',
-          '--clear-groups',
-          process.execPath,
-          '-e',
-          `require('net').connect(${JSON.stringify(d.info.socket)}).on('error', (e) => { console.log(e.code); process.exit(0) }).on('connect', () => { console.log('connected'); process.exit(0) })`,
-        ],
-        { encoding: 'utf8' },
-      )
-      expect(r.stdout.trim()).toBe('EACCES')
-    }
   })
+
+  // Only root can act as other users: run as anyone else, this is skipped (and says so).
+  it.runIf(isRoot)(
+    "refuses every other user on the socket, a root daemon's and an unprivileged user's (as root: other uids through setpriv)",
+    async () => {
+      expect(spawnSync('setpriv', ['--version']).status).toBe(0) // util-linux: needed, not optional
+      // A root daemon: another user is refused by the socket's own mode (its folder lets them in).
+      const root = tempDir()
+      chmodSync(root, 0o755)
+      const d = await startDaemon(root, [], { umask: 0 })
+      expect(connectAs(OTHER_UID, d.info.socket)).toBe('EACCES')
+      // A daemon run by an unprivileged user: that user is served, another one is refused.
+      const theirs = tempDir()
+      chownSync(theirs, OTHER_UID, OTHER_UID)
+      chmodSync(theirs, 0o755)
+      const socket = await startAsUser(OTHER_UID, theirs)
+      expect(statSync(socket)).toMatchObject({ uid: OTHER_UID, gid: OTHER_UID })
+      expect(statSync(socket).mode & 0o777).toBe(0o600)
+      expect(connectAs(OTHER_UID, socket)).toBe('hello')
+      expect(connectAs(OTHER_UID + 1, socket)).toBe('EACCES')
+    },
+  )
 
   it('refuses a TCP client without the token, with a wrong one, or with a bad first frame; nothing changes', async () => {
     const root = tempDir()
