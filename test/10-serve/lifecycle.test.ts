@@ -57,7 +57,7 @@ describe('noa serve lifecycle', () => {
         answers.set(m.id, m)
       }
     }
-    await collect(2) // the refusals, while the 50 wait for their commit
+    await within(10_000, 'the refusals', collect(2)) // while the 50 wait for their commit
     expect(answers.get(50)?.error?.code).toBe('NOA_SHUTTING_DOWN')
     expect(answers.get(100)?.error?.code).toBe('NOA_SHUTTING_DOWN') // the watch ended
     expect(d.stats().requests).toBe(50)
@@ -124,7 +124,9 @@ describe('noa serve lifecycle', () => {
     const cancelled = log.append('w', del('cancelled'), { signal: stop.signal })
     await until('the second append to reach the daemon', () => d.stats().requests === 2)
     stop.abort()
-    await expect(cancelled).rejects.toMatchObject({ code: 'NOA_ABORTED' })
+    await expect(within(10_000, 'the cancelled append to fail', cancelled)).rejects.toMatchObject({
+      code: 'NOA_ABORTED',
+    })
     expect(gate.held()).toBe(1) // no commit took it meanwhile
     gate.release()
     expect((await taken).seq).toBe(2)
@@ -224,7 +226,7 @@ describe('noa serve lifecycle', () => {
     })
     while (acked.length < 500) await new Promise((r) => setTimeout(r, 10))
     await d.stop('SIGKILL')
-    await Promise.all(loops)
+    await within(10_000, 'every loop to see the daemon lost', Promise.all(loops))
     expect(lost.length).toBe(16)
     // No daemon: the client's next request fails with the same named error, never hangs.
     await expect(log.append('w0', del('x'))).rejects.toMatchObject({ code: 'NOA_DAEMON_LOST' })

@@ -10,8 +10,8 @@ import { spawn, spawnSync } from 'node:child_process'
 import { chmodSync, chownSync, existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import { ROOT_DIR, runCli, tempDir } from '../helpers/index.js'
-import { LineClient, startDaemon } from '../helpers/serve.js'
+import { CLI, ROOT_DIR, tempDir } from '../helpers/index.js'
+import { LineClient, startDaemon, within } from '../helpers/serve.js'
 
 const TOKEN = 'a-long-enough-secret-token-4f9c2e'
 const SERVE_AS_USER = join(ROOT_DIR, 'test', 'fixtures', 'serve-as-user.mjs')
@@ -155,7 +155,7 @@ describe('noa serve security', () => {
     partial.send(`{"id":0,"op":"hello","v":1,"token":"${TOKEN.slice(0, 8)}`) // and no more
     const local = await LineClient.open(d.info.socket) // the unix socket has the same timer
     for (const c of [silent, partial, local]) {
-      expect(await c.next()).toMatchObject({
+      expect(await within(10_000, 'the refusal', c.next())).toMatchObject({
         id: null,
         ok: false,
         error: {
@@ -187,9 +187,15 @@ describe('noa serve security', () => {
       [['--token-file', tokenFile()], /a token file is for the TCP listener: give --listen too/],
     ]
     for (const [args, message] of cases) {
-      const r = runCli(['serve', '--root', root, ...args])
-      expect(r.status).toBe(1)
-      expect(r.stderr).toMatch(message)
+      // A daemon that took the file would serve on: ended after 30 s (a failure bound), it fails.
+      const r = spawnSync(process.execPath, [CLI, 'serve', '--root', root, ...args], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      })
+      expect({ status: r.status, stderr: r.stderr }).toMatchObject({
+        status: 1,
+        stderr: expect.stringMatching(message),
+      })
     }
     expect(readdirSync(root)).toEqual([])
   })
