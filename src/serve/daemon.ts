@@ -61,6 +61,13 @@ export interface DaemonStats {
   bufferedBytes: number
   /** Stream readers open now (a parked stream has none). */
   readers: number
+  /**
+   * Connections the daemon is not reading now: they have --max-in-flight requests in flight, all
+   * connections together have more than --max-pending-bytes, or their unread answers pile up.
+   */
+  paused: number
+  /** Connections refused before hello since the daemon started: over --max-connections, or draining. */
+  refused: number
   /** Connections closed with NOA_SLOW_CONSUMER since the daemon started. */
   slowConsumers: number
   /** Requests refused with NOA_BUSY since the daemon started. */
@@ -96,6 +103,7 @@ export class Daemon implements SessionHost {
   pendingBytes = 0
   readonly budget: Budget
   private slowConsumers = 0
+  private refused = 0
   readonly budgetWaiters = new Set<Session>()
   private readonly sessions = new Set<Session>()
   private readonly servers: Server[] = []
@@ -218,10 +226,12 @@ export class Daemon implements SessionHost {
     }
     const session = new Session(this, socket, transport)
     if (this.drainStarted) {
+      this.refused++
       session.refuse(Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken'))
       return
     }
     if (this.sessions.size >= this.limits.maxConnections) {
+      this.refused++
       session.refuse(
         Errors.TOO_MANY_CONNECTIONS(
           `the daemon has ${this.sessions.size} connections, its limit (noa serve --max-connections)`,
@@ -272,9 +282,11 @@ export class Daemon implements SessionHost {
   stats(): DaemonStats {
     let requests = 0
     let streams = 0
+    let paused = 0
     for (const s of this.sessions) {
       requests += s.requests
       streams += s.openStreams
+      if (s.readPaused) paused++
     }
     return {
       pid: process.pid,
@@ -285,6 +297,8 @@ export class Daemon implements SessionHost {
       pendingBytes: this.pendingBytes,
       bufferedBytes: this.budget.used,
       readers: this.budget.readers,
+      paused,
+      refused: this.refused,
       slowConsumers: this.slowConsumers,
       busy: this.budget.refusals,
       draining: this.drainStarted,

@@ -46,6 +46,11 @@ export interface Limits {
    * nothing) is closed with NOA_SLOW_CONSUMER, in milliseconds.
    */
   slowConsumerMs: number
+  /**
+   * Time a new connection has to send `hello` (a TCP peer its token), in milliseconds; then it
+   * is answered NOA_PROTOCOL and closed.
+   */
+  helloTimeoutMs: number
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = {
@@ -57,12 +62,11 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
   maxPendingBytes: 64 << 20,
   maxBufferedBytes: 256 << 20,
   slowConsumerMs: 30_000,
+  helloTimeoutMs: 10_000,
 }
 
 /** What an unauthenticated peer may send before `hello` is accepted. */
 export const HELLO_MAX_LINE = 64 << 10
-/** Time a new connection has to send `hello`. */
-export const HELLO_TIMEOUT_MS = 10_000
 
 /** Chunks a stream may send ahead of `more` unless the request asks for another window. */
 export const DEFAULT_WINDOW = 16

@@ -28,7 +28,6 @@ import {
   checkFields,
   DEFAULT_WINDOW,
   HELLO_MAX_LINE,
-  HELLO_TIMEOUT_MS,
   type Limits,
   MAX_WINDOW,
   OPS,
@@ -147,9 +146,15 @@ export class Session {
     socket.on('data', (chunk: Buffer) => this.onData(chunk))
     socket.on('error', () => {}) // a peer that vanished: 'close' follows
     socket.on('close', () => this.onClose())
+    const helloMs = host.limits.helloTimeoutMs
     this.helloTimer = setTimeout(
-      () => this.fatal(Errors.PROTOCOL(`no hello within ${HELLO_TIMEOUT_MS / 1000} s`)),
-      HELLO_TIMEOUT_MS,
+      () =>
+        this.fatal(
+          Errors.PROTOCOL(`no hello within ${helloMs} ms (noa serve --hello-timeout-ms)`, {
+            limit: helloMs,
+          }),
+        ),
+      helloMs,
     )
     this.helloTimer.unref()
   }
@@ -158,8 +163,18 @@ export class Session {
     return this.inFlight.size
   }
 
+  /** The connection is done with (a request may close it: read no further). */
+  private get closed(): boolean {
+    return this.state === 'closed'
+  }
+
   get openStreams(): number {
     return this.streamSet.size
+  }
+
+  /** The daemon is not reading this connection now: its requests, the pending bytes or its unread answers hold it. */
+  get readPaused(): boolean {
+    return this.state === 'open' && this.socket.isPaused()
   }
 
   /** Answer bytes held for this client: queued, or written and not yet taken by the kernel. */
@@ -191,14 +206,26 @@ export class Session {
     this.socket.end()
   }
 
+  /**
+   * Takes the chunk's requests while the connection is not paused. Once a request pauses it (the
+   * in-flight, pending-bytes or answer bound), the rest of the chunk goes back to the socket,
+   * unread, and comes again when it is resumed: a bound holds at the request that reached it,
+   * not at the end of whatever one read brought (up to 64 KiB of requests).
+   */
   private onData(chunk: Buffer): void {
     if (this.state === 'closed') return
+    let used: number
     try {
-      this.reader.push(chunk, (line) => this.onLine(line))
+      used = this.reader.push(
+        chunk,
+        (line) => this.onLine(line),
+        () => this.paused === 0 && !this.closed,
+      )
     } catch (err) {
       this.fatal(err)
       return
     }
+    if (used < chunk.length && !this.closed) this.socket.unshift(chunk.subarray(used))
     this.countLine()
   }
 
