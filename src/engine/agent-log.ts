@@ -467,7 +467,9 @@ export class AgentLog {
     const o = this.options
     const inThread = o.workers === 0
     const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply) : channel()
-    owner.fds = inThread ? null : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + FD_TABLE_SLACK))).fill(-1)
+    owner.fds = inThread
+      ? null
+      : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + FD_TABLE_SLACK))).fill(-1)
     const init: OwnerInit = {
       port: port2,
       index: owner.index,
