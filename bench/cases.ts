@@ -11,6 +11,7 @@ import { AgentLog } from '../src/engine/agent-log.js'
 import { nowMicros } from '../src/engine/clock.js'
 import { type EntryInput, formatLine } from '../src/engine/entry.js'
 import { loadNative } from '../src/engine/native.js'
+import { PHASE, PHASES, phaseStamps, stamp } from '../src/engine/phases.js'
 import { ObjectStore } from '../src/store/objects.js'
 
 export interface CaseResult {
@@ -25,6 +26,10 @@ export interface CaseResult {
   ms?: number
   /** Peak resident set of the trial's process (all its threads), MB. */
   maxRssMB?: number
+  /** Per-phase breakdown of a serial append (phases.ts): µs at p50 of each step, and of the whole. */
+  phases?: Record<string, number>
+  /** How many appends the breakdown is over. */
+  samples?: number
 }
 
 export const BLOB = 'ab'.repeat(32)
@@ -157,6 +162,44 @@ async function journalSync(
   }
 }
 
+/**
+ * Serial appends with the phase stamps on (NOA_PHASES=1, read when the owners start): for each
+ * append whose every moment was stamped in order (a lone inline round), the time between each
+ * moment and the one before it; the p50 of each step over the run, in µs. The steps' p50s need
+ * not add up to the total's p50, nearly so on a quiet machine.
+ */
+async function phases(dir: string, seconds: number, options: { workers?: number }): Promise<CaseResult> {
+  process.env.NOA_PHASES = '1'
+  const stamps = phaseStamps() as Float64Array
+  return withLog(dir, options, async (log) => {
+    await warm(log, ['serial'])
+    const steps: number[][] = PHASES.map(() => [])
+    let i = 0
+    const until = performance.now() + seconds * 1000
+    while (performance.now() < until) {
+      stamps.fill(0)
+      stamp(PHASE.call)
+      await log.append('serial', entryFor(i++))
+      stamp(PHASE.resolved)
+      let ordered = true
+      for (let k = 1; k < PHASES.length; k++)
+        if (!((stamps[k] as number) >= (stamps[k - 1] as number) && (stamps[k] as number) > 0))
+          ordered = false
+      if (!ordered) continue
+      for (let k = 1; k < PHASES.length; k++)
+        steps[k]?.push(((stamps[k] as number) - (stamps[k - 1] as number)) * 1000)
+      steps[0]?.push(((stamps[PHASE.resolved] as number) - (stamps[PHASE.call] as number)) * 1000)
+    }
+    const p50 = (xs: number[]) => {
+      const s = [...xs].sort((a, b) => a - b)
+      return s[s.length >> 1] ?? Number.NaN
+    }
+    const out: Record<string, number> = { total: p50(steps[0] as number[]) }
+    for (let k = 1; k < PHASES.length; k++) out[PHASES[k] as string] = p50(steps[k] as number[])
+    return { phases: out, samples: (steps[0] as number[]).length }
+  })
+}
+
 export const CASES: Record<string, (dir: string, seconds: number) => Promise<CaseResult>> = {
   /** The floor: write + fdatasync of one ~200-byte line through the addon, on this thread. */
   async 'floor-serial'(dir, seconds) {
@@ -186,6 +229,16 @@ export const CASES: Record<string, (dir: string, seconds: number) => Promise<Cas
       let i = 0
       return latency(() => log.append('serial', entryFor(i++)), seconds)
     })
+  },
+
+  /** Where a serial append's time goes, step by step (the defaults). */
+  async 'noa-phases'(dir, seconds) {
+    return phases(dir, seconds, {})
+  },
+
+  /** The same with the owner on the caller's thread (workers: 0). */
+  async 'noa-phases-inthread'(dir, seconds) {
+    return phases(dir, seconds, { workers: 0 })
   },
 
   async 'journal-sync-fdatasync'(dir, seconds) {

@@ -194,6 +194,8 @@ export const ENGINE_CASES = [
   'floor-serial',
   'noa-serial',
   'noa-serial-inthread',
+  'noa-phases',
+  'noa-phases-inthread',
   'journal-sync-fdatasync',
   'journal-sync-odsync',
   'journal-sync-odirect',
@@ -207,6 +209,41 @@ export const ENGINE_CASES = [
   'noa-unawaited-1m',
   'caller-1m',
 ]
+
+/** What each step of a serial append is, as the breakdown's rows name it (bench/cases.ts phases). */
+const STEPS: Array<[string, string]> = [
+  ['queued', 'validate and render (append() returns: checked, JSON body, in the outbox)'],
+  ['posted', "hand-off: to the end of the caller's turn, the outbox posted to the owner's port"],
+  ['received', 'message hop to the owner (MessagePort to a worker; setImmediate in the same thread)'],
+  ['built', 'batch built by the owner (seq, ts, the log line)'],
+  ['framed', 'journal frame and CRC32C'],
+  ['pwritten', 'pwritev of the frame to the journal'],
+  ['synced', "the journal's fdatasync"],
+  ['logged', 'write of the line to its .log'],
+  ['finished', 'round settled (state, checksum sidecar, acks queued)'],
+  ['ackPosted', "acks posted to the caller's port"],
+  ['ackReceived', "ack hop back to the caller's thread"],
+  ['resolved', "the caller's await resumes"],
+]
+
+/** The per-phase breakdown: median over the rounds of each step's p50, defaults beside workers: 0. */
+export function phaseTable(results: Map<string, CaseResult[]>): string {
+  const col = (name: string, step: string) => {
+    const xs = (results.get(name) ?? [])
+      .map((r) => r.phases?.[step])
+      .filter((x): x is number => Number.isFinite(x))
+    return xs.length ? median(xs).toFixed(1) : '–'
+  }
+  const lines = [
+    '| step of one serial append (µs at p50) | defaults | workers: 0 |',
+    '|---|---:|---:|',
+    ...STEPS.map(
+      ([step, what]) => `| ${what} | ${col('noa-phases', step)} | ${col('noa-phases-inthread', step)} |`,
+    ),
+    `| **the whole append** | **${col('noa-phases', 'total')}** | **${col('noa-phases-inthread', 'total')}** |`,
+  ]
+  return `${lines.join('\n')}\n`
+}
 
 /**
  * `noa append` of one entry as a fresh process, beside Node's own start (`node -e ''`), wall
@@ -262,7 +299,8 @@ async function main(): Promise<void> {
   process.stderr.write(
     `noa bench: ${rounds} round(s), ${seconds} s per trial, each trial in a fresh process\n`,
   )
-  const rows = engineRows(interleave(ENGINE_CASES, rounds, seconds))
+  const engine = interleave(ENGINE_CASES, rounds, seconds)
+  const rows = engineRows(engine)
   rows.push(...cliStartRows(rounds))
   const replayModule = './replay.js' // written by the snapshot section; optional here
   const replay = await import(replayModule).catch(() => null)
@@ -290,7 +328,7 @@ async function main(): Promise<void> {
   }
   const cmd = `npm run bench${quick ? ' -- --quick' : ''}`
   const header = `Measured ${started.toISOString().slice(0, 10)} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, with \`${cmd}\` (${rounds} interleaved rounds, medians).\n\n`
-  const text = header + markdownTable(rows)
+  const text = `${header + markdownTable(rows)}\n${phaseTable(engine)}`
   process.stdout.write(text)
   if (values.out) writeFileSync(values.out, text)
 }

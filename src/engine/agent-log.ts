@@ -33,6 +33,7 @@ import {
 } from './logs.js'
 import { loadNative } from './native.js'
 import { checkOptionKeys } from './options.js'
+import { PHASE, phaseStamps, stamp } from './phases.js'
 import type {
   AtomicPart,
   Durability,
@@ -466,7 +467,7 @@ export class AgentLog {
     if (owner.port !== null || owner.failed !== null) return owner
     const o = this.options
     const inThread = o.workers === 0
-    const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply) : channel()
+    const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply, true) : channel()
     owner.fds = inThread
       ? null
       : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + FD_TABLE_SLACK))).fill(-1)
@@ -484,6 +485,7 @@ export class AgentLog {
       journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
       fds: owner.fds,
       closes: owner.closes,
+      ...(phaseStamps() ? { phases: phaseStamps() as Float64Array } : {}),
       ioModule: this.ioModule,
       ioOptions: this.ioOptions,
     }
@@ -1041,6 +1043,7 @@ export class AgentLog {
       owner.scheduled = true
       queueMicrotask(() => this.flush(owner))
     }
+    stamp(PHASE.queued)
   }
 
   /**
@@ -1126,6 +1129,7 @@ export class AgentLog {
     if (out.expects) msg.expects = out.expects
     if (out.files) msg.files = out.files
     ;(owner.port as MessagePort | LocalPort).postMessage(msg)
+    stamp(PHASE.posted)
   }
 
   private request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
@@ -1141,6 +1145,7 @@ export class AgentLog {
   private onMessage(msg: FromOwner, from?: Owner): void {
     switch (msg.t) {
       case 'acks': {
+        stamp(PHASE.ackReceived)
         const d = msg.data
         for (let i = 0; i < d.length; i += 5) {
           const id = d[i] as number

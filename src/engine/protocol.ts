@@ -18,6 +18,8 @@ export interface OwnerInit {
    * closes any descriptor, and each ack carries its value at the commit (see LOG_HELD).
    */
   closes: Int32Array
+  /** The per-phase stamps of `npm run bench` (NOA_PHASES=1, see phases.ts); absent otherwise. */
+  phases?: Float64Array
   index: number
   /** The root folder (`logDir` is below it; folders below the root are checked, not followed). */
   root: string

@@ -57,6 +57,7 @@ import {
   OBJECT_LOG_ROTATE,
   OBJECT_LOG_SUFFIX,
 } from '../engine/object-log.js'
+import { PHASE, stamp, usePhaseStamps } from '../engine/phases.js'
 import type {
   AbortMsg,
   ApplyMsg,
@@ -315,6 +316,7 @@ class Owner {
     private readonly init: OwnerInit,
     private readonly io: LogIo,
   ) {
+    usePhaseStamps(init.phases)
     io.setMaxThreads(init.syncThreads)
     io.setCompletionHandler((id, err, logErrors) => this.completed(id, err, logErrors ?? null))
     this.journal =
@@ -331,6 +333,7 @@ class Owner {
   handle(msg: ToOwner): void {
     switch (msg.t) {
       case 'append': {
+        stamp(PHASE.received)
         let b = 0
         for (let i = 0; i < msg.ids.length; i++) {
           const count = msg.counts[i] as number
@@ -570,6 +573,7 @@ class Owner {
       if (batch?.atomic !== undefined) this.prepared(batch)
       else if (batch) batches.push(batch)
     }
+    stamp(PHASE.built)
     this.ready.clear()
     const j = this.journal
     if (j !== null && j.state === 'ready') {
@@ -920,6 +924,7 @@ class Owner {
     const wrapped = place.wrapAt !== null
     if (wrapped || place.offset < j.head) this.stats.wraps++
     const frame = encodeFrame(j.id, j.nextLsn + (wrapped ? 1 : 0), FLAG_END, parts)
+    stamp(PHASE.framed)
     const round: Round = { id: this.nextJob++, batches: taken, groups, frame, offset: place.offset, wrapped }
     this.round = round
     this.stats.rounds++
@@ -958,7 +963,9 @@ class Owner {
     let logErrors: Array<number | Error> | null = null
     try {
       this.io.pwrite(j.fd, round.frame.pieces, round.offset)
+      stamp(PHASE.pwritten)
       this.io.fdatasync(j.fd)
+      stamp(PHASE.synced)
     } catch (err) {
       error = err
     }
@@ -971,8 +978,10 @@ class Owner {
           logErrors.push(i, err as Error)
         }
       })
+      stamp(PHASE.logged)
     }
     this.roundDone(round, error, logErrors)
+    stamp(PHASE.finished)
     this.flushAcks()
   }
 
@@ -1513,6 +1522,7 @@ class Owner {
     const data = Float64Array.from(this.acks)
     this.acks = []
     this.post({ t: 'acks', data })
+    stamp(PHASE.ackPosted)
   }
 
   private fail(reqs: Req[], err: unknown): void {
