@@ -32,6 +32,18 @@ import {
 
 const nats = useNats()
 
+/** Resolves once the stream's de-duplication has forgotten every id published before the call. */
+async function dedupForgotten(url: string, subject: string): Promise<void> {
+  await withConnection(url, async (nc) => {
+    const js = jetstream(nc)
+    const first = await js.publish(subject, '', { msgID: 'probe' })
+    expect(first.duplicate).toBe(false)
+    await waitFor('the de-duplication window to pass', async () =>
+      (await js.publish(subject, '', { msgID: 'probe' })).duplicate ? null : true,
+    )
+  })
+}
+
 describe('replicate push and pull (CLI)', () => {
   it('rebuilds logs byte for byte in another root, and a second push sends only what is new', async () => {
     const { prefix, stream } = uniqueNames()
@@ -517,8 +529,10 @@ describe('order and exactly once', () => {
         try {
           await atGate
           expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(3)
-          // Outlive the de-duplication window, so that only the expected sequence stands in the way.
-          if (path === 'expected-sequence') await new Promise((r) => setTimeout(r, 1000))
+          // Outlive the de-duplication window, so that only the expected sequence stands in the way:
+          // a probe published after a's entries is taken as new again only once the server has
+          // forgotten its id, and it forgets ids in the order they came, a's first.
+          if (path === 'expected-sequence') await dedupForgotten(nats.url(), `${prefix}.dedup-probe`)
         } finally {
           release()
         }
@@ -591,11 +605,21 @@ describe('order and exactly once', () => {
   })
 
   it('bad options are refused by name', async () => {
-    await expect(replicatePush({ nats: nats.url(), prefix: 'a b' })).rejects.toThrow(/prefix must be/)
-    await expect(replicatePull({ nats: nats.url(), bogus: 1 } as never)).rejects.toThrow(
-      /unknown pull option bogus/,
-    )
-    await expect(replicatePush({} as never)).rejects.toThrow(/push needs nats/)
-    expect(NoaError).toBeDefined()
+    // Each refusal is a NoaError with the stable code and the option it names in details.field.
+    const cases: Array<[Promise<unknown>, RegExp, string]> = [
+      [replicatePush({ nats: nats.url(), prefix: 'a b' }), /prefix must be/, 'prefix'],
+      [replicatePull({ nats: nats.url(), bogus: 1 } as never), /unknown pull option bogus/, 'bogus'],
+      [replicatePush({} as never), /push needs nats/, 'nats'],
+    ]
+    for (const [call, message, field] of cases) {
+      const err = await call.then(
+        () => null,
+        (e: unknown) => e,
+      )
+      expect(err).toBeInstanceOf(NoaError)
+      expect(isNoaError(err, 'NOA_BAD_OPTION'), String(err)).toBe(true)
+      expect((err as NoaError).message).toMatch(message)
+      expect((err as NoaError).details).toMatchObject({ field })
+    }
   })
 })
