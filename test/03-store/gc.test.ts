@@ -7,6 +7,7 @@ import { PassThrough, Writable } from 'node:stream'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { AgentLog, type EntryInput, SnapshotEngine } from '../../dist/src/index.js'
+import { SteppedChild } from '../helpers/child.js'
 import { blobOf, CLI, runCli, runCliAsync, tempDir } from '../helpers/index.js'
 import { refusal, setup } from '../helpers/snapshot.js'
 
@@ -194,46 +195,34 @@ describe('gc', () => {
     const root = tempDir()
     // Old garbage for gc to find, and a workspace of the writer's to go on from.
     for (let i = 0; i < 50; i++) runCli(['blob', 'put', '-', '--root', root], { input: `garbage ${i}` })
-    age(root)
     const script = new URL('../fixtures/gc-writer.mjs', import.meta.url).pathname
-    const writer = new Promise<string[]>((resolve, reject) => {
-      const child = spawn(process.execPath, [script, root, 'ws', '40', 'prune'], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      })
-      let out = ''
-      let err = ''
-      child.stdout.on('data', (b) => {
-        out += b
-      })
-      child.stderr.on('data', (b) => {
-        err += b
-      })
-      child.on('exit', (code) => (code === 0 ? resolve(out.trim().split('\n')) : reject(new Error(err))))
-    })
-    let done = false
-    let runs = 0
+    const rounds = 40
+    const writer = new SteppedChild(script, [root, 'ws', String(rounds), 'prune'])
+    const ids: string[] = []
     let removed = 0
-    const gcLoop = (async () => {
-      while (!done) {
-        // A grace period far below the default, still above the time a snapshot takes here.
-        const r = await runCliAsync(['gc', '--yes', '--grace', '3s', '--json', '--root', root])
-        expect(r.status, r.stderr).toBe(0)
-        removed += JSON.parse(r.stdout).removed
-        runs++
-      }
-    })()
-    const ids = await writer.finally(() => {
-      done = true
-    })
-    await gcLoop
-    expect(runs).toBeGreaterThan(1)
+    for (let round = 0; round < rounds; round++) {
+      ids.push((await writer.next('round')).snapshotId as string)
+      // Everything the writer made so far is named by its log now, or garbage (overwritten blobs,
+      // pruned snapshots' trees). Aged past the grace period, all of it is gc's to judge by what
+      // the logs reach; what the writer makes during this gc is new, inside the default grace
+      // period (one hour) whatever the machine's speed, and is kept by it.
+      age(root)
+      const gc = runCliAsync(['gc', '--yes', '--json', '--root', root])
+      writer.go()
+      const r = await gc
+      expect(r.status, r.stderr).toBe(0)
+      removed += JSON.parse(r.stdout).removed
+      // Nothing any snapshot so far needs has gone, whatever the writer did meanwhile.
+      const v = runCli(['verify', '--objects', '--root', root])
+      expect(v.status, `round ${round}: ${v.stderr}`).toBe(0)
+    }
+    await writer.done()
     expect(removed).toBeGreaterThanOrEqual(50)
-    expect(ids.length).toBe(40)
-    const v = runCli(['verify', '--objects', '--root', root])
-    expect(v.status, v.stderr).toBe(0)
+    expect(ids.length).toBe(rounds)
     const reader = new SnapshotEngine({ root })
-    for (const s of await reader.listSnapshots('ws')) {
-      if (s.pruned) continue
+    const live = (await reader.listSnapshots('ws')).filter((s) => !s.pruned)
+    expect(live.length).toBeGreaterThanOrEqual(2)
+    for (const s of live) {
       const dir = join(tempDir(), 'o')
       await reader.checkout(s.snapshotId, dir)
     }
