@@ -8,7 +8,7 @@
  * other workspace; `recover` fails naming it. Huge and sparse journals are refused in bounded
  * time and memory.
  */
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import {
   chmodSync,
@@ -41,6 +41,7 @@ import {
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
 import { blobOf, CLI, runCli, tempDir } from '../helpers/index.js'
+import { isRoot, nodeAsOtherUser } from '../helpers/users.js'
 
 const JOURNAL = 'journal/4242-0badf00d-w0.jnl'
 const SIZE = 64 << 10
@@ -397,7 +398,7 @@ describe('planted commit journals', () => {
     expect(readFileSync(join(r.root, objectPath(object))).equals(object)).toBe(true)
   })
 
-  it.runIf(process.getuid?.() === 0)(
+  it.runIf(isRoot())(
     "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's noa recover",
     async () => {
       const r = await makeRoot()
@@ -411,20 +412,7 @@ describe('planted commit journals', () => {
       // The root is the group's: its owner (uid 4242) recovers it.
       execFileSync('chmod', ['-R', 'a+rwX', r.root])
       chmodSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'), 0o600) // as its owner made it
-      const asOwner = spawnSync(
-        'setpriv',
-        [
-          '--reuid=4242',
-          '--regid=4242',
-          '--clear-groups',
-          process.execPath,
-          CLI,
-          'recover',
-          '--root',
-          r.root,
-        ],
-        { encoding: 'utf8' },
-      )
+      const asOwner = nodeAsOtherUser([CLI, 'recover', '--root', r.root])
       expect(asOwner.status, asOwner.stderr).toBe(0)
       expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, data]))).toBe(true)
       expect(existsSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'))).toBe(false)
