@@ -16,12 +16,14 @@ import {
   closeSync,
   existsSync,
   ftruncateSync,
+  linkSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
   writeSync,
 } from 'node:fs'
@@ -36,8 +38,14 @@ import {
   type FramePart,
   fileRecordHeader,
   recordHeader,
+  SECTOR,
   setRecord,
 } from '../../dist/src/engine/journal-format.js'
+import {
+  quarantinedJournals,
+  recoverJournals,
+  refuseIfQuarantined,
+} from '../../dist/src/engine/journal-recovery.js'
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
 import { blobOf, CLI, runCli, tempDir } from '../helpers/index.js'
@@ -242,6 +250,143 @@ const CASES: Case[] = [
   },
 ]
 
+/**
+ * More of the README's rules, checked in process only (the commands go through the same replay,
+ * which the cases above show end to end).
+ */
+const MORE_CASES: Case[] = [
+  {
+    name: 'a symlink to a valid journal',
+    plant: (r) => {
+      const elsewhere = join(r.outside, 'valid.jnl')
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1))
+      writeFileSync(elsewhere, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]), {
+        mode: 0o600,
+      })
+      mkdirSync(join(r.root, 'journal'), { recursive: true })
+      symlinkSync(elsewhere, join(r.root, JOURNAL))
+      return []
+    },
+    reason: /not a regular file \(a symlink\)/,
+  },
+  {
+    name: 'a FIFO',
+    plant: (r) => {
+      mkdirSync(join(r.root, 'journal'), { recursive: true })
+      execFileSync('mkfifo', [join(r.root, JOURNAL)])
+      return []
+    },
+    reason: /not a regular file \(not a file\)/,
+  },
+  {
+    name: 'a valid journal with a second hard link',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1))
+      const path = plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
+      linkSync(path, join(r.root, 'journal', 'second-name'))
+      return ['a']
+    },
+    reason: /2 hard links/,
+  },
+  {
+    name: 'a valid journal writable by its group (0620)',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1))
+      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]), 0o620)
+      return ['a']
+    },
+    reason: /writable by its group \(mode 0620\)/,
+  },
+  {
+    name: 'a journal longer than its header says',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1))
+      const bytes = journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)])
+      plant(r, Buffer.concat([bytes, Buffer.alloc(SECTOR)]))
+      return []
+    },
+    reason: new RegExp(`header says ${SIZE} bytes, but the file has ${SIZE + SECTOR}`),
+  },
+  {
+    name: 'a file too short for a header',
+    plant: (r) => {
+      plant(r, Buffer.alloc(DATA_START - 1))
+      return []
+    },
+    reason: /too short to hold a header/,
+  },
+  {
+    name: 'a record that starts inside a line',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1))
+      plant(
+        r,
+        journalBytes([
+          dataRecord('a', r.aIno, r.aBytes.length - 1, Buffer.concat([Buffer.from('\n'), data])),
+        ]),
+      )
+      return ['a']
+    },
+    reason: /does not start at the start of a line/,
+  },
+  {
+    name: 'a record that does not end with a whole line',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) + 1).trimEnd())
+      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
+      return ['a']
+    },
+    reason: /does not end with a whole line/,
+  },
+  {
+    name: 'an entry whose ts goes back',
+    plant: (r) => {
+      const data = Buffer.from(line(4, 'p4', lastTs(r.aBytes) - 1))
+      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
+      return ['a']
+    },
+    reason: /ts never goes back/,
+  },
+  {
+    name: 'a line that is not an entry (an unknown op)',
+    plant: (r) => {
+      const data = Buffer.from(`{"seq":4,"op":"chmod","path":"p","ts":${lastTs(r.aBytes) + 1}}\n`)
+      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
+      return ['a']
+    },
+    reason: /holds a line \(1\) that is not an entry/,
+  },
+  {
+    name: 'two records over the same bytes that differ',
+    plant: (r) => {
+      const ts = lastTs(r.aBytes) + 1
+      plant(
+        r,
+        journalBytes([
+          dataRecord('a', r.aIno, r.aBytes.length, Buffer.from(line(4, 'p4', ts))),
+          dataRecord('a', r.aIno, r.aBytes.length, Buffer.from(line(4, 'q4', ts))),
+        ]),
+      )
+      return ['a']
+    },
+    reason: /overlaps the record before it/,
+  },
+  {
+    name: 'the second entry of a record does not follow the first',
+    plant: (r) => {
+      const ts = lastTs(r.aBytes) + 1
+      plant(
+        r,
+        journalBytes([
+          dataRecord('a', r.aIno, r.aBytes.length, Buffer.from(line(4, 'p4', ts) + line(4, 'p5', ts))),
+        ]),
+      )
+      return ['a']
+    },
+    reason: /holds seq 4 \(line 2\) after seq 4/,
+  },
+]
+
 function cli(r: Root, args: string[], input = '') {
   return runCli([...args, '--root', r.root], { input })
 }
@@ -249,6 +394,65 @@ function cli(r: Root, args: string[], input = '') {
 function entryLine(path: string): string {
   return `${JSON.stringify({ op: 'write', path, blob: blobOf(7) })}\n`
 }
+
+describe('planted commit journals, checked in process', () => {
+  // The journals below, judged by the replay itself in this process (no command runs): the fast
+  // proof of each rule, which the commands' tests below then show end to end.
+  for (const c of [...CASES, ...MORE_CASES]) {
+    it(`${c.name}: nothing of it applied, quarantined with the reason and the workspaces it names`, async () => {
+      const r = await makeRoot()
+      const named = c.plant(r)
+      const outsideBefore = outsideState(r.outside)
+      const logsBefore = listing(join(r.root, 'agent-logs'))
+      expect(recoverJournals(r.root)).toEqual([])
+      expect(existsSync(join(r.root, JOURNAL))).toBe(false)
+      const q = quarantinedJournals(r.root)
+      expect(q.map((j) => j.found)).toEqual([join(r.root, JOURNAL)])
+      expect(q[0]?.reason).toMatch(c.reason)
+      expect(q[0]?.workspaces).toEqual(named)
+      expect(listing(join(r.root, 'agent-logs'))).toEqual(logsBefore)
+      expect(outsideState(r.outside)).toEqual(outsideBefore)
+      for (const ws of ['a', 'b']) {
+        if (named.includes(ws)) expect(() => refuseIfQuarantined(r.root, ws)).toThrow(/is refused/)
+        else refuseIfQuarantined(r.root, ws)
+      }
+      // Checked again, it stays where it is and applies nothing.
+      expect(recoverJournals(r.root)).toEqual([])
+      expect(listing(join(r.root, 'agent-logs'))).toEqual(logsBefore)
+    })
+  }
+})
+
+describe('trusted journals, replayed in process', () => {
+  it('records that continue the log are applied, a zero-filled hole a power cut left is filled, and the same record in two journals is applied once', async () => {
+    const r = await makeRoot()
+    const ts = lastTs(r.aBytes)
+    const l4 = Buffer.from(line(4, 'p4', ts + 1))
+    const l5 = Buffer.from(line(5, 'p5', ts + 2))
+    // The log lost l4's pages after its size reached the disk: zeros where l4 goes.
+    writeFileSync(r.aLog, Buffer.concat([r.aBytes, Buffer.alloc(l4.length)]))
+    plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, l4)]))
+    const second = join(r.root, 'journal', '4242-0badf00e-w1.jnl')
+    const other = Buffer.alloc(SIZE)
+    encodeHeader({ journalId: JID + 1, size: SIZE, generation: 1, tailLsn: 1, tailOffset: DATA_START }).copy(
+      other,
+      0,
+    )
+    Buffer.concat(
+      encodeFrame(JID + 1, 1, FLAG_END, [
+        dataRecord('a', r.aIno, r.aBytes.length, l4),
+        dataRecord('a', r.aIno, r.aBytes.length + l4.length, l5),
+      ]).pieces,
+    ).copy(other, DATA_START)
+    writeFileSync(second, other, { mode: 0o600 })
+    const reports = recoverJournals(r.root)
+    expect(reports.map((x) => x.journal).sort()).toEqual([join(r.root, JOURNAL), second])
+    expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, l4, l5]))).toBe(true)
+    expect(quarantinedJournals(r.root)).toEqual([])
+    expect(readdirSync(join(r.root, 'journal'))).toEqual([])
+    expect(recoverJournals(r.root)).toEqual([])
+  })
+})
 
 describe('planted commit journals', () => {
   for (const c of CASES) {
