@@ -1,5 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs'
+import { open } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it } from 'vitest'
@@ -554,6 +556,48 @@ describe('order and exactly once', () => {
       } finally {
         await dropStream(nats.url(), stream)
       }
+    }
+  })
+
+  it('fdatasyncs each log before it publishes what it read from it', async () => {
+    const { prefix, stream } = uniqueNames()
+    await initStreamCli(nats.url(), prefix, stream)
+    // Every FileHandle.datasync of this process (the publisher flushes a log through its own
+    // read-only handle) and every publish, in the order they happen.
+    const events: string[] = []
+    const probe = await open(tmpdir(), 'r')
+    const proto = Object.getPrototypeOf(probe) as { datasync(this: { fd: number }): Promise<void> }
+    await probe.close()
+    const real = proto.datasync
+    proto.datasync = function (this: { fd: number }) {
+      events.push(`sync ${readlinkSync(`/proc/self/fd/${this.fd}`)}`)
+      return real.call(this)
+    }
+    try {
+      const a = tempDir()
+      await fill(a, { w1: [1, 3], w2: [1, 2] })
+      await replicatePush({
+        nats: nats.url(),
+        root: a,
+        prefix,
+        beforePublish: async (ws: string, seq: number) => {
+          events.push(`publish ${ws} ${seq}`)
+        },
+      } as Parameters<typeof replicatePush>[0])
+      for (const ws of ['w1', 'w2']) {
+        const published = events.indexOf(`publish ${ws} 1`)
+        const synced = events.indexOf(`sync ${join(a, 'agent-logs', `${ws}.log`)}`)
+        expect(published, `${ws} was published`).toBeGreaterThanOrEqual(0)
+        expect(
+          synced,
+          `${ws}.log was fdatasynced before its first publish: ${events.join(', ')}`,
+        ).toBeGreaterThanOrEqual(0)
+        expect(synced).toBeLessThan(published)
+      }
+      await expectExactlyOnce(nats.url(), stream, prefix, { w1: 3, w2: 2 })
+    } finally {
+      proto.datasync = real
+      await dropStream(nats.url(), stream)
     }
   })
 
