@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -597,6 +597,28 @@ describe('order and exactly once', () => {
       await expectExactlyOnce(nats.url(), stream, prefix, { w1: 3, w2: 2 })
     } finally {
       proto.datasync = real
+      await dropStream(nats.url(), stream)
+    }
+  })
+
+  it('a publisher whose checkpoint is gone sends nothing twice, also past the de-duplication window', async () => {
+    const { prefix, stream } = uniqueNames()
+    await initStreamCli(nats.url(), prefix, stream)
+    await withConnection(nats.url(), async (nc) => {
+      await (await jetstreamManager(nc)).streams.update(stream, { duplicate_window: 100 * NS })
+    })
+    try {
+      const a = tempDir()
+      await fill(a, { w: [1, 5] })
+      expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(5)
+      // The checkpoint says nothing was published, and the server no longer knows the ids:
+      // only where the stream is tells the publisher where to go on.
+      rmSync(join(a, 'replication'), { recursive: true })
+      await dedupForgotten(nats.url(), `${prefix}.dedup-probe`)
+      await fill(a, { w: [6, 2] })
+      expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(2)
+      await expectExactlyOnce(nats.url(), stream, prefix, { w: 7 })
+    } finally {
       await dropStream(nats.url(), stream)
     }
   })
