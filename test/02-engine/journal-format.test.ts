@@ -149,6 +149,31 @@ describe('journal frames', () => {
     expect(decodeFrame(buf, JID, 1)?.records.length).toBe(1)
   })
 
+  it('a frame whose records fill it to the last byte is whole; a length of 0 or past the bytes there, checksum matching or not, ends the prefix', () => {
+    // 32 (frame) + 32 (record) + 1 (name) + 447 (data) = 512: no padding, the record ends the frame.
+    const data = Buffer.alloc(447, 0x61)
+    const exact = bytesOf(
+      encodeFrame(JID, 2, FLAG_END, [{ header: setRecord(recordHeader('w', 1n), 0, data.length), data }]),
+    )
+    expect(exact.length).toBe(SECTOR)
+    expect(decodeFrame(exact, JID, 2)?.records[0]?.data.length).toBe(447)
+    // Length 0, with the checksum of nothing (0).
+    const zero = Buffer.from(exact)
+    zero.writeUInt32LE(0, 8)
+    zero.writeUInt32LE(crc32c(Buffer.alloc(0)) >>> 0, 4)
+    expect(decodeFrame(zero, JID, 2)).toBeNull()
+    // A length past the bytes given, with the checksum of the bytes that are there.
+    const two = bytesOf(
+      encodeFrame(JID, 2, FLAG_END, [
+        part({ kind: 'file', target: 'a', readOnly: false, data: new Uint8Array(700) }),
+      ]),
+    )
+    const longer = Buffer.from(two)
+    longer.writeUInt32LE(two.length + SECTOR, 8)
+    longer.writeUInt32LE(crc32c(longer.subarray(8)) >>> 0, 4)
+    expect(decodeFrame(longer, JID, 2)).toBeNull()
+  })
+
   it('a checksum-valid frame of contents no writer of noa makes is a BadFrame, naming what is wrong', () => {
     const data = Buffer.from('{"seq":1}\n')
     const good = bytesOf(
@@ -255,6 +280,8 @@ describe('journal headers', () => {
       expect(decodeHeader(b), `byte ${i}`).toBeNull()
     }
     expect(decodeHeader(buf.subarray(0, 63))).toBeNull()
+    expect(decodeHeader(buf.subarray(0, 10))).toBeNull() // the magic, and too short for the rest
+    expect(decodeHeader(buf.subarray(0, 64))).toEqual(header) // the checksummed part is all it needs
   })
 
   it('a checksum-valid header with impossible fields is invalid', () => {
