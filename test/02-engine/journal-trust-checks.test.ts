@@ -224,6 +224,27 @@ describe('what a trusted journal does to a log', () => {
     expect(quarantinedJournals(r.root)).toEqual([])
   })
 
+  it('the records of one log from several journals are applied in offset order, whichever journal holds which', async () => {
+    const r = await makeRoot()
+    const ts = lastTs(r.aBytes)
+    const l4 = Buffer.from(line(4, 'p4', ts + 1))
+    const l5 = Buffer.from(line(5, 'p5', ts + 2))
+    // The journal read first (by name) holds the later round: an atomic batch's part, say.
+    plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length + l4.length, l5)]))
+    const other = Buffer.alloc(SIZE)
+    encodeHeader({ journalId: JID + 1, size: SIZE, generation: 1, tailLsn: 1, tailOffset: DATA_START }).copy(
+      other,
+      0,
+    )
+    Buffer.concat(
+      encodeFrame(JID + 1, 1, FLAG_END, [dataRecord('a', r.aIno, r.aBytes.length, l4)]).pieces,
+    ).copy(other, DATA_START)
+    writeFileSync(join(r.root, 'journal', '4242-0badf00e-w1.jnl'), other, { mode: 0o600 })
+    expect(recoverJournals(r.root)).toHaveLength(2)
+    expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, l4, l5]))).toBe(true)
+    expect(quarantinedJournals(r.root)).toEqual([])
+  })
+
   it('a whole file is put back; a record for a log replaced since, or one that is gone, is skipped and said', async () => {
     const r = await makeRoot()
     const ts = lastTs(r.aBytes)

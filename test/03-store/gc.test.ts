@@ -146,6 +146,26 @@ describe('gc', () => {
     expect((await refusal(engine.gc({ graceMs: -1 }))).code).toBe('NOA_BAD_OPTION')
   })
 
+  it('a temp file an interrupted writer left goes once it is older than the grace period, in the store or a shard', async () => {
+    const ctx = await setup()
+    const { root, engine } = ctx
+    const kept = await engine.store.putBlob('a stored blob')
+    const shard = join(root, 'objects', kept.slice(0, 2))
+    const temps = {
+      oldTop: join(root, 'objects', '.blob-00000000000a.tmp'),
+      youngTop: join(root, 'objects', '.blob-00000000000b.tmp'),
+      oldShard: join(shard, '.obj-00000000000c.tmp'),
+      youngShard: join(shard, '.obj-00000000000d.tmp'),
+    }
+    for (const f of Object.values(temps)) writeFileSync(f, 'half written')
+    for (const f of [temps.oldTop, temps.oldShard]) utimesSync(f, new Date(0), new Date(0))
+    const r = await engine.gc({ dryRun: false })
+    expect(r).toMatchObject({ temps: 2, removed: 0 })
+    const left = (dir: string) => readdirSync(dir).filter((n) => n.endsWith('.tmp'))
+    expect(left(join(root, 'objects'))).toEqual(['.blob-00000000000b.tmp'])
+    expect(left(shard)).toEqual(['.obj-00000000000d.tmp'])
+  })
+
   it('prune records the drop in the log; gc then frees what only the dropped snapshots held', async () => {
     const ctx = await setup()
     const { root, log, engine } = ctx
