@@ -36,9 +36,12 @@ export default {
   jsonReporter: { fileName: `reports/mutation/${m.slug}.json` },
   htmlReporter: { fileName: `reports/mutation/${m.slug}.html` },
   clearTextReporter: { allowEmojis: false, logTests: false, reportScoreTable: true, reportMutants: false },
-  // One checker process and one test runner, then two runners once the checker is done.
-  concurrency: 2,
-  timeoutMS: 30_000,
+  // Two checker processes and a test runner, then three runners once the checking is done: the
+  // tests wait on fdatasync and child processes much of the time (2 cores here).
+  concurrency: 3,
+  // A mutant that hangs a round or a checkpoint costs this much more than its tests' own time:
+  // its tests take 1-2 s, so 10 s is a hang.
+  timeoutMS: 10_000,
   timeoutFactor: 2,
   dryRunTimeoutMinutes: 20,
   tempDirName: '.stryker-tmp',

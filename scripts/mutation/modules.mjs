@@ -11,16 +11,15 @@
 export const MODULES = [
   {
     slug: 'journal-format',
-    name: 'journal format: frames and headers (src/engine/journal-format.ts)',
-    mutate: ['src/engine/journal-format.ts:66-101', 'src/engine/journal-format.ts:140-281'],
+    name: 'journal format: decodeHeader, newestHeader, decodeFrame (src/engine/journal-format.ts)',
+    mutate: ['src/engine/journal-format.ts:79-101', 'src/engine/journal-format.ts:228-281'],
     tests: ['test/02-engine/journal-format.test.ts', 'test/02-engine/journal-trust-checks.test.ts'],
   },
   {
     slug: 'journal-trust',
-    name: 'journal trust: the file, the scan, the record and log rules (src/engine/journal-trust.ts)',
+    name: "journal trust: the file's rules, each log's records (checkLog, linesProblem) (src/engine/journal-trust.ts)",
     mutate: [
       'src/engine/journal-trust.ts:119-134',
-      'src/engine/journal-trust.ts:177-251',
       'src/engine/journal-trust.ts:287-358',
       'src/engine/journal-trust.ts:382-405',
     ],
@@ -28,12 +27,8 @@ export const MODULES = [
   },
   {
     slug: 'journal-recovery',
-    name: 'journal replay: check all dead journals, replay, apply a log (src/engine/journal-recovery.ts)',
-    mutate: [
-      'src/engine/journal-recovery.ts:158-222',
-      'src/engine/journal-recovery.ts:234-275',
-      'src/engine/journal-recovery.ts:372-413',
-    ],
+    name: 'journal replay: checking every dead journal together (checkJournals) (src/engine/journal-recovery.ts)',
+    mutate: ['src/engine/journal-recovery.ts:158-222'],
     tests: ['test/02-engine/journal-trust-checks.test.ts', 'test/02-engine/journal.test.ts'],
   },
   {
@@ -48,8 +43,8 @@ export const MODULES = [
   },
   {
     slug: 'owner-commit',
-    name: "owner's commit round (startRound, inlineRound, roundDone) and checkpoint header (writeHeader, headerDone, checkpointDone) (src/workers/owner.ts)",
-    mutate: ['src/workers/owner.ts:840-1005', 'src/workers/owner.ts:1193-1258'],
+    name: "owner's commit: inlineRound, roundDone, and the checkpoint's header (writeHeader, headerDone) (src/workers/owner.ts)",
+    mutate: ['src/workers/owner.ts:931-1005', 'src/workers/owner.ts:1193-1226'],
     tests: [
       'test/02-engine/journal-acks.test.ts',
       'test/02-engine/faults.test.ts',
@@ -59,9 +54,9 @@ export const MODULES = [
   },
   {
     slug: 'gc',
-    name: 'gc: mark, logs read again, sweep (src/store/gc.ts), and freshening (src/store/objects.ts)',
+    name: 'gc: logs read again, the sweep (src/store/gc.ts), and freshening (src/store/objects.ts)',
     mutate: [
-      'src/store/gc.ts:124-294',
+      'src/store/gc.ts:180-294',
       'src/store/objects.ts:480-500',
       'src/store/objects.ts:575-600',
       'src/store/objects.ts:1140-1152',
@@ -70,14 +65,14 @@ export const MODULES = [
   },
   {
     slug: 'langgraph-commit',
-    name: "NoaSaver's commit: attempt, buildWrites (src/langgraph/saver.ts)",
-    mutate: ['src/langgraph/saver.ts:376-475', 'src/langgraph/saver.ts:639-680'],
+    name: "NoaSaver's commit: attempt (src/langgraph/saver.ts)",
+    mutate: ['src/langgraph/saver.ts:376-475'],
     tests: ['test/10-adapters/langgraph-saver.test.ts'],
   },
   {
     slug: 'openai-agents-commit',
-    name: "NoaSession's commit: addItems, write (src/openai-agents/session.ts)",
-    mutate: ['src/openai-agents/session.ts:106-131', 'src/openai-agents/session.ts:205-262'],
+    name: "NoaSession's commit: write (src/openai-agents/session.ts)",
+    mutate: ['src/openai-agents/session.ts:205-262'],
     tests: ['test/10-adapters/openai-agents.test.ts'],
   },
 ]

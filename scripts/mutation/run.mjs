@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run test:mutation [slug…]`: one Stryker run (stryker.config.mjs) per module of
+ * `npm run test:mutation [slug…] [--force]`: one Stryker run (stryker.config.mjs) per module of
  * scripts/mutation/modules.mjs (all, or those named), each against its own tests, with
  * scripts/mutation/hook.cjs preloaded into every process and thread (an absolute path: the
  * tests start processes in other folders). Incremental: each module's results are kept in
@@ -14,7 +14,8 @@ import { fileURLToPath } from 'node:url'
 import { MODULES } from './modules.mjs'
 
 const hook = fileURLToPath(new URL('./hook.cjs', import.meta.url))
-const wanted = process.argv.slice(2)
+const flags = process.argv.slice(2).filter((a) => a.startsWith('--')) // passed to Stryker (--force: no incremental reuse)
+const wanted = process.argv.slice(2).filter((a) => !a.startsWith('--'))
 const unknown = wanted.filter((w) => !MODULES.some((m) => m.slug === w))
 if (unknown.length > 0) {
   console.error(`unknown module ${unknown.join(', ')}; the modules: ${MODULES.map((m) => m.slug).join(', ')}`)
@@ -29,14 +30,18 @@ let failed = false
 for (const m of chosen) {
   const started = performance.now()
   console.log(`\n== ${m.name}`)
-  const r = spawnSync(process.execPath, ['node_modules/@stryker-mutator/core/bin/stryker.js', 'run'], {
-    stdio: 'inherit',
-    env: {
-      ...process.env,
-      NOA_MUTATION_MODULE: m.slug,
-      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --require=${hook}`.trim(),
+  const r = spawnSync(
+    process.execPath,
+    ['node_modules/@stryker-mutator/core/bin/stryker.js', 'run', ...flags],
+    {
+      stdio: 'inherit',
+      env: {
+        ...process.env,
+        NOA_MUTATION_MODULE: m.slug,
+        NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --require=${hook}`.trim(),
+      },
     },
-  })
+  )
   if (r.status !== 0) failed = true
   rows.push({ m, ms: performance.now() - started, status: r.status })
 }
