@@ -49,6 +49,8 @@ export const NOA_ERROR_CODES = [
   'NOA_DAEMON_UNAVAILABLE',
   'NOA_DAEMON_RUNNING',
   'NOA_BAD_SOCKET',
+  'NOA_SLOW_CONSUMER',
+  'NOA_BUSY',
 ] as const
 
 export type NoaErrorCode = (typeof NOA_ERROR_CODES)[number]

@@ -24,7 +24,7 @@
  * A journal that breaks a rule is untrusted as a whole: none of its records is applied, and the
  * workspaces it names are reported with it (journal-recovery.ts quarantines it and refuses them).
  */
-import { closeSync, constants, fstatSync, lstatSync, readdirSync, readSync, type Stats } from 'node:fs'
+import { closeSync, constants, fstatSync, lstatSync, readdirSync, type Stats } from 'node:fs'
 import { join } from 'node:path'
 import { isWorkspaceName, parseCounters, parseEntry } from './entry.js'
 import { filePathProblem, openFileSync } from './files.js'
@@ -44,7 +44,7 @@ import {
   SECTOR,
 } from './journal-format.js'
 import { loadNative } from './native.js'
-import { findLastNewline } from './reader.js'
+import { findLastNewline, readAt } from './reader.js'
 
 export const JOURNAL_SUFFIX = '.jnl'
 /** A journal being allocated: renamed to its `.jnl` name only once it is locked and whole. */
@@ -156,16 +156,6 @@ export class Untrusted extends Error {
   ) {
     super(reason)
   }
-}
-
-function readAt(fd: number, buf: Buffer, pos: number): number {
-  let got = 0
-  while (got < buf.length) {
-    const n = readSync(fd, buf, got, buf.length - got, pos + got)
-    if (n === 0) break
-    got += n
-  }
-  return got
 }
 
 /**

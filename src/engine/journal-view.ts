@@ -12,7 +12,7 @@
  * Untrusted journals are named once (a warning) and never read through; `untrustedJournals`
  * lists them with those already quarantined, for `verify` to fail on.
  */
-import { closeSync, constants, lstatSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs'
+import { closeSync, constants, lstatSync, openSync, unlinkSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { checkDirsBelow, isExactObject, openFileSync, setReadView } from './files.js'
@@ -26,6 +26,7 @@ import {
   withRootLock,
 } from './journal-recovery.js'
 import { type DeadJournal, findDeadJournals } from './journal-trust.js'
+import { readAt } from './reader.js'
 
 interface RootView {
   /** The dead journals the view was made from (path and stats): the same ones, the same view. */
@@ -93,16 +94,6 @@ function refresh(root: string): void {
   } finally {
     for (const j of dead) if (j.fd >= 0) closeSync(j.fd)
   }
-}
-
-function readAt(fd: number, buf: Buffer, pos: number): number {
-  let got = 0
-  while (got < buf.length) {
-    const n = readSync(fd, buf, got, buf.length - got, pos + got)
-    if (n === 0) break
-    got += n
-  }
-  return got
 }
 
 /** Whether writing `data` at `offset` of the file open as `fd` (of `size` bytes) would change it. */

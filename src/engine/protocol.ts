@@ -257,6 +257,8 @@ export interface OpenReport {
 export interface OwnerStatus {
   index: number
   open: number
+  /** Files this owner keeps open at most (its share of maxOpenFiles, within the descriptor limit). */
+  maxOpenFiles: number
   workspaces: string[]
   rawFiles: string[]
   commits: number
@@ -273,6 +275,8 @@ export interface OwnerStatus {
   /** Files written beside entries (AppendOptions.files), and the checkpoints that made many of them durable with one syncfs. */
   filesWritten: number
   fileSyncfs: number
+  /** fsyncs of the log folder that made new workspaces' entries durable (one per pass that created any). */
+  dirSyncs: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

@@ -105,10 +105,22 @@ export interface EntryReadOptions {
   skipBadLines?: boolean
 }
 
+/**
+ * How a read holds memory, for a caller that keeps many reads open at once (the daemon's streams)
+ * rather than one fast one: not a read option of the API.
+ */
+export interface ReadTuning {
+  /** Bytes read at a time (default 1 MiB); a read holds two such buffers and the entries of one. */
+  chunkSize?: number
+  /** Whether a large read may use a scanning thread and its 8 MiB of slots (default true). */
+  threads?: boolean
+}
+
 /** Entries in file order, in batches. Malformed lines are corruption: a NoaError with file:line. */
 export async function* readEntryBatches(
   file: string,
   options: EntryReadOptions = {},
+  tuning: ReadTuning = {},
 ): AsyncGenerator<Entry[]> {
   const fromSeq = options.fromSeq ?? 1
   const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
@@ -117,7 +129,7 @@ export async function* readEntryBatches(
   const end = options.end ?? logSize(file)
   let lineNo = 0
   let from = start
-  if (!options.skipBadLines && useThreads(end - start) && !hasReadView(file)) {
+  if (tuning.threads !== false && !options.skipBadLines && useThreads(end - start) && !hasReadView(file)) {
     const state = { lines: 0, resumeAt: start, complete: false }
     yield* parallelEntryBatches(file, start, end, parse, state, (n, err) => corruptLine(file, n, start, err))
     if (state.complete) return
@@ -125,7 +137,9 @@ export async function* readEntryBatches(
     from = state.resumeAt
   }
   const scanner = new LineScanner()
-  for await (const chunk of readChunks(file, { start: from, end })) {
+  const chunks: ChunkOptions = { start: from, end }
+  if (tuning.chunkSize !== undefined) chunks.chunkSize = tuning.chunkSize
+  for await (const chunk of readChunks(file, chunks)) {
     const out: Entry[] = []
     try {
       lineNo += parseLines(scanner, chunk, out, parse)
@@ -141,7 +155,8 @@ export async function* readEntries(file: string, options: EntryReadOptions = {})
   for await (const batch of readEntryBatches(file, options)) yield* batch
 }
 
-function readAt(fd: number, buf: Buffer, pos: number): number {
+/** Reads `buf.length` bytes at `pos` (fewer at the end of the file); returns how many. */
+export function readAt(fd: number, buf: Buffer, pos: number): number {
   let got = 0
   while (got < buf.length) {
     const n = readSync(fd, buf, got, buf.length - got, pos + got)

@@ -24,7 +24,7 @@ import {
 import { writeFilesDurably } from '../engine/atomic.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
-import { deserializeError, Errors, NoaError, type SerializedError } from '../engine/errors.js'
+import { deserializeError, Errors, NoaError, rewrap, type SerializedError } from '../engine/errors.js'
 import type { WorkspaceInfo } from '../engine/logs.js'
 import type { OpenReport, OwnerStatus, RawAppendOptions } from '../engine/protocol.js'
 import type { EntryReadOptions } from '../engine/reader.js'
@@ -70,7 +70,9 @@ export interface DaemonInfo {
   ops: string[]
 }
 
-const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN'])
+const RESUMABLE: ReadonlySet<string> = new Set(['NOA_DAEMON_LOST', 'NOA_SHUTTING_DOWN', 'NOA_SLOW_CONSUMER'])
+/** Connection errors the daemon may send after it took requests (the others come before any is run). */
+const CLOSED_MID_WAY: ReadonlySet<string> = new Set(['NOA_SLOW_CONSUMER', 'NOA_BUSY'])
 
 /** Longest answer line this side takes (a workspaces() listing of a very large root). */
 const MAX_ANSWER_LINE = 1 << 30
@@ -265,6 +267,16 @@ export class DaemonConnection {
     this.idle?.()
     for (const [id, w] of this.waiters) {
       this.waiters.delete(id)
+      if (named && w.what.startsWith('append') && CLOSED_MID_WAY.has(named.code)) {
+        // The daemon took it before it closed the connection: it may have committed.
+        w.reject(
+          rewrap(
+            named,
+            `${w.what}${w.workspace ? ` to workspace ${w.workspace}` : ''}: ${named.message}; the append may or may not have been committed (retry it with ifLastSeq to know)`,
+          ),
+        )
+        continue
+      }
       if (named || w.what === 'hello') {
         w.reject(lost)
         continue
@@ -563,7 +575,7 @@ export class RemoteAgentLog extends AgentLog {
 
   /**
    * Every acknowledged entry of a workspace from `fromSeq` on, in order, as the daemon commits
-   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST or
+   * them, until the signal aborts or the iterator is returned. On NOA_DAEMON_LOST, NOA_SLOW_CONSUMER or
    * NOA_SHUTTING_DOWN the error's `details.resumeFrom` is the seq to watch again from: nothing
    * is missed or repeated.
    */

@@ -19,6 +19,7 @@ import { checkRoot, DIR_MODE } from '../engine/files.js'
 import { resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { ObjectStore } from '../store/objects.js'
+import { Budget, READER_BYTES } from './budget.js'
 import { markServed, unmarkServed } from './forward.js'
 import {
   alreadyServed,
@@ -53,8 +54,24 @@ export interface DaemonStats {
   requests: number
   streams: number
   pendingBytes: number
-  /** Answer bytes queued in this process for clients that have not read them yet. */
+  /**
+   * What counts against maxBufferedBytes: answer bytes queued for clients that have not taken
+   * them, request lines still arriving, and a share for each open stream reader.
+   */
   bufferedBytes: number
+  /** Stream readers open now (a parked stream has none). */
+  readers: number
+  /**
+   * Connections the daemon is not reading now: they have --max-in-flight requests in flight, all
+   * connections together have more than --max-pending-bytes, or their unread answers pile up.
+   */
+  paused: number
+  /** Connections refused before hello since the daemon started: over --max-connections, or draining. */
+  refused: number
+  /** Connections closed with NOA_SLOW_CONSUMER since the daemon started. */
+  slowConsumers: number
+  /** Requests refused with NOA_BUSY since the daemon started. */
+  busy: number
   draining: boolean
 }
 
@@ -84,6 +101,9 @@ export class Daemon implements SessionHost {
   /** The TCP listener's address, when there is one. */
   tcp: { host: string; port: number } | null = null
   pendingBytes = 0
+  readonly budget: Budget
+  private slowConsumers = 0
+  private refused = 0
   readonly budgetWaiters = new Set<Session>()
   private readonly sessions = new Set<Session>()
   private readonly servers: Server[] = []
@@ -100,6 +120,7 @@ export class Daemon implements SessionHost {
     this.root = root
     this.socketPath = socketPath(root)
     this.limits = limits
+    this.budget = new Budget(limits.maxBufferedBytes)
     this.tokenDigest = tokenDigest
     this.lock = lock
     this.done = new Promise((resolve) => {
@@ -205,10 +226,12 @@ export class Daemon implements SessionHost {
     }
     const session = new Session(this, socket, transport)
     if (this.drainStarted) {
+      this.refused++
       session.refuse(Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken'))
       return
     }
     if (this.sessions.size >= this.limits.maxConnections) {
+      this.refused++
       session.refuse(
         Errors.TOO_MANY_CONNECTIONS(
           `the daemon has ${this.sessions.size} connections, its limit (noa serve --max-connections)`,
@@ -225,6 +248,10 @@ export class Daemon implements SessionHost {
     this.sessions.delete(session)
     this.budgetWaiters.delete(session)
     this.wakeDrain?.()
+  }
+
+  slowConsumer(_session: Session): void {
+    this.slowConsumers++
   }
 
   released(): void {
@@ -255,11 +282,11 @@ export class Daemon implements SessionHost {
   stats(): DaemonStats {
     let requests = 0
     let streams = 0
-    let bufferedBytes = 0
+    let paused = 0
     for (const s of this.sessions) {
       requests += s.requests
       streams += s.openStreams
-      bufferedBytes += s.buffered
+      if (s.readPaused) paused++
     }
     return {
       pid: process.pid,
@@ -268,7 +295,12 @@ export class Daemon implements SessionHost {
       requests,
       streams,
       pendingBytes: this.pendingBytes,
-      bufferedBytes,
+      bufferedBytes: this.budget.used,
+      readers: this.budget.readers,
+      paused,
+      refused: this.refused,
+      slowConsumers: this.slowConsumers,
+      busy: this.budget.refusals,
       draining: this.drainStarted,
     }
   }
@@ -351,6 +383,12 @@ function checkLimits(given: Partial<Limits>): Limits {
       })
     }
     out[k as keyof Limits] = v
+  }
+  if (out.maxBufferedBytes < Math.max(out.maxLineBytes, READER_BYTES)) {
+    throw Errors.BAD_OPTION(
+      `maxBufferedBytes (${out.maxBufferedBytes}) must hold a request line (maxLineBytes, ${out.maxLineBytes}) and a stream reader (${READER_BYTES})`,
+      { field: 'maxBufferedBytes' },
+    )
   }
   if (out.maxEntryBytes > out.maxLineBytes) {
     throw Errors.BAD_OPTION(

@@ -22,11 +22,13 @@ export class LineReader {
   }
 
   /**
-   * Calls `onLine` with each complete line (without its newline, a trailing `\r` kept), in order.
-   * Throws NOA_TOO_LARGE once a line is longer than `max`, NOA_PROTOCOL for invalid UTF-8; the
-   * reader must not be used after it threw.
+   * Calls `onLine` with each complete line (without its newline, a trailing `\r` kept), in order,
+   * while `more()` says so: it stops after the line at which `more()` turned false and returns
+   * how many bytes of `chunk` it used (all of them unless it stopped); the caller keeps the rest
+   * for a later push. Throws NOA_TOO_LARGE once a line is longer than `max`, NOA_PROTOCOL for
+   * invalid UTF-8; the reader must not be used after it threw.
    */
-  push(chunk: Buffer, onLine: (line: string) => void): void {
+  push(chunk: Buffer, onLine: (line: string) => void, more: () => boolean = always): number {
     let start = 0
     for (let nl = chunk.indexOf(NL, start); nl >= 0; nl = chunk.indexOf(NL, start)) {
       const piece = chunk.subarray(start, nl)
@@ -44,6 +46,7 @@ export class LineReader {
         throw Errors.PROTOCOL('a line is not valid UTF-8 (noa keeps bytes as given or refuses them)')
       }
       onLine(line.toString('utf8'))
+      if (!more()) return start
     }
     if (start < chunk.length) {
       const rest = chunk.subarray(start)
@@ -52,8 +55,11 @@ export class LineReader {
       // Copied: the caller's buffer may be reused after this returns.
       this.parts.push(Buffer.from(rest))
     }
+    return chunk.length
   }
 }
+
+const always = () => true
 
 function lineTooLong(bytes: number, max: number): NoaError {
   return Errors.TOO_LARGE(

@@ -30,8 +30,27 @@ export interface Limits {
   maxInFlight: number
   /** Streams (read, readBytes, watch) one connection may have open at once. */
   maxStreams: number
-  /** Request bytes in flight across all connections before the daemon stops reading new ones. */
+  /**
+   * Request bytes in flight across all connections before the daemon stops reading new ones
+   * (each request counted with 512 bytes more for its bookkeeping).
+   */
   maxPendingBytes: number
+  /**
+   * What the daemon holds for its clients, all connections together: answers not yet taken,
+   * request lines still arriving, a share for each open stream reader. Past it, new streams,
+   * read-only answers and growing request lines are refused with NOA_BUSY.
+   */
+  maxBufferedBytes: number
+  /**
+   * A connection whose answers wait this long with none taken off the socket (the client reads
+   * nothing) is closed with NOA_SLOW_CONSUMER, in milliseconds.
+   */
+  slowConsumerMs: number
+  /**
+   * Time a new connection has to send `hello` (a TCP peer its token), in milliseconds; then it
+   * is answered NOA_PROTOCOL and closed.
+   */
+  helloTimeoutMs: number
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = {
@@ -41,12 +60,13 @@ export const DEFAULT_LIMITS: Readonly<Limits> = {
   maxInFlight: 4096,
   maxStreams: 64,
   maxPendingBytes: 64 << 20,
+  maxBufferedBytes: 256 << 20,
+  slowConsumerMs: 30_000,
+  helloTimeoutMs: 10_000,
 }
 
 /** What an unauthenticated peer may send before `hello` is accepted. */
 export const HELLO_MAX_LINE = 64 << 10
-/** Time a new connection has to send `hello`. */
-export const HELLO_TIMEOUT_MS = 10_000
 
 /** Chunks a stream may send ahead of `more` unless the request asks for another window. */
 export const DEFAULT_WINDOW = 16
@@ -143,4 +163,31 @@ export function tooLarge(what: string, bytes: number, max: number, flag: string)
     `${what} is ${bytes} bytes, over the daemon's limit of ${max} bytes (noa serve ${flag})`,
     { bytes, limit: max },
   )
+}
+
+export function badArgument(message: string): NoaError {
+  return Errors.BAD_ARGUMENT(message)
+}
+
+/** A request's fields beyond id and op must be the op's own: a misspelled one is refused by name. */
+export function checkFields(req: Request, known: readonly string[]): void {
+  for (const key of Object.keys(req)) {
+    if (key === 'id' || key === 'op' || known.includes(key)) continue
+    throw Errors.BAD_ARGUMENT(
+      `unknown field ${JSON.stringify(key)} in ${req.op} (known: ${known.join(', ') || 'none'})`,
+      { field: key },
+    )
+  }
+}
+
+export function bool(v: unknown, what: string): boolean {
+  if (typeof v !== 'boolean') throw badArgument(`${what} must be true or false, got ${JSON.stringify(v)}`)
+  return v
+}
+
+export function seqArg(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
+    throw badArgument(`${what} must be an integer >= 1, got ${JSON.stringify(v)}`)
+  }
+  return v
 }

@@ -5,25 +5,29 @@
  * Memory stays bounded whatever a client does: a line is at most `maxLineBytes` (64 KiB before
  * `hello`); a connection stops being read while it has `maxInFlight` requests in flight, while its
  * answers are not being taken off the socket, or while all connections together have more than
- * `maxPendingBytes` of requests in flight; a stream pulls its next chunk from the engine only when
- * its client granted one (`window`, then `more`) and the socket is not backed up, so what a slow
- * watcher has not read yet waits in the log file (the engine's watch follows the file from its
- * read position), never in the daemon's memory.
+ * `maxPendingBytes` of requests in flight. Answers wait in the session's Outbox, which a client
+ * that takes none of them for `slowConsumerMs` loses with the connection (NOA_SLOW_CONSUMER). A
+ * stream reads its next chunk only when its client granted one and takes what it is sent;
+ * otherwise it is parked, its reader closed, its position kept (streams.ts), so what a slow
+ * reader has not read yet waits in the log file, never in the daemon's memory. What the daemon
+ * does hold for its clients (answers, unfinished lines, open readers) counts against one budget,
+ * `maxBufferedBytes` (budget.ts); what would go past it is refused with NOA_BUSY.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
 import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
 import { STORE_APPEND } from '../engine/checks.js'
-import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
+import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError } from '../engine/errors.js'
-import type { WatchOptions } from '../engine/watch.js'
+import { type Budget, READER_BYTES, TAIL_BYTES } from './budget.js'
 import { LineReader } from './lines.js'
+import { Outbox } from './outbox.js'
 import {
-  CHUNK_BYTES,
-  CHUNK_ENTRIES,
+  badArgument,
+  bool,
+  checkFields,
   DEFAULT_WINDOW,
   HELLO_MAX_LINE,
-  HELLO_TIMEOUT_MS,
   type Limits,
   MAX_WINDOW,
   OPS,
@@ -35,6 +39,7 @@ import {
   tooLarge,
   utf8Bytes,
 } from './protocol.js'
+import { type Chunk, orAbort, STREAM_READ_BYTES, type StreamSource, streamSource } from './streams.js'
 
 /** What a session needs from its daemon. */
 export interface SessionHost {
@@ -50,6 +55,10 @@ export interface SessionHost {
   lastSeq(workspace: string): Promise<number>
   /** Request bytes in flight across all sessions (the daemon's budget). */
   pendingBytes: number
+  /** What the daemon holds for its clients: answers, request lines, stream readers (maxBufferedBytes). */
+  readonly budget: Budget
+  /** A session was closed because its client read none of its answers for slowConsumerMs. */
+  slowConsumer(session: Session): void
   /** Sessions waiting for the budget to go down. */
   readonly budgetWaiters: Set<Session>
   ended(session: Session): void
@@ -62,8 +71,31 @@ const PAUSE_OUTPUT = 1
 const PAUSE_IN_FLIGHT = 2
 const PAUSE_BUDGET = 4
 
-/** Answers buffered in the socket past which reading stops and streams wait. */
+/** Answers held for a client past which its requests are read no further. */
 const OUTPUT_HIGH = 1 << 20
+/** Answers not taken by a client past which its streams read no further (they park until it takes them). */
+const STREAM_OUTPUT_HIGH = 64 << 10
+/** Requests whose answers only report: a large one that would not fit the budget is answered NOA_BUSY instead. */
+const READ_ONLY_OPS: ReadonlySet<string> = new Set(['verify', 'workspaces', 'status', 'serverStatus'])
+/** An answer this small is sent whatever the budget: a refusal would be about as large. */
+const SMALL_ANSWER = 4096
+
+/**
+ * What a request in flight costs beyond its line, counted against maxPendingBytes with it: a
+ * 71-byte append held 161 bytes of heap here (its parsed fields, its record, its promise) and
+ * 452 in the engine's queue, so 64 MiB of small appends, counted by their lines alone, held
+ * about 550 MB.
+ */
+const REQUEST_OVERHEAD = 512
+
+/** Time a closed connection's peer gets to take the refusal before the socket is cut. */
+const CLOSE_GRACE_MS = 1000
+/**
+ * Time a slow consumer's connection stays half-open after it was closed (at least its
+ * slowConsumerMs), for a client that wakes up to read what the socket held and the refusal. It
+ * holds one batch at most, counted in the budget, and its connection slot (as an idle one would).
+ */
+const SLOW_LINGER_MS = 60_000
 
 interface InFlight {
   op: string
@@ -78,20 +110,18 @@ interface InFlight {
   wake?: (() => void) | null
 }
 
-interface Chunk {
-  data: unknown
-}
-
-type Streamer = (req: Request, signal: AbortSignal) => AsyncGenerator<Chunk>
-
 export class Session {
   private readonly reader = new LineReader(HELLO_MAX_LINE)
   private state: 'hello' | 'open' | 'closed' = 'hello'
   private readonly inFlight = new Map<number, InFlight>()
-  private streams = 0
+  /** The streams open on this connection (each also in inFlight): what a freed socket or chunk wakes. */
+  private readonly streamSet = new Set<InFlight>()
+  /** Streams of this connection reading a chunk now (not watches waiting for a commit): each will queue one. */
+  private reading = 0
   private paused = 0
-  private out: string[] = []
-  private flushing = false
+  /** Bytes of a request line not yet complete, as counted against the budget. */
+  private lineBytes = 0
+  private readonly outbox: Outbox
   private helloTimer: NodeJS.Timeout | null
   /** Set once the daemon drains: new requests are refused. */
   private ending = false
@@ -101,13 +131,30 @@ export class Session {
     private readonly socket: Socket,
     readonly transport: 'unix' | 'tcp',
   ) {
+    this.outbox = new Outbox(
+      socket,
+      {
+        changed: (delta) => {
+          if (delta > 0) host.budget.add(delta)
+          else host.budget.free(-delta)
+        },
+        taken: () => this.taken(),
+        stuck: () => this.slow(),
+      },
+      host.limits.slowConsumerMs,
+    )
     socket.on('data', (chunk: Buffer) => this.onData(chunk))
-    socket.on('drain', () => this.onDrain())
     socket.on('error', () => {}) // a peer that vanished: 'close' follows
     socket.on('close', () => this.onClose())
+    const helloMs = host.limits.helloTimeoutMs
     this.helloTimer = setTimeout(
-      () => this.fatal(Errors.PROTOCOL(`no hello within ${HELLO_TIMEOUT_MS / 1000} s`)),
-      HELLO_TIMEOUT_MS,
+      () =>
+        this.fatal(
+          Errors.PROTOCOL(`no hello within ${helloMs} ms (noa serve --hello-timeout-ms)`, {
+            limit: helloMs,
+          }),
+        ),
+      helloMs,
     )
     this.helloTimer.unref()
   }
@@ -116,13 +163,23 @@ export class Session {
     return this.inFlight.size
   }
 
-  get openStreams(): number {
-    return this.streams
+  /** The connection is done with (a request may close it: read no further). */
+  private get closed(): boolean {
+    return this.state === 'closed'
   }
 
-  /** Answer bytes written but not yet taken by the kernel. */
+  get openStreams(): number {
+    return this.streamSet.size
+  }
+
+  /** The daemon is not reading this connection now: its requests, the pending bytes or its unread answers hold it. */
+  get readPaused(): boolean {
+    return this.state === 'open' && this.socket.isPaused()
+  }
+
+  /** Answer bytes held for this client: queued, or written and not yet taken by the kernel. */
   get buffered(): number {
-    return this.socket.writableLength + this.out.reduce((n, l) => n + l.length, 0)
+    return this.outbox.bytes
   }
 
   /** Answered before the connection is closed: too many connections, shutting down. */
@@ -144,18 +201,47 @@ export class Session {
   /** Sends what is left and ends the connection (the daemon is done with it). */
   finish(): void {
     if (this.state === 'closed') return
-    this.flush()
+    this.outbox.end(null, true)
     this.state = 'closed'
     this.socket.end()
   }
 
+  /**
+   * Takes the chunk's requests while the connection is not paused. Once a request pauses it (the
+   * in-flight, pending-bytes or answer bound), the rest of the chunk goes back to the socket,
+   * unread, and comes again when it is resumed: a bound holds at the request that reached it,
+   * not at the end of whatever one read brought (up to 64 KiB of requests).
+   */
   private onData(chunk: Buffer): void {
     if (this.state === 'closed') return
+    let used: number
     try {
-      this.reader.push(chunk, (line) => this.onLine(line))
+      used = this.reader.push(
+        chunk,
+        (line) => this.onLine(line),
+        () => this.paused === 0 && !this.closed,
+      )
     } catch (err) {
       this.fatal(err)
+      return
     }
+    if (used < chunk.length && !this.closed) this.socket.unshift(chunk.subarray(used))
+    this.countLine()
+  }
+
+  /** The part of a request line still arriving counts against the budget; past it, the connection is refused. */
+  private countLine(): void {
+    const now = this.reader.pending
+    const delta = now - this.lineBytes
+    if (delta === 0) return
+    this.lineBytes = now
+    const budget = this.host.budget
+    if (delta < 0) {
+      budget.free(-delta)
+      return
+    }
+    budget.add(delta)
+    if (budget.over(0)) this.fatal(budget.busy(`a request line of ${now} bytes so far is refused`))
   }
 
   private onLine(line: string): void {
@@ -177,7 +263,7 @@ export class Session {
     }
     if (req.op === 'hello') throw protocolError('hello was sent twice')
     if (this.inFlight.has(req.id)) throw protocolError(`id ${req.id} is already in flight on this connection`)
-    const bytes = line.length
+    const bytes = line.length + REQUEST_OVERHEAD
     const cancellable = STREAM_OPS.has(req.op) || req.cancellable === true
     const r: InFlight = { op: req.op, bytes, abort: cancellable ? new AbortController() : null }
     this.inFlight.set(req.id, r)
@@ -404,19 +490,19 @@ export class Session {
   }
 
   private startStream(req: Request, r: InFlight): void {
-    if (this.streams >= this.host.limits.maxStreams) {
+    if (this.streamSet.size >= this.host.limits.maxStreams) {
       this.settle(
         req.id,
         r,
         null,
         Errors.TOO_MANY_CONNECTIONS(
-          `this connection has ${this.streams} streams open, the daemon's limit (noa serve --max-streams)`,
+          `this connection has ${this.streamSet.size} streams open, the daemon's limit (noa serve --max-streams)`,
           { limit: this.host.limits.maxStreams },
         ),
       )
       return
     }
-    let gen: AsyncGenerator<Chunk>
+    let source: StreamSource
     try {
       const window = req.window ?? DEFAULT_WINDOW
       if (!Number.isSafeInteger(window) || (window as number) < 1 || (window as number) > MAX_WINDOW) {
@@ -425,95 +511,142 @@ export class Session {
         )
       }
       r.credits = window as number
-      gen = this.streamer(req.op)(req, (r.abort as AbortController).signal)
+      source = streamSource(req, this.host.log, this.host.root)
     } catch (err) {
       this.settle(req.id, r, null, err)
       return
     }
-    this.streams++
-    this.pump(req.id, r, gen).then(
+    this.streamSet.add(r)
+    this.pump(req.id, r, source).then(
       (result) => {
-        this.streams--
+        this.streamSet.delete(r)
         this.settle(req.id, r, result, null)
       },
       (err) => {
-        this.streams--
+        this.streamSet.delete(r)
         this.settle(req.id, r, null, err)
       },
     )
   }
 
-  /** Sends a stream's chunks as credit and the socket allow; its result once it ends. */
-  private async pump(id: number, r: InFlight, gen: AsyncGenerator<Chunk>): Promise<unknown> {
-    const signal = (r.abort as AbortController).signal
-    const aborted = new Promise<never>((_, reject) => {
-      const fail = () => reject(signal.reason)
-      if (signal.aborted) fail()
-      else signal.addEventListener('abort', fail, { once: true })
-    })
-    aborted.catch(() => {})
-    let sent = 0
-    try {
-      for (;;) {
-        const next = await Promise.race([gen.next(), aborted])
-        if (next.done) return { chunks: sent, ...(next.value as object) }
-        while ((r.credits as number) <= 0 || this.socket.writableLength > OUTPUT_HIGH) {
-          await Promise.race([new Promise<void>((wake) => (r.wake = wake)), aborted])
-          r.wake = null
-        }
-        this.send({ id, chunk: next.value.data })
-        r.credits = (r.credits as number) - 1
-        sent++
-      }
-    } finally {
-      // Not awaited: a generator waiting inside (a watch waiting for a commit) returns once it wakes.
-      gen.return(undefined).catch(() => {})
-    }
+  /**
+   * Whether a stream may read its next chunk now: its client granted one and takes what it is
+   * sent. It counts the chunks its connection's other streams are reading already, so all of
+   * a connection's streams together queue about one chunk past the mark, not one each.
+   */
+  private mayPull(r: InFlight): boolean {
+    return (
+      (r.credits as number) > 0 && this.outbox.waiting + this.reading * STREAM_READ_BYTES < STREAM_OUTPUT_HIGH
+    )
   }
 
-  private streamer(op: string): Streamer {
-    const log = this.host.log
-    switch (op) {
-      case 'read':
-        return async function* (req) {
-          checkFields(req, ['ws', 'fromSeq', 'validate', 'end', 'window'])
-          const options: { fromSeq?: number; validate?: boolean; end?: number } = {}
-          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'read.fromSeq')
-          if (req.validate !== undefined) options.validate = bool(req.validate, 'read.validate')
-          if (req.end !== undefined) options.end = seqArg(req.end, 'read.end')
-          let entries = 0
-          for await (const batch of log.readBatches(req.ws as string, options)) {
-            for (const part of entryChunks(batch)) {
-              entries += part.length
-              yield { data: part }
+  /** A stream stopped reading: the ones parked behind its chunk may go on. */
+  private doneReading(): void {
+    this.reading--
+    this.wakeStreams()
+  }
+
+  private wakeStreams(): void {
+    for (const r of this.streamSet) r.wake?.()
+  }
+
+  /**
+   * Sends a stream's chunks as credit and the socket allow; its result once it ends. The reader
+   * is open only while chunks can go out: a stream its client does not take from is parked, its
+   * reader closed (file, buffers, watch), and opened again at its position once it can go on.
+   */
+  private async pump(id: number, r: InFlight, source: StreamSource): Promise<unknown> {
+    const signal = (r.abort as AbortController).signal
+    const budget = this.host.budget
+    let reader: AsyncGenerator<Chunk> | null = null
+    let opened = false
+    let sent = 0
+    // The reader's share of the budget: READER_BYTES, or TAIL_BYTES while its watch waits.
+    let share = 0
+    // Woken (perhaps) because a reader's share came free: taken, or handed on to the next waiter.
+    let wokenForRoom = false
+    const close = () => {
+      if (reader === null) return
+      closeReader(reader)
+      reader = null
+      budget.freeReader(share)
+      share = 0
+    }
+    // The chunk being read, counted in `reading` unless its watch waits for a commit.
+    let pull: { counted: boolean } | null = null
+    const tail = (waiting: boolean) => {
+      if (pull === null || pull.counted !== waiting) return // a late call, after its pull ended
+      pull.counted = !waiting
+      if (waiting) {
+        budget.free(READER_BYTES - TAIL_BYTES)
+        share = TAIL_BYTES
+        this.doneReading()
+      } else {
+        // Woken by a commit: it reads now, whether or not that fits (what it reads is small).
+        budget.add(READER_BYTES - TAIL_BYTES)
+        share = READER_BYTES
+        this.reading++
+      }
+    }
+    try {
+      let next: IteratorResult<Chunk, unknown> | null = null
+      for (;;) {
+        if (!this.mayPull(r)) {
+          close()
+          if (wokenForRoom) budget.handOn() // room it was woken for, that it does not take now
+          wokenForRoom = false
+          await orAbort(new Promise<void>((wake) => (r.wake = wake)), signal)
+          r.wake = null
+          continue
+        }
+        if (reader === null) {
+          if (!budget.takeReader()) {
+            // A new stream is refused; one under way waits its turn (it holds nothing meanwhile).
+            if (!opened) throw budget.busy(`the ${source.op} stream is refused`)
+            let wake!: () => void
+            const freed = new Promise<void>((resolve) => {
+              wake = resolve
+            })
+            r.wake = wake
+            budget.wait(wake)
+            try {
+              await orAbort(freed, signal)
+            } finally {
+              budget.unwait(wake)
+              r.wake = null
             }
+            wokenForRoom = true
+            continue
           }
-          return { entries }
+          wokenForRoom = false
+          opened = true
+          share = READER_BYTES
+          reader = source.open(signal, tail)
         }
-      case 'readBytes':
-        return async function* (req) {
-          checkFields(req, ['ws', 'fromSeq', 'window'])
-          const from = req.fromSeq === undefined ? 1 : seqArg(req.fromSeq, 'readBytes.fromSeq')
-          let bytes = 0
-          for await (const buf of log.readBytes(req.ws as string, from)) {
-            for (let i = 0; i < buf.length; i += CHUNK_BYTES) {
-              const part = buf.subarray(i, Math.min(buf.length, i + CHUNK_BYTES))
-              bytes += part.length
-              yield { data: part.toString('base64') }
-            }
-          }
-          return { bytes }
+        pull = { counted: true }
+        this.reading++
+        try {
+          next = await orAbort(reader.next(), signal)
+        } finally {
+          if (pull.counted) this.doneReading()
+          pull = null
         }
-      case 'watch':
-        return async function* (req, signal) {
-          checkFields(req, ['ws', 'fromSeq', 'pollMs', 'window'])
-          const options: WatchOptions = { signal }
-          if (req.fromSeq !== undefined) options.fromSeq = seqArg(req.fromSeq, 'watch.fromSeq')
-          if (req.pollMs !== undefined) options.pollMs = seqArg(req.pollMs, 'watch.pollMs')
-          yield* watchChunks(log.watch(req.ws as string, options), signal)
-        }
-      default:
-        throw protocolError(`op ${op} is not a stream`)
+        if (next.done) return { chunks: sent, ...source.result() }
+        source.sent(next.value)
+        const data = next.value.data
+        if (typeof data === 'string') {
+          // Base64 (readBytes): nothing in it to escape, and one byte a character.
+          const line = `{"id":${id},"chunk":"${data}"}\n`
+          this.push(line, line.length)
+        } else this.send({ id, chunk: data })
+        next = null
+        r.credits = (r.credits as number) - 1
+        sent++
+        await null // the chunk's write (a microtask queued before this one): then what the kernel did not take
+      }
+    } finally {
+      close()
+      if (wokenForRoom) budget.handOn()
     }
   }
 
@@ -523,7 +656,7 @@ export class Session {
     this.host.pendingBytes -= r.bytes
     if (this.state !== 'closed') {
       if (err) this.sendError(id, err)
-      else this.send({ id, ok: true, result })
+      else this.sendResult(id, r.op, result)
     }
     if (this.inFlight.size < this.host.limits.maxInFlight) this.unpause(PAUSE_IN_FLIGHT)
     this.host.released()
@@ -533,34 +666,41 @@ export class Session {
     this.send({ id, ok: false, error: wireError(err) })
   }
 
+  /**
+   * A result, or NOA_BUSY in its place when it is a large read-only answer that would take the
+   * daemon past its budget (a listing of every workspace, say, asked for again and again by a
+   * client that reads none); an answer to a write is always sent: the write happened.
+   */
+  private sendResult(id: number, op: string, result: unknown): void {
+    let line = answerLine({ id, ok: true, result })
+    let bytes = Buffer.byteLength(line)
+    const budget = this.host.budget
+    if (bytes > SMALL_ANSWER && READ_ONLY_OPS.has(op) && budget.over(bytes)) {
+      line = answerLine({
+        id,
+        ok: false,
+        error: wireError(budget.busy(`the ${op} answer of ${bytes} bytes is refused`)),
+      })
+      bytes = Buffer.byteLength(line)
+    }
+    this.push(line, bytes)
+  }
+
   private send(msg: object): void {
+    const line = answerLine(msg)
+    this.push(line, Buffer.byteLength(line))
+  }
+
+  private push(line: string, bytes: number): void {
     if (this.state === 'closed') return
-    let line: string
-    try {
-      line = `${JSON.stringify(msg)}\n`
-    } catch (err) {
-      line = `${JSON.stringify({ id: (msg as { id?: unknown }).id ?? null, ok: false, error: wireError(err) })}\n`
-    }
-    this.out.push(line)
-    if (!this.flushing) {
-      this.flushing = true
-      queueMicrotask(() => this.flush())
-    }
+    this.outbox.push(line, bytes)
+    if (this.outbox.bytes > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
   }
 
-  /** Everything answered in one turn goes out in one write. */
-  private flush(): void {
-    this.flushing = false
-    if (this.out.length === 0 || this.state === 'closed') return
-    const data = this.out.length === 1 ? (this.out[0] as string) : this.out.join('')
-    this.out = []
-    this.socket.write(data)
-    if (this.socket.writableLength > OUTPUT_HIGH) this.pause(PAUSE_OUTPUT)
-  }
-
-  private onDrain(): void {
-    this.unpause(PAUSE_OUTPUT)
-    for (const r of this.inFlight.values()) r.wake?.()
+  /** The client took a batch of its answers: read its requests again, let its streams go on. */
+  private taken(): void {
+    if (this.outbox.bytes <= OUTPUT_HIGH) this.unpause(PAUSE_OUTPUT)
+    if (this.outbox.waiting < STREAM_OUTPUT_HIGH) this.wakeStreams()
   }
 
   /** Budget freed by the daemon: read again if nothing else holds this session. */
@@ -579,18 +719,41 @@ export class Session {
     if (this.paused === 0 && this.state !== 'closed') this.socket.resume()
   }
 
-  /** A protocol violation: answered with id null, then the connection is closed. */
+  /**
+   * A protocol violation: answered with id null, after the answers queued (unless the client
+   * has not been taking them), then the connection is closed.
+   */
   private fatal(err: unknown): void {
     if (this.state === 'closed') return
-    this.sendError(null, err)
-    this.flush()
+    this.close(err, this.outbox.waiting <= STREAM_OUTPUT_HIGH, CLOSE_GRACE_MS)
+  }
+
+  /**
+   * The client has taken none of its answers for slowConsumerMs: what is queued for it is
+   * dropped, the error follows what the socket already holds, and the connection is closed. The
+   * client gets the error once it reads; one that never does is cut after SLOW_LINGER_MS.
+   */
+  private slow(): void {
+    if (this.state === 'closed') return
+    const ms = this.host.limits.slowConsumerMs
+    const err = Errors.SLOW_CONSUMER(
+      `the client took none of its answers for ${ms} ms (${this.outbox.waiting} bytes waiting): the daemon closed the connection (noa serve --slow-consumer-ms)`,
+      { waitingBytes: this.outbox.waiting, limit: ms },
+    )
+    this.close(err, false, Math.max(ms, SLOW_LINGER_MS))
+    this.host.slowConsumer(this)
+  }
+
+  /** Answers `err` with id null after what is queued (or instead of it), then ends the connection. */
+  private close(err: unknown, keep: boolean, graceMs: number): void {
+    this.outbox.end(answerLine({ id: null, ok: false, error: wireError(err) }), keep)
     this.state = 'closed'
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort?.abort(err)
     }
     this.socket.end()
     // A peer that never reads its socket cannot keep this one open.
-    setTimeout(() => this.socket.destroy(), 1000).unref()
+    setTimeout(() => this.socket.destroy(), graceMs).unref()
   }
 
   /** Cuts the connection (a client that did not close its side after the daemon ended its own). */
@@ -601,71 +764,15 @@ export class Session {
   private onClose(): void {
     if (this.helloTimer) clearTimeout(this.helloTimer)
     this.state = 'closed'
+    this.outbox.release()
+    this.host.budget.free(this.lineBytes)
+    this.lineBytes = 0
     // Appends in flight still commit (they are with the owners); their answers have nowhere to go.
     for (const r of this.inFlight.values()) {
       if (r.credits !== undefined) r.abort?.abort(Errors.ABORTED('the client went away'))
     }
     this.host.budgetWaiters.delete(this)
     this.host.ended(this)
-  }
-}
-
-/** Splits a read batch into chunks the protocol allows. */
-function* entryChunks(batch: Entry[]): Generator<Entry[]> {
-  if (batch.length <= CHUNK_ENTRIES) {
-    yield batch
-    return
-  }
-  for (let i = 0; i < batch.length; i += CHUNK_ENTRIES) yield batch.slice(i, i + CHUNK_ENTRIES)
-}
-
-const IDLE = Symbol('idle')
-
-/** About an entry's JSON size (its strings and some room for keys and numbers), cheaply. */
-function entrySize(e: Entry): number {
-  let n = 64
-  for (const v of Object.values(e)) if (typeof v === 'string') n += v.length
-  return n
-}
-
-/**
- * A watch's entries, gathered into chunks: whatever the iterator has ready now goes into one
- * chunk (up to the chunk bounds); the chunk is sent as soon as the iterator would have to wait.
- */
-async function* watchChunks(source: AsyncIterable<Entry>, signal: AbortSignal): AsyncGenerator<Chunk> {
-  const it = source[Symbol.asyncIterator]()
-  const aborted = new Promise<never>((_, reject) => {
-    if (signal.aborted) reject(signal.reason)
-    signal.addEventListener('abort', () => reject(signal.reason), { once: true })
-  })
-  aborted.catch(() => {})
-  try {
-    let pending = it.next()
-    for (;;) {
-      const first = await Promise.race([pending, aborted])
-      if (first.done) return
-      const batch: Entry[] = [first.value]
-      let bytes = entrySize(first.value)
-      pending = it.next()
-      while (batch.length < CHUNK_ENTRIES && bytes < CHUNK_BYTES) {
-        const r = await Promise.race([
-          pending,
-          aborted,
-          new Promise<typeof IDLE>((ok) => setImmediate(ok, IDLE)),
-        ])
-        if (r === IDLE) break
-        if (r.done) {
-          yield { data: batch }
-          return
-        }
-        batch.push(r.value)
-        bytes += entrySize(r.value)
-        pending = it.next()
-      }
-      yield { data: batch }
-    }
-  } finally {
-    it.return?.(undefined)?.catch(() => {})
   }
 }
 
@@ -680,35 +787,22 @@ export function wireError(err: unknown): Record<string, unknown> {
   return s
 }
 
+/** One answer line; an answer that cannot be serialized is answered by why. */
+function answerLine(msg: object): string {
+  try {
+    return `${JSON.stringify(msg)}\n`
+  } catch (err) {
+    return `${JSON.stringify({ id: (msg as { id?: unknown }).id ?? null, ok: false, error: wireError(err) })}\n`
+  }
+}
+
+/** Not awaited: a reader waiting inside (a watch waiting for a commit) returns once it wakes. */
+function closeReader(reader: AsyncGenerator<Chunk>): void {
+  reader.return(undefined).catch(() => {})
+}
+
 function shuttingDown(): NoaError {
   return Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken')
-}
-
-function badArgument(message: string): NoaError {
-  return Errors.BAD_ARGUMENT(message)
-}
-
-/** A request's fields beyond id and op must be the op's own: a misspelled one is refused by name. */
-function checkFields(req: Request, known: readonly string[]): void {
-  for (const key of Object.keys(req)) {
-    if (key === 'id' || key === 'op' || known.includes(key)) continue
-    throw Errors.BAD_ARGUMENT(
-      `unknown field ${JSON.stringify(key)} in ${req.op} (known: ${known.join(', ') || 'none'})`,
-      { field: key },
-    )
-  }
-}
-
-function bool(v: unknown, what: string): boolean {
-  if (typeof v !== 'boolean') throw badArgument(`${what} must be true or false, got ${JSON.stringify(v)}`)
-  return v
-}
-
-function seqArg(v: unknown, what: string): number {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
-    throw badArgument(`${what} must be an integer >= 1, got ${JSON.stringify(v)}`)
-  }
-  return v
 }
 
 function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOptions | undefined {

@@ -14,12 +14,13 @@
  * serial path.
  */
 import { randomBytes } from 'node:crypto'
-import { fstatSync, mkdirSync } from 'node:fs'
+import { fstatSync, lstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { crc32c } from '../engine/crc.js'
+import { isOutOfDescriptors, openFileLimit } from '../engine/descriptors.js'
 import { formatLine } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError, withPath } from '../engine/errors.js'
 import { mkdirBelow, openError } from '../engine/files.js'
@@ -197,9 +198,14 @@ class OwnedFile {
   ino = 0n
   /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
   foreign: Array<{ offset: number; data: Buffer }> = []
-  /** A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). */
+  /**
+   * A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). It holds
+   * no descriptor: a record is appended once per ~64 KiB of log through a short-lived one, so an
+   * open workspace costs one descriptor, its log's.
+   */
   sum: {
-    fd: number
+    /** Whether the sidecar is to be started over (made, or cut to its header) with its next record. */
+    fresh: boolean
     start: number
     crc: number
     firstSeq: number
@@ -265,6 +271,8 @@ class Owner {
   private acks: number[] = []
   private acksScheduled = false
   private logDirReady = false
+  /** Workspaces created whose entry in the log folder is not durable yet (syncCreated). */
+  private readonly dirUnsynced = new Set<string>()
   private sumDirReady = false
   private closing = false
   private stats = {
@@ -278,6 +286,8 @@ class Owner {
     spaceWaits: 0,
     filesWritten: 0,
     fileSyncfs: 0,
+    /** fsyncs of the log folder for workspaces created (one covers all those of a pass). */
+    dirSyncs: 0,
   }
   /** A checkpoint's file and folder syncs still to start, and the groups they make durable. */
   private fileSyncs: {
@@ -355,6 +365,8 @@ class Owner {
           // this one opens anyway: an open request does not wait).
           if (file.fd < 0) this.roomToOpen()
           this.ensureOpen(file)
+          const failed = this.syncCreated()
+          if (failed !== null) throw failed
           return file.report
         })
         break
@@ -525,6 +537,7 @@ class Owner {
   private pump(): void {
     this.pumpScheduled = false
     let batches: Batch[] = []
+    const opened: OwnedFile[] = []
     for (const file of this.ready) {
       if (file.inFlight !== null || file.queue.length === 0) continue
       if (file.fd < 0 && !this.roomToOpen()) {
@@ -539,6 +552,18 @@ class Owner {
         file.queue = []
         this.fail(reqs, err)
         this.forget(file)
+        continue
+      }
+      opened.push(file)
+    }
+    // Workspaces created in this pass share one fsync of the log folder (group commit of
+    // directory entries), before anything is committed to them.
+    const entriesFailed = this.syncCreated()
+    for (const file of opened) {
+      if (entriesFailed !== null && this.dirUnsynced.has(file.key)) {
+        const reqs = file.queue
+        file.queue = []
+        this.fail(reqs, entriesFailed)
         continue
       }
       const batch = this.build(file)
@@ -1672,6 +1697,38 @@ class Owner {
       this.lru.set(file, true)
       return
     }
+    try {
+      this.openNow(file)
+    } catch (err) {
+      if (!isOutOfDescriptors(err)) throw err
+      // The process is out of descriptors (what else it opens counts too): idle files are
+      // closed and the open is tried once more; then this append fails by name, and the next
+      // one tries again.
+      const closed = this.closeIdle(Math.max(8, this.lru.size >> 2))
+      try {
+        this.openNow(file)
+      } catch (again) {
+        if (!isOutOfDescriptors(again)) throw again
+        const limit = openFileLimit()
+        throw Errors.BUSY(
+          `cannot open ${file.path}: the process is out of file descriptors (${(again as NodeJS.ErrnoException).code}${limit === null ? '' : `, ulimit -n ${limit}`}) with ${this.lru.size} files open by this owner after closing ${closed} idle ones; raise the limit or lower maxOpenFiles`,
+          { file: file.path, resource: 'file descriptors' },
+        )
+      }
+    }
+  }
+
+  /** Closes up to `n` idle open files, least recently used first; returns how many it closed. */
+  private closeIdle(n: number): number {
+    let closed = 0
+    for (const f of [...this.lru.keys()]) {
+      if (closed >= n) break
+      if (f.idle && f.idleWaiters.length === 0 && this.closeFile(f) === null) closed++
+    }
+    return closed
+  }
+
+  private openNow(file: OwnedFile): void {
     // Opening a file and replaying the journals of dead processes happen under the root lock:
     // a dead process's journal may hold the only copy of entries of this very file.
     if (file.kind === 'raw') {
@@ -1742,19 +1799,38 @@ class Owner {
       this.logDirReady = true
     }
     const created = this.openLocked(file, true)
+    // Its folder entry is made durable with those of the other workspaces created in the same
+    // pass (syncCreated), before anything is committed to it.
+    if (created) this.dirUnsynced.add(file.key)
     try {
-      if (created) this.io.fsyncDir(this.init.logDir)
       const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file)
       file.size = size
       file.lastSeq = lastSeq
       file.lastTs = lastTs
-      this.openSidecar(file)
+      this.openSidecar(file, created)
       file.report = { workspace: file.key, file: file.path, created, truncatedBytes, size, lastSeq, lastTs }
     } catch (err) {
       this.io.close(file.fd)
       file.fd = -1
       throw err
     }
+  }
+
+  /**
+   * fsyncs the log folder when workspaces were created since the last time it was: one fsync for
+   * all of them. Returns the error if it failed (those workspaces stay to be synced: nothing is
+   * committed to them until a later fsync succeeds), null otherwise.
+   */
+  private syncCreated(): Error | null {
+    if (this.dirUnsynced.size === 0) return null
+    try {
+      this.io.fsyncDir(this.init.logDir)
+    } catch (err) {
+      return withPath(err, this.init.logDir) as Error
+    }
+    this.stats.dirSyncs++
+    this.dirUnsynced.clear()
+    return null
   }
 
   private openRaw(file: OwnedFile): void {
@@ -1778,7 +1854,7 @@ class Owner {
    * next block starts at the log's end: what the sidecar did not cover stays unverified. A
    * sidecar that cannot be used never fails the workspace: it only goes without checksums.
    */
-  private openSidecar(file: OwnedFile): void {
+  private openSidecar(file: OwnedFile, created: boolean): void {
     const path = sidecarPath(this.init.root, file.key)
     let fd = -1
     try {
@@ -1786,21 +1862,22 @@ class Owner {
         mkdirDurable(this.io, this.init.root, join(this.init.root, SIDECAR_DIR))
         this.sumDirReady = true
       }
-      const ino = fstatSync(file.fd, { bigint: true }).ino
-      const found = readSidecar(path, ino, file.size)
-      try {
+      const start = { start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
+      if (created) {
+        // A new log: its sidecar is made with its first record (appendSum), so that creating a
+        // workspace makes one file, not two (a file creation costs this disk 0.25-0.7 ms).
+        file.sum = { fresh: true, ...start }
+        return
+      }
+      const found = readSidecar(path, fstatSync(file.fd, { bigint: true }).ino, file.size)
+      if (found !== null && (lstatSync(path, { throwIfNoEntry: false })?.size ?? 0) > found.validBytes) {
         fd = this.io.openAppend(path, false, false)
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
-        fd = this.io.openAppend(path, true, false)
-      }
-      if (found === null) {
-        this.io.ftruncate(fd, 0)
-        this.io.write(fd, encodeSumHeader(ino))
-      } else if (fstatSync(fd).size > found.validBytes) {
         this.io.ftruncate(fd, found.validBytes)
+        this.io.close(fd)
+        fd = -1
       }
-      file.sum = { fd, start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
+      // None, or one of another log (inode): started over with the next record.
+      file.sum = { fresh: found === null, ...start }
     } catch {
       if (fd >= 0) this.io.close(fd)
       file.sum = null
@@ -1816,28 +1893,60 @@ class Owner {
       sum.entries += entries
     }
     const length = file.size - sum.start
-    if (length === 0 || (length < BLOCK_BYTES && !end)) return
+    if (length < BLOCK_BYTES && !end) return
+    if (length === 0) {
+      // The close, with no partial block: what was written is fdatasynced.
+      if (end && sum.written) {
+        try {
+          this.appendSum(file, sum, EMPTY, true)
+        } catch {
+          // advisory
+        }
+      }
+      return
+    }
+    const record = encodeSumRecord({
+      offset: sum.start,
+      firstSeq: sum.firstSeq,
+      length,
+      entries: sum.entries,
+      crc: sum.crc,
+    })
     try {
-      this.io.write(
-        sum.fd,
-        encodeSumRecord({
-          offset: sum.start,
-          firstSeq: sum.firstSeq,
-          length,
-          entries: sum.entries,
-          crc: sum.crc,
-        }),
-      )
+      this.appendSum(file, sum, record, end)
       sum.written = true
     } catch {
-      this.io.close(sum.fd)
-      file.sum = null
+      file.sum = null // the checksums are advisory: the log goes on without them
       return
     }
     sum.start = file.size
     sum.crc = 0
     sum.firstSeq = file.lastSeq + 1
     sum.entries = 0
+  }
+
+  /**
+   * Appends a record to the sidecar through a descriptor of its own, started over first (made,
+   * or cut to a new header) when it is fresh; `sync`: fdatasynced too (the last record, at close).
+   */
+  private appendSum(
+    file: OwnedFile,
+    sum: NonNullable<OwnedFile['sum']>,
+    record: Buffer,
+    sync: boolean,
+  ): void {
+    const fd = this.io.openAppend(sidecarPath(this.init.root, file.key), sum.fresh, false)
+    try {
+      if (sum.fresh) {
+        this.io.ftruncate(fd, 0) // a sidecar left by a removed log of the same name
+        this.io.write(fd, encodeSumHeader(fstatSync(file.fd, { bigint: true }).ino))
+        sum.fresh = false
+      }
+      if (record.length > 0) this.io.write(fd, record)
+      if (sync) this.io.fdatasync(fd)
+    } finally {
+      this.io.close(fd)
+    }
   }
 
   /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
@@ -1868,15 +1977,8 @@ class Owner {
     if (file.fd >= 0) {
       const err = this.makeDurable(file)
       if (err !== null) return err
-      const sum = file.sum
-      if (sum !== null) {
-        this.summed(file, EMPTY, 0, true) // the last, partial block
-        try {
-          if (sum.written) this.io.fdatasync(sum.fd)
-        } catch {
-          // the checksums are advisory: the log is durable
-        }
-        this.io.close(sum.fd)
+      if (file.sum !== null) {
+        this.summed(file, EMPTY, 0, true) // the last, partial block (fdatasynced, if any was written)
         file.sum = null
       }
       try {
@@ -1980,6 +2082,7 @@ class Owner {
     return {
       index: this.init.index,
       open: this.lru.size,
+      maxOpenFiles: this.init.maxOpenFiles,
       workspaces: [...this.ws.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       rawFiles: [...this.raw.values()].filter((f) => f.fd >= 0).map((f) => f.key),
       ...this.stats,
@@ -2057,7 +2160,7 @@ function registering(io: LogIo, table: Int32Array): LogIo {
   return {
     ...io,
     openAppend: (path, create, lock) => opened(io.openAppend(path, create, lock)),
-    createFile: (path) => opened(io.createFile(path)),
+    createFile: (path, mode) => opened(io.createFile(path, mode)),
     openPositional: (path) => opened(io.openPositional(path)),
     close: (fd) => {
       remove(fd)

@@ -32,6 +32,21 @@ function lines(file: string): string[] {
 }
 
 describe('AgentLog append', () => {
+  it('workspaces created together share one fsync of the log folder, each durable in it before its ack', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 0 })
+    try {
+      const acks = await Promise.all(Array.from({ length: 200 }, (_, i) => log.append(`new-${i}`, write(i))))
+      expect(acks.every((a) => a.seq === 1)).toBe(true)
+      const [s] = await log.status()
+      expect(s?.dirSyncs).toBeGreaterThan(0)
+      expect(s?.dirSyncs).toBeLessThanOrEqual(5)
+      expect(readdirSync(join(root, 'agent-logs')).length).toBe(200)
+    } finally {
+      await log.close()
+    }
+  })
+
   it('assigns seq 1, 2, 3 and strictly increasing ts, writes the seed line shape', async () => {
     const root = tempDir()
     await withLog({ root, workers: 2 }, async (log) => {

@@ -128,7 +128,7 @@ const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'workers/owner.js',
-        from: 'if (created)\n                this.io.fsyncDir(this.init.logDir);',
+        from: 'if (created)\n            this.dirUnsynced.add(file.key);',
         to: '',
       },
     ],

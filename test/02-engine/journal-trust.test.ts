@@ -8,7 +8,7 @@
  * other workspace; `recover` fails naming it. Huge and sparse journals are refused in bounded
  * time and memory.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import {
   chmodSync,
@@ -18,6 +18,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs'
 import { join } from 'node:path'
@@ -26,7 +27,7 @@ import { readEntries } from '../../dist/src/engine/index.js'
 import { fileRecordHeader } from '../../dist/src/engine/journal-format.js'
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
-import { blobOf, CLI, runCli } from '../helpers/index.js'
+import { blobOf, runCli, tempDir } from '../helpers/index.js'
 import {
   CASES,
   dataRecord,
@@ -39,7 +40,9 @@ import {
   plant,
   type Root,
 } from '../helpers/journals.js'
-import { isRoot, nodeAsOtherUser } from '../helpers/users.js'
+import { isRoot } from '../helpers/users.js'
+
+const AS_USER = new URL('../fixtures/as-user.mjs', import.meta.url).pathname
 
 function cli(r: Root, args: string[], input = '') {
   return runCli([...args, '--root', r.root], { input })
@@ -197,7 +200,7 @@ describe('planted commit journals', () => {
   })
 
   it.runIf(isRoot())(
-    "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's noa recover",
+    "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's recovery",
     async () => {
       const r = await makeRoot()
       const ts = lastTs(r.aBytes)
@@ -210,11 +213,58 @@ describe('planted commit journals', () => {
       // The root is the group's: its owner (uid 4242) recovers it.
       execFileSync('chmod', ['-R', 'a+rwX', r.root])
       chmodSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'), 0o600) // as its owner made it
-      const asOwner = nodeAsOtherUser([CLI, 'recover', '--root', r.root])
+      const asOwner = spawnSync(process.execPath, [AS_USER, '4242', '4242', r.root], { encoding: 'utf8' })
       expect(asOwner.status, asOwner.stderr).toBe(0)
+      const done = JSON.parse(asOwner.stdout) as { back: string[]; reports: Array<{ records: number }> }
+      expect(done.back).toEqual([join(r.root, JOURNAL)])
+      expect(done.reports.map((x) => x.records)).toEqual([1])
       expect(readFileSync(r.aLog).equals(Buffer.concat([r.aBytes, data]))).toBe(true)
       expect(existsSync(join(r.root, 'journal', 'quarantine', '4242-0badf00d-w0.jnl'))).toBe(false)
       expect(cli(r, ['verify']).status).toBe(0)
     },
   )
+  it('a journal noa made under umask 000 is still its own: 0600, replayed in full after a SIGKILL', async () => {
+    const root = tempDir()
+    const child = spawn(process.execPath, ['--input-type=module', '-e', UMASK_WRITER, root], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    const acked = await new Promise<number>((resolve, reject) => {
+      let out = ''
+      child.stdout.on('data', (b) => {
+        out += b
+        const m = /acked (\d+)\n/.exec(out)
+        if (m) resolve(Number(m[1]))
+      })
+      child.on('exit', (code) => reject(new Error(`writer exited (${code}) before it was ready`)))
+    })
+    child.kill('SIGKILL')
+    await new Promise((r) => child.once('exit', r))
+    const journals = readdirSync(join(root, 'journal')).filter((n) => n.endsWith('.jnl'))
+    expect(journals.length).toBe(1)
+    expect(statSync(join(root, 'journal', journals[0] as string)).mode & 0o777).toBe(0o600)
+    const recover = runCli(['recover', '--root', root])
+    expect(recover.status, recover.stderr).toBe(0)
+    expect(recover.stderr).not.toContain('NOA_JOURNAL_QUARANTINED')
+    expect(existsSync(join(root, 'journal', 'quarantine'))).toBe(false)
+    const entries = []
+    for await (const e of readEntries(join(root, 'agent-logs', 'u.log'))) entries.push(e)
+    expect(entries.length).toBe(acked)
+  })
 })
+
+/** Appends under umask 000 until the journal is allocated and holds a round, then waits to be killed. */
+const UMASK_WRITER = `
+import { AgentLog } from ${JSON.stringify(new URL('../../dist/src/index.js', import.meta.url).href)}
+process.umask(0)
+const log = await AgentLog.open({ root: process.argv[1], workers: 1 })
+const blob = 'ab'.repeat(32)
+let n = 0
+for (;;) {
+  await log.append('u', { op: 'write', path: 'p' + n, blob })
+  n++
+  const [s] = await log.status()
+  if (s.journal?.state === 'ready' && s.rounds > 0) break
+}
+process.stdout.write('acked ' + n + '\\n')
+setInterval(() => {}, 1000)
+`

@@ -43,6 +43,32 @@ async function filled(root: string, n: number): Promise<void> {
 }
 
 describe('checksum sidecar', () => {
+  it('a new workspace makes one file: its sidecar comes with its first record (a full block, or the close)', async () => {
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 0 })
+    const sum = sidecarPath(root, 'w')
+    try {
+      await log.append('w', write(1))
+      expect(existsSync(join(root, 'agent-logs', 'w.log'))).toBe(true)
+      expect(existsSync(sum)).toBe(false)
+      // A sidecar a removed log of the same name left is started over when the first record comes.
+      writeFileSync(sum, 'stale bytes of another log')
+      await log.appendMany(
+        'w',
+        Array.from({ length: 800 }, (_, k) => write(k + 2)),
+      )
+      expect(
+        readSidecar(sum, statSync(join(root, 'agent-logs', 'w.log'), { bigint: true }).ino, 1 << 30)?.blocks
+          .length,
+      ).toBeGreaterThan(0)
+    } finally {
+      await log.close()
+    }
+    const report = await verifyWorkspace(root, 'w')
+    expect(report.ok).toBe(true)
+    expect(report.checksummedBytes).toBe(statSync(join(root, 'agent-logs', 'w.log')).size)
+  })
+
   it('reads its records with a JS CRC32C that agrees with the native one', () => {
     const native = (
       createRequire(import.meta.url)('@node-rs/crc32') as {

@@ -4,18 +4,19 @@
  * a stale socket (its daemon killed) is removed and the root is used in process again; nothing
  * that is not a socket is ever followed or removed.
  */
+
 import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { connectDaemon, Daemon, RemoteAgentLog } from '../../dist/src/serve/index.js'
-import { BLOB, blobOf, ROOT_DIR, runCli, runCliAsync, tempDir } from '../helpers/index.js'
-import { startDaemon } from '../helpers/serve.js'
+import { BLOB, blobOf, runCli, runCliAsync, tempDir } from '../helpers/index.js'
+import { commitGate, startDaemon, until } from '../helpers/serve.js'
 
 const del = (path: string): EntryInput => ({ op: 'delete', path })
-const SLOW_IO = new URL('test/fixtures/slow-commit-io.mjs', `file://${ROOT_DIR}/`).href
 const write = (i: number): EntryInput => ({ op: 'write', path: `src/f${i}.ts`, blob: blobOf(i) })
 
 async function collect<T>(it: AsyncIterable<T>): Promise<T[]> {
@@ -141,11 +142,13 @@ describe('transparent forwarding to noa serve', () => {
     expect(remote).toBeInstanceOf(RemoteAgentLog)
     try {
       const data = Buffer.from('object bytes')
+      const sha = createHash('sha256').update(data).digest('hex')
+      const path = `objects/${sha.slice(0, 2)}/${sha.slice(2)}`
       const [ack] = await remote.appendMany('f', [{ op: 'write', path: 'a', blob: BLOB }], {
-        files: [{ path: 'objects/ab/cd', data, readOnly: true }],
+        files: [{ path, data, readOnly: true }],
       })
       expect(ack?.seq).toBe(1)
-      const file = join(served, 'objects', 'ab', 'cd')
+      const file = join(served, path)
       expect(readFileSync(file).equals(data)).toBe(true)
       expect(lstatSync(file).mode & 0o222).toBe(0)
       await remote.append('f', { op: 'write', path: 'b', blob: BLOB }, { files: [{ path: 'x/y', data }] })
@@ -251,16 +254,18 @@ describe('transparent forwarding to noa serve', () => {
 
   it('waits for a draining daemon, then appends in process', async () => {
     const root = tempDir()
-    // Commits take 2 s: the daemon drains that long, refusing new connections with NOA_SHUTTING_DOWN.
-    const d = await Daemon.start({
-      root,
-      log: { workers: 1, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 2000 } },
-    })
+    const gate = commitGate()
+    const d = await Daemon.start({ root, log: gate.log })
+    onTestFinished(gate.release)
     const client = await connectDaemon({ root })
+    gate.hold()
     const first = client.append('w', del('first'))
-    await new Promise((r) => setTimeout(r, 100))
+    await until('the append to be in flight', () => d.stats().requests === 1)
+    // The drain cannot end while that append's commit is held: it refuses new connections.
     const drained = d.drain()
     const cli = runCliAsync(['append', 'w', '--root', root], `${JSON.stringify(del('second'))}\n`)
+    await until('the command to be refused by the draining daemon', () => d.stats().refused > 0)
+    gate.release()
     expect((await first).seq).toBe(1)
     await drained
     const r = await cli

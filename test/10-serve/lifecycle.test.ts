@@ -1,18 +1,19 @@
 /**
  * The daemon's life: a drain (SIGTERM, SIGINT) commits and answers every append it had taken and
- * refuses new ones with NOA_SHUTTING_DOWN, then exits 0; a SIGKILL loses no acknowledged entry,
+ * refuses new ones with NOA_SHUTTING_DOWN, then exits 0; a second signal of either kind ends a
+ * drain that waits at once, losing nothing acknowledged; a SIGKILL loses no acknowledged entry,
  * its clients get NOA_DAEMON_LOST, and a restarted daemon recovers the root (the dead one's
  * journal replayed) and the same clients go on through it.
  */
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput, isNoaError } from '../../dist/src/index.js'
 import { connectDaemon, Daemon } from '../../dist/src/serve/index.js'
 import { ROOT_DIR, tempDir } from '../helpers/index.js'
-import { LineClient, startDaemon } from '../helpers/serve.js'
+import { commitGate, LineClient, startDaemon, until, within } from '../helpers/serve.js'
 
-const SLOW_IO = new URL('test/fixtures/slow-commit-io.mjs', `file://${ROOT_DIR}/`).href
+const SERVE_HELD = join(ROOT_DIR, 'test', 'fixtures', 'serve-held.mjs')
 const CRASH_IO = new URL('test/fixtures/crash-io.mjs', `file://${ROOT_DIR}/`).href
 const del = (path: string): EntryInput => ({ op: 'delete', path })
 
@@ -26,36 +27,42 @@ function logLines(root: string, ws: string): Array<{ seq: number; path: string }
 describe('noa serve lifecycle', () => {
   it('drains: appends taken are committed and answered, new ones refused with NOA_SHUTTING_DOWN', async () => {
     const root = tempDir()
-    // Commits take 300 ms, so the appends below are still in flight when the drain starts.
-    const d = await Daemon.start({
-      root,
-      log: { workers: 1, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 300 } },
-    })
+    const gate = commitGate()
+    const d = await Daemon.start({ root, log: gate.log })
+    onTestFinished(gate.release)
     const c = await LineClient.open(d.socketPath)
     await c.hello()
     expect((await c.call({ id: 99, op: 'append', ws: 'w', entry: del('first') })).ok).toBe(true)
     c.send({ id: 100, op: 'watch', ws: 'w' })
     expect((await c.next()).chunk).toHaveLength(1)
+    // Held: the appends are still in flight when the drain starts, however slow the machine.
+    gate.hold()
     c.send(
       Array.from(
         { length: 50 },
         (_, i) => `${JSON.stringify({ id: i, op: 'append', ws: 'w', entry: del(`f${i}`) })}\n`,
       ).join(''),
     )
-    await new Promise((r) => setTimeout(r, 100)) // received and handed to the engine
+    await until('the 50 appends to be taken', () => d.stats().requests === 51) // and the watch
     const drained = d.drain()
     c.send({ id: 50, op: 'append', ws: 'w', entry: del('late') })
     const late = await LineClient.open(d.socketPath)
     expect(await late.next()).toMatchObject({ id: null, error: { code: 'NOA_SHUTTING_DOWN' } })
     const answers = new Map<number, { ok: boolean; result?: { seq: number }; error?: { code: string } }>()
-    while (answers.size < 52) {
-      const m = await c.next()
-      expect(m).not.toBeNull()
-      if (m.chunk) continue
-      answers.set(m.id, m)
+    const collect = async (n: number) => {
+      while (answers.size < n) {
+        const m = await c.next()
+        expect(m).not.toBeNull()
+        if (m.chunk) continue
+        answers.set(m.id, m)
+      }
     }
+    await within(10_000, 'the refusals', collect(2)) // while the 50 wait for their commit
     expect(answers.get(50)?.error?.code).toBe('NOA_SHUTTING_DOWN')
     expect(answers.get(100)?.error?.code).toBe('NOA_SHUTTING_DOWN') // the watch ended
+    expect(d.stats().requests).toBe(50)
+    gate.release()
+    await collect(52)
     for (let i = 0; i < 50; i++) expect(answers.get(i)).toMatchObject({ ok: true, result: { seq: i + 2 } })
     await drained
     expect(await c.next()).toBeNull() // the daemon closed the connection once done
@@ -105,19 +112,23 @@ describe('noa serve lifecycle', () => {
 
   it('cancels an append not yet taken into a commit (NOA_ABORTED, nothing written); a taken one commits', async () => {
     const root = tempDir()
-    const d = await Daemon.start({
-      root,
-      log: { workers: 0, inlineCommit: false, ioModule: SLOW_IO, ioOptions: { delayMs: 300 } },
-    })
+    const gate = commitGate()
+    const d = await Daemon.start({ root, log: { ...gate.log, workers: 0 } })
+    onTestFinished(gate.release)
     const log = await connectDaemon({ root })
     await log.append('w', del('first'))
-    const taken = log.append('w', del('taken')) // in the round that is now committing for 300 ms
-    await new Promise((r) => setTimeout(r, 50))
+    gate.hold()
+    const taken = log.append('w', del('taken'))
+    await until('its commit to be under way', () => gate.held() === 1)
     const stop = new AbortController()
     const cancelled = log.append('w', del('cancelled'), { signal: stop.signal })
-    await new Promise((r) => setTimeout(r, 50))
+    await until('the second append to reach the daemon', () => d.stats().requests === 2)
     stop.abort()
-    await expect(cancelled).rejects.toMatchObject({ code: 'NOA_ABORTED' })
+    await expect(within(10_000, 'the cancelled append to fail', cancelled)).rejects.toMatchObject({
+      code: 'NOA_ABORTED',
+    })
+    expect(gate.held()).toBe(1) // no commit took it meanwhile
+    gate.release()
     expect((await taken).seq).toBe(2)
     expect((await log.append('w', del('after'))).seq).toBe(3)
     expect(logLines(root, 'w').map((e) => e.path)).toEqual(['first', 'taken', 'after'])
@@ -156,6 +167,42 @@ describe('noa serve lifecycle', () => {
     })
   }
 
+  // A drain that cannot end (an append's commit is held): the second signal ends the process.
+  for (const [first, second] of [
+    ['SIGTERM', 'SIGTERM'],
+    ['SIGTERM', 'SIGINT'],
+    ['SIGINT', 'SIGTERM'],
+  ] as const) {
+    it(`ends at once on a second signal (${first}, then ${second}), losing nothing acknowledged`, async () => {
+      const root = tempDir()
+      const gate = commitGate()
+      const d = await startDaemon(root, [], { script: SERVE_HELD, env: { NOA_TEST_HOLD: gate.file } })
+      const c = await LineClient.open(d.info.socket)
+      await c.hello()
+      expect((await c.call({ id: 1, op: 'append', ws: 'w', entry: del('acked') })).result.seq).toBe(1)
+      gate.hold()
+      c.send({ id: 2, op: 'append', ws: 'w', entry: del('held') })
+      await until('its commit to be held', () => gate.held() === 1)
+      process.kill(d.pid, first)
+      for (let id = 3; ; id++) {
+        const m = await c.call({ id, op: 'lastSeq', ws: 'w' })
+        if (m.ok) continue // the signal has not come yet
+        expect(m.error.code).toBe('NOA_SHUTTING_DOWN') // draining, and waiting for the held append
+        break
+      }
+      expect(await within(10_000, 'the daemon to end', d.stop(second))).toEqual({
+        code: null,
+        signal: second,
+      })
+      expect(await c.next()).toBeNull() // the held append was never answered
+      expect(logLines(root, 'w').map((e) => e.path)).toEqual(['acked'])
+      // The stale socket is removed and the root opened in process: it goes on after seq 1.
+      const log = await AgentLog.open({ root, workers: 1 })
+      expect((await log.append('w', del('after'))).seq).toBe(2)
+      await log.close()
+    })
+  }
+
   it('SIGKILL: no acknowledged entry lost, clients get NOA_DAEMON_LOST, a restarted daemon takes over', async () => {
     const root = tempDir()
     let d = await startDaemon(root)
@@ -179,7 +226,7 @@ describe('noa serve lifecycle', () => {
     })
     while (acked.length < 500) await new Promise((r) => setTimeout(r, 10))
     await d.stop('SIGKILL')
-    await Promise.all(loops)
+    await within(10_000, 'every loop to see the daemon lost', Promise.all(loops))
     expect(lost.length).toBe(16)
     // No daemon: the client's next request fails with the same named error, never hangs.
     await expect(log.append('w0', del('x'))).rejects.toMatchObject({ code: 'NOA_DAEMON_LOST' })

@@ -11,7 +11,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { ROOT_DIR, tempDir } from '../helpers/index.js'
-import { type DaemonProcess, startDaemon } from '../helpers/serve.js'
+import { type DaemonProcess, startDaemon, until } from '../helpers/serve.js'
 
 const APPENDER = join(ROOT_DIR, 'test', 'fixtures', 'serve-appender.mjs')
 const PROCESSES = 8
@@ -93,7 +93,7 @@ function check(root: string, records: Record[]): { entries: number; losses: numb
   return { entries, losses: records.reduce((n, r) => n + r.losses, 0), maybeStored }
 }
 
-async function run(root: string, kill?: (d: DaemonProcess) => Promise<DaemonProcess>) {
+async function run(root: string, kill?: (d: DaemonProcess, outs: string[]) => Promise<DaemonProcess>) {
   const tmp = tempDir()
   let d = await startDaemon(root)
   const outs = Array.from({ length: PROCESSES }, (_, k) => join(tmp, `p${k}.json`))
@@ -101,7 +101,7 @@ async function run(root: string, kill?: (d: DaemonProcess) => Promise<DaemonProc
   const procs = outs.map((out, k) =>
     runAppender(root, k, [`own-${k % 4}`, 'shared'], out, kill !== undefined),
   )
-  if (kill) d = await kill(d)
+  if (kill) d = await kill(d, outs)
   await Promise.all(procs)
   expect((await d.stop()).code).toBe(0)
   return outs.map((o) => JSON.parse(readFileSync(o, 'utf8')) as Record)
@@ -114,8 +114,8 @@ describe('many processes through noa serve', () => {
     const { entries, losses } = check(root, records)
     expect(losses).toBe(0)
     expect(entries).toBe(records.reduce((n, r) => n + r.acked.length, 0))
-    expect(entries).toBeGreaterThan(PROCESSES * 10)
-    // All of them did append to the one shared workspace, and each pair to its own.
+    // All of them did append to the one shared workspace, and each pair to its own (each
+    // process goes on until it has), however slowly they went: no rate is asked of them.
     const writers = (ws: string) =>
       new Set(readFileSync(join(root, 'agent-logs', `${ws}.log`), 'utf8').match(/"p\d+\//g)).size
     expect(writers('shared')).toBe(PROCESSES)
@@ -124,19 +124,18 @@ describe('many processes through noa serve', () => {
 
   it('the same with the daemon SIGKILLed mid-run and restarted', async () => {
     const root = tempDir()
-    const records = await run(root, async (d) => {
+    const records = await run(root, async (d, outs) => {
       // Mid-run: once every process is appending (each has entries in the shared log); they
       // go on until they have seen this daemon die and the next one answer.
-      for (const started = Date.now(); ; ) {
-        await new Promise((r) => setTimeout(r, 50))
-        const shared = join(root, 'agent-logs', 'shared.log')
-        const text = existsSync(shared) ? readFileSync(shared, 'utf8') : ''
-        const seen = new Set(text.match(/"p\d+\//g)).size
-        if (seen === PROCESSES) break
-        if (Date.now() - started > 30_000) throw new Error(`only ${seen} processes appended in 30 s`)
-      }
+      const shared = join(root, 'agent-logs', 'shared.log')
+      await until(
+        'every process to append to the shared workspace',
+        () =>
+          existsSync(shared) && new Set(readFileSync(shared, 'utf8').match(/"p\d+\//g)).size === PROCESSES,
+      )
       await d.stop('SIGKILL')
-      await new Promise((r) => setTimeout(r, 200))
+      // The next daemon only once each process has seen this one die (an append lost with it).
+      await until('every process to lose an append', () => outs.every((o) => existsSync(`${o}.lost`)))
       return startDaemon(root)
     })
     check(root, records)

@@ -14,6 +14,7 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  type Stats,
   symlinkSync,
   writeFileSync,
 } from 'node:fs'
@@ -68,6 +69,19 @@ export const FOLDER_PLANTS: Plant[] = [
 
 /** Every entry below `dir` (recursively), with its kind and bytes (or link target). */
 export function outsideState(dir: string): Record<string, string> {
+  return describeTree(
+    dir,
+    (p, st) => (st.isFile() ? readFileSync(p, 'latin1') : `mode ${st.mode.toString(8)}`),
+    () => 'dir',
+  )
+}
+
+/** Each entry below `dir` by its relative path: a symlink's target, else what `describe` says. */
+function describeTree(
+  dir: string,
+  describe: (path: string, st: Stats) => string,
+  folder: (st: Stats) => string,
+): Record<string, string> {
   const out: Record<string, string> = {}
   const walk = (d: string, rel: string) => {
     for (const name of readdirSync(d).sort()) {
@@ -76,10 +90,9 @@ export function outsideState(dir: string): Record<string, string> {
       const st = lstatSync(p)
       if (st.isSymbolicLink()) out[r] = `-> ${readlinkSync(p)}`
       else if (st.isDirectory()) {
-        out[r] = 'dir'
+        out[r] = folder(st)
         walk(p, r)
-      } else if (st.isFile()) out[r] = readFileSync(p, 'latin1')
-      else out[r] = `mode ${st.mode.toString(8)}`
+      } else out[r] = describe(p, st)
     }
   }
   walk(dir, '')
@@ -91,27 +104,18 @@ export function outsideState(dir: string): Record<string, string> {
  * listings are equal only if nothing below `dir` was created, removed, written or touched.
  */
 export function listing(dir: string): Record<string, string> {
-  const out: Record<string, string> = {}
-  const walk = (d: string, rel: string) => {
-    for (const name of readdirSync(d).sort()) {
-      const p = join(d, name)
-      const r = rel ? `${rel}/${name}` : name
-      const st = lstatSync(p)
-      const meta = `mode ${(st.mode & 0o7777).toString(8)} mtime ${st.mtimeMs}`
-      if (st.isSymbolicLink()) out[r] = `-> ${readlinkSync(p)}`
-      else if (st.isDirectory()) {
-        out[r] = `dir ${meta}`
-        walk(p, r)
-      } else if (st.isFile()) {
-        // A huge (sparse) file planted by a test: its size and times stand for its bytes.
-        const sha =
-          st.size > 256 << 20 ? 'not hashed' : createHash('sha256').update(readFileSync(p)).digest('hex')
-        out[r] = `file ${st.size} bytes sha256 ${sha} ${meta}`
-      } else out[r] = `other ${meta}`
-    }
-  }
-  walk(dir, '')
-  return out
+  const meta = (st: Stats) => `mode ${(st.mode & 0o7777).toString(8)} mtime ${st.mtimeMs}`
+  return describeTree(
+    dir,
+    (p, st) => {
+      if (!st.isFile()) return `other ${meta(st)}`
+      // A huge (sparse) file planted by a test: its size and times stand for its bytes.
+      const sha =
+        st.size > 256 << 20 ? 'not hashed' : createHash('sha256').update(readFileSync(p)).digest('hex')
+      return `file ${st.size} bytes sha256 ${sha} ${meta(st)}`
+    },
+    (st) => `dir ${meta(st)}`,
+  )
 }
 
 /** The error a call or promise ends with (fails the test if it succeeds). */

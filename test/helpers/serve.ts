@@ -4,9 +4,49 @@
  * never would).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
+import { join } from 'node:path'
 import { onTestFinished } from 'vitest'
-import { CLI } from './index.js'
+import { CLI, ROOT_DIR, tempDir } from './index.js'
+
+/** The io fixture that holds commits while a file exists (test/fixtures/hold-commit-io.mjs). */
+export const HOLD_IO = new URL('test/fixtures/hold-commit-io.mjs', `file://${ROOT_DIR}/`).href
+
+/**
+ * Commits held until the test lets them go: `log` are the AgentLog options of a daemon whose
+ * every commit waits while `hold()` is in force; `held()` counts the commits that waited.
+ */
+export function commitGate(held = false) {
+  const file = join(tempDir(), 'hold')
+  const hold = () => writeFileSync(file, '')
+  const release = () => rmSync(file, { force: true })
+  if (held) hold()
+  return {
+    file,
+    log: { workers: 1, inlineCommit: false, ioModule: HOLD_IO, ioOptions: { hold: file } },
+    hold,
+    release,
+    held: () =>
+      existsSync(`${file}.held`) ? readFileSync(`${file}.held`, 'utf8').split('\n').length - 1 : 0,
+  }
+}
+
+/**
+ * Waits until `check` holds, looking again every few milliseconds; `timeoutMs` only bounds a
+ * failure (a condition that never comes), it decides nothing.
+ */
+export async function until(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
 
 export interface DaemonProcess {
   child: ChildProcess
@@ -19,13 +59,17 @@ export interface DaemonProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
 }
 
-/** Starts `noa serve --root ROOT --json …` and resolves once it listens (its first stdout line). */
+/**
+ * Starts `noa serve --root ROOT --json …` and resolves once it listens (its first stdout line).
+ * `script`: another entry point than the command's, given the same arguments (a fixture that
+ * runs the command's own code with a test seam).
+ */
 export function startDaemon(
   root: string,
   args: string[] = [],
-  options: { env?: NodeJS.ProcessEnv; umask?: number } = {},
+  options: { env?: NodeJS.ProcessEnv; umask?: number; script?: string } = {},
 ): Promise<DaemonProcess> {
-  const argv = [CLI, 'serve', '--root', root, '--json', ...args]
+  const argv = [options.script ?? CLI, 'serve', '--root', root, '--json', ...args]
   // A umask for the daemon alone: through a shell, since Node sets none for a child.
   const child =
     options.umask === undefined
@@ -77,6 +121,22 @@ export function startDaemon(
       reject(new Error(`noa serve exited (${code ?? signal}) before listening: ${stderr}`)),
     )
   })
+}
+
+/** `promise`, or a failure after `ms` (a failure bound: it decides nothing when the promise comes). */
+export function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms)
+  })
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
+/** A process's resident memory now and at its peak (VmRSS, VmHWM), in bytes (Linux). */
+export function memoryOf(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1]) * 1024
+  return { rss: kb('VmRSS'), peak: kb('VmHWM') }
 }
 
 /** A bare protocol client: sends raw lines, reads answers one at a time. */

@@ -10,6 +10,18 @@ const LIMIT_FLAGS = {
   'max-in-flight': ['maxInFlight', 'requests in flight per connection before it is read no further'],
   'max-streams': ['maxStreams', 'reads and watches open per connection'],
   'max-pending-bytes': ['maxPendingBytes', 'request bytes in flight, all connections together'],
+  'max-buffered-bytes': [
+    'maxBufferedBytes',
+    'what the daemon holds for its clients (unread answers, unfinished requests, stream readers); past it: NOA_BUSY',
+  ],
+  'slow-consumer-ms': [
+    'slowConsumerMs',
+    'a client that takes none of its answers for this long is disconnected (NOA_SLOW_CONSUMER)',
+  ],
+  'hello-timeout-ms': [
+    'helloTimeoutMs',
+    'a new connection that sends no hello (over TCP: its token) for this long is closed',
+  ],
 } as const satisfies Record<string, readonly [keyof Limits, string]>
 
 function limitOption(flag: keyof typeof LIMIT_FLAGS) {
@@ -48,6 +60,9 @@ export const spec = command({
     'max-in-flight': limitOption('max-in-flight'),
     'max-streams': limitOption('max-streams'),
     'max-pending-bytes': limitOption('max-pending-bytes'),
+    'max-buffered-bytes': limitOption('max-buffered-bytes'),
+    'slow-consumer-ms': limitOption('slow-consumer-ms'),
+    'hello-timeout-ms': limitOption('hello-timeout-ms'),
   },
   positionals: [0, 0],
   details:
@@ -55,7 +70,10 @@ export const spec = command({
     'and AgentLog.open and every noa command on the root then talk to it instead of opening the\n' +
     'logs themselves. One daemon per root. Prints one line once it listens (--json: an object\n' +
     'with root, socket, tcp and pid). SIGTERM or SIGINT: refuses new requests, lets every append\n' +
-    'already taken commit and be answered, then exits 0.',
+    'already taken commit and be answered, then exits 0; a second one ends it at once. Its memory\n' +
+    'is bounded whatever clients do: a stream its client does not read holds no buffer, what it\n' +
+    'does hold for clients stays within --max-buffered-bytes, and a client that reads none of its\n' +
+    'answers is disconnected.',
   examples: [
     'noa serve --root /var/lib/noa &',
     'noa serve --root /var/lib/noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
@@ -81,11 +99,16 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     limits,
     log: workers === undefined ? {} : { workers },
   })
+  // The first SIGTERM or SIGINT drains. Both handlers go with it, so a second signal of either
+  // kind has its default action and ends the process at once: what was acknowledged is durable,
+  // what was in flight is lost to its clients as with a SIGKILL.
   const stop = () => {
+    process.off('SIGTERM', stop)
+    process.off('SIGINT', stop)
     void daemon.drain()
   }
-  process.once('SIGTERM', stop)
-  process.once('SIGINT', stop)
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
   const tcp = daemon.tcp ? `${daemon.tcp.host}:${daemon.tcp.port}` : null
   await write(
     io.stdout,
