@@ -49,7 +49,7 @@ const COPIED = [
 function docRows() {
   const rows = new Map()
   for (const line of readFileSync(DOC, 'utf8').split('\n')) {
-    const m = /^\| `([A-Z]+-\d+)` \|/.exec(line)
+    const m = /^\| `([A-Z]+-\d+[a-z]?)` \|/.exec(line)
     if (m) rows.set(m[1], line)
   }
   return rows

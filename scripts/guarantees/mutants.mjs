@@ -7,9 +7,9 @@
  * - `self: true`: the test applies its own mutants (test/02-engine/crash-mutants.test.ts) and
  *   passes only if it catches them; it runs with `--crash` (about 9 minutes; CI runs it in
  *   `npm run test:crash`).
- * - `pending`: no mutant checked yet (the daemon's, whose code another change is rewriting): the
- *   test that covers the promise is named, and why there is no mutant.
  */
+
+import { SERVE_CLAIMS, SERVE_MUTANTS } from './serve-mutants.mjs'
 
 const CRASH = { NOA_CRASH_MUTANTS: '1' }
 const crash = (id, name) => ({
@@ -29,16 +29,6 @@ function trust(rows) {
     name: `${kase}: nothing of it applied, quarantined with the reason and the workspaces it names`,
     mutant,
     edits,
-  }))
-}
-
-/** A daemon promise: the test that covers it; the mutant comes with the change to src/serve/. */
-function serve(rows) {
-  return rows.map(([id, test, name]) => ({
-    id,
-    test,
-    name,
-    pending: 'src/serve/ and test/10-serve/ are being changed on another branch',
   }))
 }
 
@@ -203,8 +193,8 @@ export const MUTANTS = [
         },
         {
           file: 'engine/journal-trust.js',
-          from: "import { closeSync, constants, fstatSync, lstatSync, readdirSync, readSync } from 'node:fs';",
-          to: "import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';",
+          from: "import { closeSync, constants, fstatSync, lstatSync, readdirSync } from 'node:fs';",
+          to: "import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, statSync } from 'node:fs';",
         },
         {
           file: 'engine/journal-trust.js',
@@ -438,8 +428,8 @@ export const MUTANTS = [
   {
     id: 'T-23',
     test: 'test/02-engine/journal-trust.test.ts',
-    name: "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's noa recover",
-    mutant: 'noa recover does not give a quarantined journal back to replay',
+    name: "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's recovery",
+    mutant: 'recovery (noa recover) does not give a quarantined journal back to replay',
     edits: [
       {
         file: 'engine/journal-recovery.js',
@@ -941,73 +931,14 @@ export const MUTANTS = [
       },
     ],
   },
-  // The daemon (noa serve): its code is being changed in another branch; each promise names the
-  // test that covers it, and its mutant comes with that change.
-  ...serve([
-    [
-      'V-1',
-      'test/10-serve/lifecycle.test.ts',
-      'SIGKILL: no acknowledged entry lost, clients get NOA_DAEMON_LOST, a restarted daemon takes over',
-    ],
-    ['V-2', 'test/10-serve/processes.test.ts', 'the same with the daemon SIGKILLed mid-run and restarted'],
-    [
-      'V-3',
-      'test/10-serve/lifecycle.test.ts',
-      'drains: appends taken are committed and answered, new ones refused with NOA_SHUTTING_DOWN',
-    ],
-    [
-      'V-4',
-      'test/10-serve/protocol.test.ts',
-      'enforces the line, entry, connection and stream limits with NOA_TOO_LARGE / NOA_TOO_MANY_CONNECTIONS',
-    ],
-    [
-      'V-5',
-      'test/10-serve/bounds.test.ts',
-      'holds no more than a window for a watcher that stopped reading, then delivers everything',
-    ],
-    [
-      'V-6',
-      'test/10-serve/bounds.test.ts',
-      'answers every pipelined request, in order, past tiny in-flight and byte budgets',
-    ],
-    [
-      'V-7',
-      'test/10-serve/protocol.test.ts',
-      'pipelines: many requests in one write, answered by id, appends committed in the order sent',
-    ],
-    ['V-8', 'test/10-serve/security.test.ts', 'creates its socket 0600 even under umask 000'],
-    [
-      'V-9',
-      'test/10-serve/security.test.ts',
-      'refuses a TCP client without the token, with a wrong one, or with a bad first frame; nothing changes',
-    ],
-    ['V-10', 'test/10-serve/security.test.ts', 'refuses to listen on TCP without a proper token file'],
-    [
-      'V-11',
-      'test/10-serve/forward.test.ts',
-      'removes the socket of a killed daemon and opens the root in process, never hanging',
-    ],
-    [
-      'V-12',
-      'test/10-serve/forward.test.ts',
-      'refuses, and neither follows nor removes, anything but a socket where the socket goes',
-    ],
-    ['V-13', 'test/10-serve/protocol.test.ts', 'refuses a daemon on a root another daemon serves'],
-    [
-      'V-14',
-      'test/10-serve/protocol.test.ts',
-      'closes the connection on a malformed line, invalid UTF-8 or a reused id, changing nothing',
-    ],
-    [
-      'V-15',
-      'test/10-serve/forward.test.ts',
-      'gives AgentLog.open on a served root the same results and named errors as in process',
-    ],
-  ]),
+  // The daemon (noa serve): docs/serve-guarantees.md has the same rows, with how its tests
+  // decide without sleeping.
+  ...SERVE_MUTANTS,
 ]
 
 /** Each guarantee in the README's words (docs/guarantees.md's second column). */
 export const CLAIMS = {
+  ...SERVE_CLAIMS,
   'D-1':
     "An append resolves only once the fdatasync of the journal frame that holds it has returned (a lone round synced on the owner's thread).",
   'D-2': "The same for a round written and synced on the addon's pool.",
@@ -1080,7 +1011,7 @@ export const CLAIMS = {
     '… and read a log through a dead journal (a private copy with the records applied), so they show every acknowledged entry.',
   'T-22': 'An untrusted journal is named in a process warning (`NOA_JOURNAL_QUARANTINED`).',
   'T-23':
-    "Its owner's `noa recover` takes a journal another user left back out of quarantine, checks it and replays it.",
+    "Its owner's recovery (what `noa recover` runs) takes a journal another user left back out of quarantine, checks it and replays it.",
   'G-1':
     "A writer that finds an object already stored freshens its mtime, so gc's grace period starts again.",
   'G-2': 'gc removes no object younger than the grace period (default 1 h).',
@@ -1130,25 +1061,4 @@ export const CLAIMS = {
   'F-4':
     'A snapshot record with none of the optional fields has the same bytes (and id) as before they existed.',
   'F-5': 'A root written with v1 tree packs reads as the code that wrote it did.',
-  'V-1':
-    'SIGKILL of the daemon loses no acknowledged entry; clients get `NOA_DAEMON_LOST`; a restarted daemon replays the journal.',
-  'V-2':
-    'Many processes through the daemon, several on one workspace: every acknowledged (ws, seq) exactly once, gapless, also across a SIGKILL and restart.',
-  'V-3': 'SIGTERM/SIGINT drains: every append taken is committed and answered, new ones `NOA_SHUTTING_DOWN`.',
-  'V-4':
-    'Limits: `--max-entry-bytes`, `--max-line-bytes`, `--max-connections`, `--max-streams`, each refusal naming the limit.',
-  'V-5': 'A watcher that stops reading costs at most its window of chunks.',
-  'V-6':
-    '`--max-in-flight` and `--max-pending-bytes` stop reading instead of queueing without bound; every request is still answered, in order.',
-  'V-7': 'The appends of one connection to one workspace commit in the order they were sent.',
-  'V-8': 'The socket is 0600 whatever the umask; another user cannot connect.',
-  'V-9':
-    'TCP needs the token (compared in constant time); a wrong or missing one, or a bad first frame, changes nothing.',
-  'V-10': 'TCP is refused without a token file others cannot read.',
-  'V-11': 'A stale socket of a killed daemon is removed and the root opened in process, never a hang.',
-  'V-12': 'Anything but a socket where the socket goes is refused (`NOA_BAD_SOCKET`) and left alone.',
-  'V-13': 'One daemon per root (`NOA_DAEMON_RUNNING`).',
-  'V-14':
-    'A connection error (malformed JSON, invalid UTF-8, a reused id) is answered and the connection closed; nothing in it was executed.',
-  'V-15': 'Transparent forwarding: the same results and `NoaError`s through the daemon as in process.',
 }

@@ -16,4 +16,12 @@ describe('docs/guarantees.md', () => {
     expect(r.stdout + r.stderr).toMatch(/docs\/guarantees.md and the list agree/)
     expect(r.status, r.stdout).toBe(0)
   })
+
+  it("docs/mutation.md's scores and mutants not killed are those of Stryker's last results (test/mutation/)", () => {
+    const r = spawnSync(process.execPath, [join(ROOT_DIR, 'scripts', 'mutation', 'report.mjs'), '--check'], {
+      encoding: 'utf8',
+    })
+    expect(r.stdout + r.stderr).toMatch(/docs\/mutation.md and test\/mutation\/\*.json agree/)
+    expect(r.status, r.stderr).toBe(0)
+  })
 })
