@@ -346,3 +346,41 @@ export const SERVE_MUTANTS = [
     ],
   },
 ]
+
+/** Each daemon guarantee in the words of docs/serve-guarantees.md (docs/guarantees.md's second column). */
+export const SERVE_CLAIMS = {
+  'V-1':
+    'SIGKILL of the daemon: clients get `NOA_DAEMON_LOST` for what was in flight (never a hang), no acknowledged entry is lost, a restarted daemon takes over.',
+  'V-2':
+    'Many processes through the daemon, several on one workspace: every acknowledged (ws, seq) exactly once, gapless, also across a SIGKILL and restart.',
+  'V-3a': 'A drain (SIGTERM, SIGINT) commits and answers every append it had taken.',
+  'V-3b': 'A draining daemon refuses new requests with `NOA_SHUTTING_DOWN`.',
+  'V-4a': '`--max-entry-bytes`, refused by name.',
+  'V-4b': '`--max-connections`.',
+  'V-4c': '`--max-streams`.',
+  'V-5': 'A stream sends no more than its window until the client grants more.',
+  'V-6a':
+    '`--max-in-flight`: the daemon stops reading a connection with that many requests in flight, and reads on as they are answered.',
+  'V-6b':
+    '`--max-pending-bytes`: past it, over all connections, each connection is read no further after its next request.',
+  'V-6c': 'A connection whose answers pile up unread (1 MiB) is read no further until it takes them.',
+  'V-6d': 'Those bounds hold at the request that reaches them, not at the end of the read in hand.',
+  'V-7': 'The appends of one connection commit in the order they were sent.',
+  'V-8':
+    'The socket is 0600 whatever the umask: no other user gets through it, whether the daemon runs as root or as an unprivileged user.',
+  'V-9': 'TCP needs the token.',
+  'V-10': 'TCP is refused with a token file others can read.',
+  'V-11': "A killed daemon's stale socket is removed and the root opened in process.",
+  'V-12': 'Anything but a socket where the socket goes is refused and left alone.',
+  'V-13': 'One daemon per root.',
+  'V-14': 'An id already in flight closes the connection, executing nothing.',
+  'V-15': 'Through the daemon, the same results and `NoaError`s as in process.',
+  'V-16a':
+    'A connection that sends no hello within `--hello-timeout-ms` (10 s) is answered `NOA_PROTOCOL` and closed.',
+  'V-16b': 'A connection that did say hello is kept.',
+  'V-16c': 'The timeout is the limit given.',
+  'V-17':
+    'A second SIGTERM or SIGINT ends a drain at once, whichever came first, losing nothing acknowledged.',
+  'V-18': 'An append cancelled before a commit took it fails `NOA_ABORTED` and is not written.',
+  'V-19': 'A client waits for a draining daemon, then uses the root in process.',
+}

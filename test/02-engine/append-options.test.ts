@@ -2,11 +2,14 @@
  * Append options: compare-and-append (ifLastSeq), cancellation (an AbortSignal), and
  * backpressure (maxPendingBytes).
  */
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { readEntries } from '../../dist/src/engine/index.js'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { blobOf, tempDir } from '../helpers/index.js'
+
+const FAULTY = new URL('../fixtures/faulty-io.mjs', import.meta.url).href
 
 function write(i: number): EntryInput {
   return { op: 'write', path: `f${i}`, blob: blobOf(i) }
@@ -76,6 +79,38 @@ describe('cancellation and backpressure', () => {
       await log.close()
     }
     expect(await paths(root, 'w')).toEqual(['f2'])
+  })
+
+  it('past maxPendingBytes, an append is not handed to its owner: no commit holds more than the bound', async () => {
+    const root = tempDir()
+    const trace = join(root, 'trace')
+    const bound = 2000
+    const log = await AgentLog.open({
+      root,
+      workers: 1,
+      maxPendingBytes: bound,
+      ioModule: FAULTY,
+      ioOptions: { trace },
+    })
+    let line = 0
+    try {
+      const acks = await Promise.all(Array.from({ length: 400 }, (_, i) => log.append(`w${i % 4}`, write(i))))
+      expect(acks.length).toBe(400)
+      line = readFileSync(join(root, 'agent-logs', 'w0.log'), 'utf8').indexOf('\n') + 1
+    } finally {
+      await log.close()
+    }
+    // 400 appends issued at once: without the bound, the owner would have them all and write
+    // each workspace's hundred lines in one go. With it, what reaches one write is at most the
+    // bound's worth of lines (an append alone may pass it).
+    const writes = readFileSync(trace, 'utf8')
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('write '))
+      .map((l) => Number(l.split(' ')[2]))
+    expect(writes.length).toBeGreaterThan(20)
+    expect(Math.max(...writes)).toBeLessThanOrEqual(bound + line)
+    expect((await Promise.all([0, 1, 2, 3].map((w) => paths(root, `w${w}`)))).flat().length).toBe(400)
   })
 
   it('past maxPendingBytes, appends wait their turn; a waiting one can be cancelled', async () => {

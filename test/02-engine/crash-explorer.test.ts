@@ -3,7 +3,7 @@
  * state a power cut may leave at every point of the recorded run is recovered and checked.
  * `npm test` runs a quick mode (a few seeds, some crash points skipped); `npm run test:crash`
  * runs many seeds over every crash point with more states each (NOA_CRASH_SEEDS=n seeds from
- * NOA_CRASH_FIRST). A failure keeps its root and trace and names them: NOA_CRASH_SEED=s runs
+ * NOA_CRASH_FIRST, or the list NOA_CRASH_SEED_LIST=a,b,…, which CI takes from its commit). A failure keeps its root and trace and names them: NOA_CRASH_SEED=s runs
  * the same workload again (the workers' timing may differ), NOA_CRASH_TRACE=<trace folder>
  * explores the kept trace itself again.
  */
@@ -26,9 +26,20 @@ import {
 
 const LONG = process.env.NOA_CRASH_LONG === '1'
 const one = process.env.NOA_CRASH_SEED
+const list = process.env.NOA_CRASH_SEED_LIST
 const count = Number(process.env.NOA_CRASH_SEEDS ?? (LONG ? 24 : 2))
 const first = Number(process.env.NOA_CRASH_FIRST ?? 1)
-const seeds = one ? [Number(one)] : Array.from({ length: count }, (_, i) => first + i)
+// NOA_CRASH_SEED_LIST=5,6: the seeds `.ci/run` takes for its commit (scripts/crash-seeds.mjs).
+const seeds = one
+  ? [Number(one)]
+  : list !== undefined
+    ? list.split(',').map(Number)
+    : Array.from({ length: count }, (_, i) => first + i)
+if (seeds.length === 0 || !seeds.every((s) => Number.isSafeInteger(s) && s > 0)) {
+  throw new Error(
+    `crash seeds must be integers > 0, got ${JSON.stringify(seeds)} (NOA_CRASH_SEED_LIST=${list})`,
+  )
+}
 
 // Quick: every third crash point, 'none', 'all' and two random states at each. Long: every
 // crash point, five random states at each, longer runs over three sessions.

@@ -13,235 +13,36 @@ import { createHash } from 'node:crypto'
 import {
   chmodSync,
   chownSync,
-  closeSync,
   existsSync,
-  ftruncateSync,
   mkdirSync,
-  openSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
   writeFileSync,
-  writeSync,
 } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { readEntries } from '../../dist/src/engine/index.js'
-import {
-  DATA_START,
-  encodeFrame,
-  encodeHeader,
-  FLAG_END,
-  type FramePart,
-  fileRecordHeader,
-  recordHeader,
-  setRecord,
-} from '../../dist/src/engine/journal-format.js'
+import { fileRecordHeader } from '../../dist/src/engine/journal-format.js'
 import { AgentLog } from '../../dist/src/index.js'
 import { listing, outsideState } from '../helpers/hostile.js'
 import { blobOf, runCli, tempDir } from '../helpers/index.js'
+import {
+  CASES,
+  dataRecord,
+  JOURNAL,
+  journalBytes,
+  lastTs,
+  line,
+  makeRoot,
+  objectPath,
+  plant,
+  type Root,
+} from '../helpers/journals.js'
+import { isRoot } from '../helpers/users.js'
 
 const AS_USER = new URL('../fixtures/as-user.mjs', import.meta.url).pathname
-
-const JOURNAL = 'journal/4242-0badf00d-w0.jnl'
-const SIZE = 64 << 10
-const JID = 0x0badf00d
-
-interface Root {
-  root: string
-  outside: string
-  /** The victim workspace's log and its bytes (three acknowledged entries). */
-  aLog: string
-  aBytes: Buffer
-  aIno: bigint
-}
-
-async function makeRoot(): Promise<Root> {
-  const root = tempDir()
-  const outside = tempDir()
-  writeFileSync(join(outside, 'target.txt'), 'outside the root: must never change\n')
-  const log = await AgentLog.open({ root, workers: 0 })
-  try {
-    for (let i = 1; i <= 3; i++) await log.append('a', { op: 'write', path: `p${i}`, blob: blobOf(i) })
-    await log.append('b', { op: 'write', path: 'q', blob: blobOf(9) })
-  } finally {
-    await log.close()
-  }
-  const aLog = join(root, 'agent-logs', 'a.log')
-  return { root, outside, aLog, aBytes: readFileSync(aLog), aIno: statSync(aLog, { bigint: true }).ino }
-}
-
-/** A journal of one round holding `parts`, valid in every byte noa checks (header, CRC, lsn). */
-function journalBytes(parts: FramePart[], size = SIZE): Buffer {
-  const buf = Buffer.alloc(size)
-  encodeHeader({ journalId: JID, size, generation: 1, tailLsn: 1, tailOffset: DATA_START }).copy(buf, 0)
-  const frame = encodeFrame(JID, 1, FLAG_END, parts)
-  Buffer.concat(frame.pieces).copy(buf, DATA_START)
-  return buf
-}
-
-function plant(r: Root, bytes: Buffer, mode = 0o600): string {
-  mkdirSync(join(r.root, 'journal'), { recursive: true })
-  const path = join(r.root, JOURNAL)
-  writeFileSync(path, bytes, { mode })
-  chmodSync(path, mode)
-  return path
-}
-
-function dataRecord(target: string, ino: bigint, offset: number, data: Buffer): FramePart {
-  return { header: setRecord(recordHeader(target, ino), offset, data.length), data }
-}
-
-function line(seq: number, path: string, ts: number): string {
-  return `{"seq":${seq},"op":"write","path":"${path}","blob":"${blobOf(seq)}","ts":${ts}}\n`
-}
-
-function lastTs(bytes: Buffer): number {
-  const lines = bytes.toString('utf8').trim().split('\n')
-  return (JSON.parse(lines[lines.length - 1] as string) as { ts: number }).ts
-}
-
-function objectPath(data: Buffer): string {
-  const sha = createHash('sha256').update(data).digest('hex')
-  return `objects/${sha.slice(0, 2)}/${sha.slice(2)}`
-}
-
-interface Case {
-  name: string
-  /** Plants the journal; returns the workspaces it names (refused once it is quarantined). */
-  plant: (r: Root) => string[]
-  /** What the reason given names (a fragment of it). */
-  reason: RegExp
-  /** Extra checks after the writer ran. */
-  after?: (r: Root) => void
-}
-
-const CASES: Case[] = [
-  {
-    name: 'a record whose target is an absolute path outside the root',
-    plant: (r) => {
-      const target = join(r.outside, 'target.txt')
-      plant(
-        r,
-        journalBytes([dataRecord(target, statSync(target, { bigint: true }).ino, 0, Buffer.from('PWNED'))]),
-      )
-      return []
-    },
-    reason: /not a workspace name/,
-  },
-  {
-    name: 'a record whose target climbs out with ..',
-    plant: (r) => {
-      plant(r, journalBytes([dataRecord('../../x', 0n, 0, Buffer.from('PWNED'))]))
-      return []
-    },
-    reason: /not a workspace name/,
-  },
-  {
-    name: 'a whole-file record climbing out with ..',
-    plant: (r) => {
-      const data = Buffer.from('PWNED')
-      plant(r, journalBytes([{ header: fileRecordHeader('../outside/x', data.length, false), data }]))
-      return []
-    },
-    reason: /normalized path/,
-  },
-  {
-    name: 'a record over acknowledged bytes (offset 0 rewritten)',
-    plant: (r) => {
-      const forged = Buffer.from(r.aBytes.toString('utf8').replace('"path":"p1"', '"path":"Z1"'))
-      plant(r, journalBytes([dataRecord('a', r.aIno, 0, forged.subarray(0, r.aBytes.indexOf(0x0a) + 1))]))
-      return ['a']
-    },
-    reason: /already holds/,
-  },
-  {
-    name: 'a plausible forged entry at the end, in a journal owned by another user',
-    plant: (r) => {
-      const data = Buffer.from(line(4, 'forged', lastTs(r.aBytes) + 1))
-      const path = plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
-      chownSync(path, 4242, 4242)
-      return ['a']
-    },
-    reason: /owned by uid 4242/,
-  },
-  {
-    name: 'a plausible forged entry at the end, in a journal others can write (0666)',
-    plant: (r) => {
-      const data = Buffer.from(line(4, 'forged', lastTs(r.aBytes) + 1))
-      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]), 0o666)
-      return ['a']
-    },
-    reason: /writable by/,
-  },
-  {
-    name: 'an entry that does not follow the log (seq skips ahead)',
-    plant: (r) => {
-      const data = Buffer.from(line(9, 'skip', lastTs(r.aBytes) + 1))
-      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length, data)]))
-      return ['a']
-    },
-    reason: /seq 9/,
-  },
-  {
-    name: 'a whole-file record naming a file the engine never writes (a workspace log)',
-    plant: (r) => {
-      const data = Buffer.from(line(1, 'x', 1))
-      plant(r, journalBytes([{ header: fileRecordHeader('agent-logs/a.log', data.length, false), data }]))
-      return []
-    },
-    reason: /agent-logs/,
-  },
-  {
-    name: 'a record beyond the log end',
-    plant: (r) => {
-      const data = Buffer.from(line(4, 'far', lastTs(r.aBytes) + 1))
-      plant(r, journalBytes([dataRecord('a', r.aIno, r.aBytes.length + 4096, data)]))
-      return ['a']
-    },
-    reason: /beyond the log's end/,
-  },
-  {
-    name: 'garbage (no valid header)',
-    plant: (r) => {
-      plant(r, Buffer.alloc(SIZE, 0x5a))
-      return []
-    },
-    reason: /no valid header/,
-  },
-  {
-    name: 'a valid frame holding an unknown record type',
-    plant: (r) => {
-      const header = setRecord(recordHeader('a', r.aIno), r.aBytes.length, 0)
-      header.writeUInt8(9, 0)
-      plant(r, journalBytes([{ header, data: null }]))
-      return []
-    },
-    reason: /unknown type 9/,
-  },
-  {
-    name: 'a 3 GiB sparse journal',
-    plant: (r) => {
-      mkdirSync(join(r.root, 'journal'), { recursive: true })
-      const fd = openSync(join(r.root, JOURNAL), 'w', 0o600)
-      writeSync(
-        fd,
-        encodeHeader({
-          journalId: JID,
-          size: 3 * 2 ** 30,
-          generation: 1,
-          tailLsn: 1,
-          tailOffset: DATA_START,
-        }),
-      )
-      ftruncateSync(fd, 3 * 2 ** 30)
-      closeSync(fd)
-      return []
-    },
-    reason: /larger than any journal/,
-  },
-]
 
 function cli(r: Root, args: string[], input = '') {
   return runCli([...args, '--root', r.root], { input })
@@ -250,7 +51,6 @@ function cli(r: Root, args: string[], input = '') {
 function entryLine(path: string): string {
   return `${JSON.stringify({ op: 'write', path, blob: blobOf(7) })}\n`
 }
-
 describe('planted commit journals', () => {
   for (const c of CASES) {
     it(`${c.name}: never replayed, quarantined and named, only its workspaces refused`, async () => {
@@ -399,7 +199,7 @@ describe('planted commit journals', () => {
     expect(readFileSync(join(r.root, objectPath(object))).equals(object)).toBe(true)
   })
 
-  it.runIf(process.getuid?.() === 0)(
+  it.runIf(isRoot())(
     "another user's journal in a shared root: quarantined by this user, replayed in full by its owner's recovery",
     async () => {
       const r = await makeRoot()
@@ -423,7 +223,6 @@ describe('planted commit journals', () => {
       expect(cli(r, ['verify']).status).toBe(0)
     },
   )
-
   it('a journal noa made under umask 000 is still its own: 0600, replayed in full after a SIGKILL', async () => {
     const root = tempDir()
     const child = spawn(process.execPath, ['--input-type=module', '-e', UMASK_WRITER, root], {

@@ -8,13 +8,11 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { replicatePull, replicatePush } from '../../dist/src/replicate/index.js'
-import { runCli, runCliAsync, tempDir } from '../helpers/index.js'
+import { runCliAsync, tempDir } from '../helpers/index.js'
 import { uniqueNames, useNats } from '../helpers/nats.js'
 import { dropStream, initStreamCli } from '../helpers/replicate.js'
 
 const nats = useNats()
-const commands = runCli(['help']).stdout
-const has = (name: string) => new RegExp(`^  ${name} `, 'm').test(commands)
 
 async function cli(args: string[], input = ''): Promise<string> {
   const r = await runCliAsync(args, input)
@@ -37,7 +35,7 @@ async function mergeTree(root: string, target: string, sources: string[]) {
   return { base: out.base as string | undefined, conflicts: out.conflicts as unknown[], tree }
 }
 
-describe.skipIf(!has('merge'))('noa merge on workspaces that arrived through a mirror', () => {
+describe('noa merge on workspaces that arrived through a mirror', () => {
   it('merges mirrored workspaces into the same tree as on their origin', async () => {
     const { prefix, stream } = uniqueNames()
     await initStreamCli(nats.url(), prefix, stream)
@@ -66,48 +64,45 @@ describe.skipIf(!has('merge'))('noa merge on workspaces that arrived through a m
     }
   })
 
-  it.skipIf(!has('snapshot') || !has('fork'))(
-    'finds the common base snapshot on the mirror: the object store travels with the logs',
-    async () => {
-      const { prefix, stream } = uniqueNames()
-      await initStreamCli(nats.url(), prefix, stream)
-      try {
-        const origin = tempDir()
-        const mirror = tempDir()
-        const file = join(origin, 'content.txt')
-        writeFileSync(file, 'hello\n')
-        const hash = (await cli(['blob', 'put', file, '--root', origin])).trim()
-        await cli(
-          ['append', 'main', '--root', origin, '--no-blob-check'],
-          writes({ 'hello.txt': hash, 'old.txt': blob('1') }),
-        )
-        await cli(['snapshot', 'main', '-m', 'first', '--root', origin])
-        // A second snapshot with few changes stores its tree as a delta against the first:
-        // a file that is not named by the hash of its own bytes.
-        await cli(['append', 'main', '--root', origin, '--no-blob-check'], writes({ 'more.txt': blob('9') }))
-        const base = (await cli(['snapshot', 'main', '-m', 'base', '--root', origin]))
-          .trim()
-          .split(/\s+/)[0] as string
-        await cli(['fork', 'feat-1', '--from', base, '--root', origin])
-        await cli(['fork', 'feat-2', '--from', base, '--root', origin])
-        await cli(['append', 'feat-1', '--root', origin, '--no-blob-check'], writes({ 'one.txt': blob('3') }))
-        await cli(
-          ['append', 'feat-2', '--root', origin, '--no-blob-check'],
-          writes({ 'two.txt': blob('4'), 'old.txt': '' }),
-        )
-        await replicatePush({ nats: nats.url(), root: origin, prefix })
-        const pulled = await replicatePull({ nats: nats.url(), root: mirror, prefix })
-        expect(pulled.objects).toBeGreaterThan(0)
+  it('finds the common base snapshot on the mirror: the object store travels with the logs', async () => {
+    const { prefix, stream } = uniqueNames()
+    await initStreamCli(nats.url(), prefix, stream)
+    try {
+      const origin = tempDir()
+      const mirror = tempDir()
+      const file = join(origin, 'content.txt')
+      writeFileSync(file, 'hello\n')
+      const hash = (await cli(['blob', 'put', file, '--root', origin])).trim()
+      await cli(
+        ['append', 'main', '--root', origin, '--no-blob-check'],
+        writes({ 'hello.txt': hash, 'old.txt': blob('1') }),
+      )
+      await cli(['snapshot', 'main', '-m', 'first', '--root', origin])
+      // A second snapshot with few changes stores its tree as a delta against the first:
+      // a file that is not named by the hash of its own bytes.
+      await cli(['append', 'main', '--root', origin, '--no-blob-check'], writes({ 'more.txt': blob('9') }))
+      const base = (await cli(['snapshot', 'main', '-m', 'base', '--root', origin]))
+        .trim()
+        .split(/\s+/)[0] as string
+      await cli(['fork', 'feat-1', '--from', base, '--root', origin])
+      await cli(['fork', 'feat-2', '--from', base, '--root', origin])
+      await cli(['append', 'feat-1', '--root', origin, '--no-blob-check'], writes({ 'one.txt': blob('3') }))
+      await cli(
+        ['append', 'feat-2', '--root', origin, '--no-blob-check'],
+        writes({ 'two.txt': blob('4'), 'old.txt': '' }),
+      )
+      await replicatePush({ nats: nats.url(), root: origin, prefix })
+      const pulled = await replicatePull({ nats: nats.url(), root: mirror, prefix })
+      expect(pulled.objects).toBeGreaterThan(0)
 
-        const there = await mergeTree(mirror, 'main', ['feat-1', 'feat-2'])
-        expect(there.base).toBe(base)
-        expect(there.conflicts).toEqual([])
-        expect(there.tree).toBe((await mergeTree(origin, 'main', ['feat-1', 'feat-2'])).tree)
-        expect(there.tree).not.toMatch(/old\.txt/)
-        expect(await cli(['blob', 'get', hash, '--root', mirror])).toBe('hello\n')
-      } finally {
-        await dropStream(nats.url(), stream)
-      }
-    },
-  )
+      const there = await mergeTree(mirror, 'main', ['feat-1', 'feat-2'])
+      expect(there.base).toBe(base)
+      expect(there.conflicts).toEqual([])
+      expect(there.tree).toBe((await mergeTree(origin, 'main', ['feat-1', 'feat-2'])).tree)
+      expect(there.tree).not.toMatch(/old\.txt/)
+      expect(await cli(['blob', 'get', hash, '--root', mirror])).toBe('hello\n')
+    } finally {
+      await dropStream(nats.url(), stream)
+    }
+  })
 })

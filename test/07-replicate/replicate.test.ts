@@ -1,5 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { open } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it } from 'vitest'
@@ -31,6 +33,18 @@ import {
 } from '../helpers/replicate.js'
 
 const nats = useNats()
+
+/** Resolves once the stream's de-duplication has forgotten every id published before the call. */
+async function dedupForgotten(url: string, subject: string): Promise<void> {
+  await withConnection(url, async (nc) => {
+    const js = jetstream(nc)
+    const first = await js.publish(subject, '', { msgID: 'probe' })
+    expect(first.duplicate).toBe(false)
+    await waitFor('the de-duplication window to pass', async () =>
+      (await js.publish(subject, '', { msgID: 'probe' })).duplicate ? null : true,
+    )
+  })
+}
 
 describe('replicate push and pull (CLI)', () => {
   it('rebuilds logs byte for byte in another root, and a second push sends only what is new', async () => {
@@ -517,8 +531,10 @@ describe('order and exactly once', () => {
         try {
           await atGate
           expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(3)
-          // Outlive the de-duplication window, so that only the expected sequence stands in the way.
-          if (path === 'expected-sequence') await new Promise((r) => setTimeout(r, 1000))
+          // Outlive the de-duplication window, so that only the expected sequence stands in the way:
+          // a probe published after a's entries is taken as new again only once the server has
+          // forgotten its id, and it forgets ids in the order they came, a's first.
+          if (path === 'expected-sequence') await dedupForgotten(nats.url(), `${prefix}.dedup-probe`)
         } finally {
           release()
         }
@@ -540,6 +556,70 @@ describe('order and exactly once', () => {
       } finally {
         await dropStream(nats.url(), stream)
       }
+    }
+  })
+
+  it('fdatasyncs each log before it publishes what it read from it', async () => {
+    const { prefix, stream } = uniqueNames()
+    await initStreamCli(nats.url(), prefix, stream)
+    // Every FileHandle.datasync of this process (the publisher flushes a log through its own
+    // read-only handle) and every publish, in the order they happen.
+    const events: string[] = []
+    const probe = await open(tmpdir(), 'r')
+    const proto = Object.getPrototypeOf(probe) as { datasync(this: { fd: number }): Promise<void> }
+    await probe.close()
+    const real = proto.datasync
+    proto.datasync = function (this: { fd: number }) {
+      events.push(`sync ${readlinkSync(`/proc/self/fd/${this.fd}`)}`)
+      return real.call(this)
+    }
+    try {
+      const a = tempDir()
+      await fill(a, { w1: [1, 3], w2: [1, 2] })
+      await replicatePush({
+        nats: nats.url(),
+        root: a,
+        prefix,
+        beforePublish: async (ws: string, seq: number) => {
+          events.push(`publish ${ws} ${seq}`)
+        },
+      } as Parameters<typeof replicatePush>[0])
+      for (const ws of ['w1', 'w2']) {
+        const published = events.indexOf(`publish ${ws} 1`)
+        const synced = events.indexOf(`sync ${join(a, 'agent-logs', `${ws}.log`)}`)
+        expect(published, `${ws} was published`).toBeGreaterThanOrEqual(0)
+        expect(
+          synced,
+          `${ws}.log was fdatasynced before its first publish: ${events.join(', ')}`,
+        ).toBeGreaterThanOrEqual(0)
+        expect(synced).toBeLessThan(published)
+      }
+      await expectExactlyOnce(nats.url(), stream, prefix, { w1: 3, w2: 2 })
+    } finally {
+      proto.datasync = real
+      await dropStream(nats.url(), stream)
+    }
+  })
+
+  it('a publisher whose checkpoint is gone sends nothing twice, also past the de-duplication window', async () => {
+    const { prefix, stream } = uniqueNames()
+    await initStreamCli(nats.url(), prefix, stream)
+    await withConnection(nats.url(), async (nc) => {
+      await (await jetstreamManager(nc)).streams.update(stream, { duplicate_window: 100 * NS })
+    })
+    try {
+      const a = tempDir()
+      await fill(a, { w: [1, 5] })
+      expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(5)
+      // The checkpoint says nothing was published, and the server no longer knows the ids:
+      // only where the stream is tells the publisher where to go on.
+      rmSync(join(a, 'replication'), { recursive: true })
+      await dedupForgotten(nats.url(), `${prefix}.dedup-probe`)
+      await fill(a, { w: [6, 2] })
+      expect((await replicatePush({ nats: nats.url(), root: a, prefix })).entries).toBe(2)
+      await expectExactlyOnce(nats.url(), stream, prefix, { w: 7 })
+    } finally {
+      await dropStream(nats.url(), stream)
     }
   })
 
@@ -591,11 +671,21 @@ describe('order and exactly once', () => {
   })
 
   it('bad options are refused by name', async () => {
-    await expect(replicatePush({ nats: nats.url(), prefix: 'a b' })).rejects.toThrow(/prefix must be/)
-    await expect(replicatePull({ nats: nats.url(), bogus: 1 } as never)).rejects.toThrow(
-      /unknown pull option bogus/,
-    )
-    await expect(replicatePush({} as never)).rejects.toThrow(/push needs nats/)
-    expect(NoaError).toBeDefined()
+    // Each refusal is a NoaError with the stable code and the option it names in details.field.
+    const cases: Array<[Promise<unknown>, RegExp, string]> = [
+      [replicatePush({ nats: nats.url(), prefix: 'a b' }), /prefix must be/, 'prefix'],
+      [replicatePull({ nats: nats.url(), bogus: 1 } as never), /unknown pull option bogus/, 'bogus'],
+      [replicatePush({} as never), /push needs nats/, 'nats'],
+    ]
+    for (const [call, message, field] of cases) {
+      const err = await call.then(
+        () => null,
+        (e: unknown) => e,
+      )
+      expect(err).toBeInstanceOf(NoaError)
+      expect(isNoaError(err, 'NOA_BAD_OPTION'), String(err)).toBe(true)
+      expect((err as NoaError).message).toMatch(message)
+      expect((err as NoaError).details).toMatchObject({ field })
+    }
   })
 })
