@@ -42,8 +42,8 @@ export const MUTANTS = [
     edits: [
       {
         file: 'workers/owner.js',
-        from: 'this.io.pwrite(j.fd, round.frame.pieces, round.offset);\n            this.io.fdatasync(j.fd);',
-        to: 'this.io.pwrite(j.fd, round.frame.pieces, round.offset);',
+        from: 'stamp(PHASE.pwritten);\n            this.io.fdatasync(j.fd);',
+        to: 'stamp(PHASE.pwritten);',
       },
     ],
   },
