@@ -28,6 +28,8 @@ export interface CaseResult {
   maxRssMB?: number
   /** Per-phase breakdown of a serial append (phases.ts): µs at p50 of each step, and of the whole. */
   phases?: Record<string, number>
+  /** The same at p99: which step the slow appends are slow in. */
+  phases99?: Record<string, number>
   /** How many appends the breakdown is over. */
   samples?: number
 }
@@ -165,7 +167,7 @@ async function journalSync(
 /**
  * Serial appends with the phase stamps on (NOA_PHASES=1, read when the owners start): for each
  * append whose every moment was stamped in order (a lone inline round), the time between each
- * moment and the one before it; the p50 of each step over the run, in µs. The steps' p50s need
+ * moment and the one before it; the p50 and p99 of each step over the run, in µs. The steps' p50s need
  * not add up to the total's p50, nearly so on a quiet machine.
  */
 async function phases(dir: string, seconds: number, options: { workers?: number }): Promise<CaseResult> {
@@ -190,13 +192,17 @@ async function phases(dir: string, seconds: number, options: { workers?: number 
         steps[k]?.push(((stamps[k] as number) - (stamps[k - 1] as number)) * 1000)
       steps[0]?.push(((stamps[PHASE.resolved] as number) - (stamps[PHASE.call] as number)) * 1000)
     }
-    const p50 = (xs: number[]) => {
+    const at = (xs: number[], q: number) => {
       const s = [...xs].sort((a, b) => a - b)
-      return s[s.length >> 1] ?? Number.NaN
+      return s[Math.min(s.length - 1, Math.floor(s.length * q))] ?? Number.NaN
     }
-    const out: Record<string, number> = { total: p50(steps[0] as number[]) }
-    for (let k = 1; k < PHASES.length; k++) out[PHASES[k] as string] = p50(steps[k] as number[])
-    return { phases: out, samples: (steps[0] as number[]).length }
+    const out: Record<string, number> = { total: at(steps[0] as number[], 0.5) }
+    const out99: Record<string, number> = { total: at(steps[0] as number[], 0.99) }
+    for (let k = 1; k < PHASES.length; k++) {
+      out[PHASES[k] as string] = at(steps[k] as number[], 0.5)
+      out99[PHASES[k] as string] = at(steps[k] as number[], 0.99)
+    }
+    return { phases: out, phases99: out99, samples: (steps[0] as number[]).length }
   })
 }
 

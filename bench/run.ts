@@ -226,21 +226,26 @@ const STEPS: Array<[string, string]> = [
   ['resolved', "the caller's await resumes"],
 ]
 
-/** The per-phase breakdown: median over the rounds of each step's p50, defaults beside workers: 0. */
+/** The per-phase breakdown: median over the rounds of each step's p50 and p99, defaults beside workers: 0. */
 export function phaseTable(results: Map<string, CaseResult[]>): string {
-  const col = (name: string, step: string) => {
+  const col = (name: string, step: string, p99 = false) => {
     const xs = (results.get(name) ?? [])
-      .map((r) => r.phases?.[step])
+      .map((r) => (p99 ? r.phases99 : r.phases)?.[step])
       .filter((x): x is number => Number.isFinite(x))
     return xs.length ? median(xs).toFixed(1) : '–'
   }
+  const cells = (step: string) =>
+    [
+      col('noa-phases', step),
+      col('noa-phases-inthread', step),
+      col('noa-phases', step, true),
+      col('noa-phases-inthread', step, true),
+    ].join(' | ')
   const lines = [
-    '| step of one serial append (µs at p50) | defaults | workers: 0 |',
-    '|---|---:|---:|',
-    ...STEPS.map(
-      ([step, what]) => `| ${what} | ${col('noa-phases', step)} | ${col('noa-phases-inthread', step)} |`,
-    ),
-    `| **the whole append** | **${col('noa-phases', 'total')}** | **${col('noa-phases-inthread', 'total')}** |`,
+    '| step of one serial append (µs) | defaults p50 | workers: 0 p50 | defaults p99 | workers: 0 p99 |',
+    '|---|---:|---:|---:|---:|',
+    ...STEPS.map(([step, what]) => `| ${what} | ${cells(step)} |`),
+    `| **the whole append** | ${cells('total')} |`,
   ]
   return `${lines.join('\n')}\n`
 }

@@ -611,6 +611,46 @@ export const MUTANTS = [
       },
     ],
   },
+  // The ack slot: a lone append's ack without a message back.
+  {
+    id: 'D-19',
+    test: 'test/02-engine/ack-slot.test.ts',
+    name: 'serial appends to a worker owner are acknowledged through it, each with its seq and ts, every one in the log',
+    mutant: 'the owner never answers through the slot',
+    edits: [
+      {
+        file: 'workers/owner.js',
+        from: 'if (this.answerSlot(ACK_SLOT.ack)) {',
+        to: 'if (false) {',
+      },
+    ],
+  },
+  {
+    id: 'D-20',
+    test: 'test/02-engine/ack-slot.test.ts',
+    name: 'serial appends to a worker owner are acknowledged through it, each with its seq and ts, every one in the log',
+    mutant: "the slot carries a seq one past the commit's",
+    edits: [
+      {
+        file: 'workers/owner.js',
+        from: 'd[1] = batch.acks[i + 1];',
+        to: 'd[1] = batch.acks[i + 1] + 1;',
+      },
+    ],
+  },
+  {
+    id: 'D-21',
+    test: 'test/02-engine/ack-slot.test.ts',
+    name: 'an ack that takes longer than the wait comes by the port, once its commit is done',
+    mutant: 'a caller that stops waiting does not take the slot back (the owner answers an ack nobody reads)',
+    edits: [
+      {
+        file: 'engine/agent-log.js',
+        from: 'v = Atomics.compareExchange(slot, 0, tag, 0);',
+        to: 'v = tag;',
+      },
+    ],
+  },
   // A root others can write into.
   {
     id: 'H-1',
@@ -966,6 +1006,11 @@ export const CLAIMS = {
   'D-16': 'Bounded fds: each worker keeps at most `maxOpenFiles / workers` logs open.',
   'D-17': '`ts` is strictly increasing per workspace (last + 1 when the clock stalls or steps back).',
   'D-18': "Log lines keep the seed's shape, keys in its order (`seq` first, `ts` last).",
+  'D-19':
+    "A lone append to a worker owner is acknowledged through the owner's ack slot (shared memory), not a message back: its caller's thread waits for it at the end of its turn, at most 2 ms.",
+  'D-20': "The ack through the slot is the commit's own: its seq and ts, after the same fdatasync.",
+  'D-21':
+    'An ack that takes longer than that wait, or a failure, comes by the port once, never lost: the caller and the owner each take the slot with compareExchange.',
   'J-1':
     'After a crash, whoever next opens the root replays the dead journals before anything else (the crash-state explorer: every acknowledged entry is there in every state a power cut may leave).',
   'J-2': "Replay starts at the header's tail.",

@@ -20,6 +20,8 @@ export interface OwnerInit {
   closes: Int32Array
   /** The per-phase stamps of `npm run bench` (NOA_PHASES=1, see phases.ts); absent otherwise. */
   phases?: Float64Array
+  /** A worker owner's ack slot (ACK_SLOT), shared with the caller's thread; absent in its thread. */
+  ackSlot?: SharedArrayBuffer
   index: number
   /** The root folder (`logDir` is below it; folders below the root are checked, not followed). */
   root: string
@@ -74,6 +76,26 @@ export interface AppendMsg {
   expects?: number[]
   /** Per request, the files it writes (or null); absent when none does. */
   files?: Array<FileWrite[] | null>
+  /**
+   * A lone append whose caller waits for its ack in the shared ack slot (OwnerInit.ackSlot):
+   * the tag the caller put there (see ACK_SLOT). Absent for every other message.
+   */
+  slot?: number
+}
+
+/**
+ * The ack slot of a worker owner: memory shared with the caller's thread, through which a lone
+ * append's ack comes back without a message. Int32 word 0: 0 (nobody waits), the tag of the
+ * append the caller is waiting for, SLOT_ACK (the ack is in the Float64 words: id, seq, ts, log
+ * end, closes, as in an 'acks' message) or SLOT_PORT (the answer, a failure, comes by the port).
+ * The caller and the owner each take the word from the tag with compareExchange: whichever
+ * comes first decides whether the ack goes through the slot or through the port, never both.
+ */
+export const ACK_SLOT = { bytes: 64, dataOffset: 8, dataWords: 5, ack: -1, port: -2 } as const
+
+/** The tag of append id `id` in the ack slot: positive, fits an Int32. */
+export function slotTag(id: number): number {
+  return (id % 0x3fffffff) + 1
 }
 
 /** Asks an append back (its AbortSignal fired): dropped unless already taken into a commit. */
@@ -266,6 +288,8 @@ export interface OwnerStatus {
   commits: number
   entries: number
   inlineCommits: number
+  /** Acks that went back through the ack slot to a caller waiting for its lone append. */
+  slotAcks: number
   /** Journal rounds, checkpoints, and commits made straight to a file (before the journal was allocated, or too large for it). */
   rounds: number
   checkpoints: number
