@@ -33,6 +33,7 @@ import {
   type FramePart,
   fileRecordHeader,
   HEADER_SLOTS,
+  RECORD_HEADER,
   recordHeader,
   SECTOR,
   setRecord,
@@ -195,11 +196,15 @@ class OwnedFile {
   fd = -1
   /** Bytes known durable (in the file or the journal): the file is cut back to this after a failed commit. */
   size = 0
-  /** Its journal record header (target name and inode), made when it is opened. */
+  /**
+   * Its journal record header (target name and inode): made when it is opened, dropped once it
+   * is durable and quiet, made again by its next round (recordOf). `journaled`: it has one.
+   */
   record: Buffer | null = null
+  journaled = false
   ino = 0n
-  /** appendAtomic parts committed in another owner's journal that did not reach this file yet. */
-  foreign: Array<{ offset: number; data: Buffer }> = []
+  /** appendAtomic parts committed in another owner's journal that did not reach this file yet (null: none). */
+  foreign: Array<{ offset: number; data: Buffer }> | null = null
   /**
    * A workspace's checksum sidecar and the block being summed (see engine/sidecar.ts). It holds
    * no descriptor: a record is appended once per ~64 KiB of log through a short-lived one, so an
@@ -228,15 +233,32 @@ class OwnedFile {
   queue: Req[] = []
   inFlight: Batch | null = null
   poisoned: NoaError | null = null
-  report: OpenReport | null = null
-  idleWaiters: Array<() => void> = []
+  /**
+   * What its last open found (OpenReport): kept as numbers, made into a report only when an open
+   * request asks. An idle open workspace costs what these fields cost, a few hundred bytes.
+   */
+  openCreated = false
+  openTruncated = 0
+  openSize = 0
+  openLastSeq = 0
+  openLastTs = 0
+  /** Calls waiting for the file to be idle (null: none). */
+  idleWaiters: Array<() => void> | null = null
 
+  /**
+   * `dir`: a workspace's log folder (one string shared by all its files; the path is made when
+   * asked, not kept: an idle workspace keeps its name only). A raw file's key is its path.
+   */
   constructor(
     readonly kind: 'ws' | 'raw',
     readonly key: string,
-    readonly path: string,
+    private readonly dir: string,
     readonly rawOptions: RawAppendOptions | null,
   ) {}
+
+  get path(): string {
+    return this.kind === 'ws' ? join(this.dir, `${this.key}.log`) : this.key
+  }
 
   get idle(): boolean {
     return this.inFlight === null && this.queue.length === 0 && !this.syncing && this.applying === 0
@@ -386,7 +408,15 @@ class Owner {
           this.ensureOpen(file)
           const failed = this.syncCreated()
           if (failed !== null) throw failed
-          return file.report
+          return {
+            workspace: file.key,
+            file: file.path,
+            created: file.openCreated,
+            truncatedBytes: file.openTruncated,
+            size: file.openSize,
+            lastSeq: file.openLastSeq,
+            lastTs: file.openLastTs,
+          } satisfies OpenReport
         })
         break
       case 'release': {
@@ -485,7 +515,7 @@ class Owner {
   private wsFile(name: string): OwnedFile {
     let file = this.ws.get(name)
     if (!file) {
-      file = new OwnedFile('ws', name, join(this.init.logDir, `${name}.log`), null)
+      file = new OwnedFile('ws', name, this.init.logDir, null)
       this.ws.set(name, file)
     }
     return file
@@ -494,7 +524,7 @@ class Owner {
   private rawFile(path: string, options: RawAppendOptions): OwnedFile {
     let file = this.raw.get(path)
     if (!file) {
-      file = new OwnedFile('raw', path, path, options)
+      file = new OwnedFile('raw', path, '', options)
       this.raw.set(path, file)
     }
     return file
@@ -893,7 +923,7 @@ class Owner {
     for (const item of this.pending) {
       const own = 'own' in item ? item.own : [item]
       let size = 0
-      for (const b of own) size += (b.file.record as Buffer).length + b.data.length + filesBytes(b)
+      for (const b of own) size += recordOf(b.file).length + b.data.length + filesBytes(b)
       if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
       if (items > 0 && length + size > j.maxFrame) break
       items++
@@ -907,7 +937,7 @@ class Owner {
             })
           }
         }
-        parts.push({ header: setRecord(b.file.record as Buffer, b.file.size, b.data.length), data: b.data })
+        parts.push({ header: setRecord(recordOf(b.file), b.file.size, b.data.length), data: b.data })
         taken.push(b)
       }
       if ('own' in item) {
@@ -1226,6 +1256,9 @@ class Owner {
     file.syncing = false
     if (err === null) {
       if (lsn > file.syncedLsn) file.syncedLsn = lsn
+      // Durable and quiet: its record header goes until its next round (recordOf), so that an
+      // idle workspace keeps no buffer.
+      if (!file.dirty && file.inFlight === null && file.queue.length === 0) file.record = null
     } else {
       // Its bytes stay in the journal (the tail cannot pass them) until it is reopened.
       withPath(err, file.path)
@@ -1311,7 +1344,7 @@ class Owner {
   private frameSize(item: Batch | AtomicGroup): number {
     let size = FRAME_HEADER
     const own = 'own' in item ? item.own : [item]
-    for (const b of own) size += (b.file.record?.length ?? 0) + b.data.length + filesBytes(b)
+    for (const b of own) size += recordBytes(b.file, 0) + b.data.length + filesBytes(b)
     if ('own' in item) for (const f of item.foreign) size += f.header.length + (f.data?.length ?? 0)
     return Math.ceil(size / SECTOR) * SECTOR
   }
@@ -1699,6 +1732,7 @@ class Owner {
         this.io.write(file.fd, batch.data)
       } catch (err) {
         // Committed in the other owner's journal: acknowledged, written again when reopened.
+        file.foreign ??= []
         file.foreign.push({ offset: file.size, data: batch.data })
         a.failed = true
         this.committedUnwritten(batch, err as Error)
@@ -1783,7 +1817,7 @@ class Owner {
     let closed = 0
     for (const f of [...this.lru.keys()]) {
       if (closed >= n) break
-      if (f.idle && f.idleWaiters.length === 0 && this.closeFile(f) === null) closed++
+      if (f.idle && f.idleWaiters === null && this.closeFile(f) === null) closed++
     }
     return closed
   }
@@ -1805,6 +1839,7 @@ class Owner {
       const target = file.kind === 'ws' ? file.key : file.path
       file.ino = fstatSync(file.fd, { bigint: true }).ino
       file.record = recordHeader(target, file.ino)
+      file.journaled = true
     }
     this.lru.set(file, true)
   }
@@ -1813,7 +1848,7 @@ class Owner {
   private roomToOpen(): boolean {
     if (this.lru.size < this.init.maxOpenFiles) return true
     for (const file of this.lru.keys()) {
-      if (file.idle && file.idleWaiters.length === 0 && this.closeFile(file) === null) {
+      if (file.idle && file.idleWaiters === null && this.closeFile(file) === null) {
         if (this.lru.size < this.init.maxOpenFiles) return true
       }
     }
@@ -1868,7 +1903,11 @@ class Owner {
       file.lastSeq = lastSeq
       file.lastTs = lastTs
       this.openSidecar(file, created)
-      file.report = { workspace: file.key, file: file.path, created, truncatedBytes, size, lastSeq, lastTs }
+      file.openCreated = created
+      file.openTruncated = truncatedBytes
+      file.openSize = size
+      file.openLastSeq = lastSeq
+      file.openLastTs = lastTs
     } catch (err) {
       this.io.close(file.fd)
       file.fd = -1
@@ -2081,12 +2120,12 @@ class Owner {
     const fd = this.io.openPositional(file.path)
     try {
       for (const r of scanned.records) if (r.target === target) this.io.pwrite(fd, r.data, r.offset)
-      for (const part of file.foreign) this.io.pwrite(fd, part.data, part.offset)
+      for (const part of file.foreign ?? []) this.io.pwrite(fd, part.data, part.offset)
       this.io.fdatasync(fd)
     } finally {
       this.io.close(fd)
     }
-    file.foreign = []
+    file.foreign = null
   }
 
   /** Drops all state: the next use reopens the file and recovers its tail again. */
@@ -2098,15 +2137,18 @@ class Owner {
 
   private whenIdle(file: OwnedFile, fn: () => void): void {
     if (file.idle) fn()
-    else file.idleWaiters.push(fn)
+    else {
+      file.idleWaiters ??= []
+      file.idleWaiters.push(fn)
+    }
   }
 
   private settled(file: OwnedFile): void {
     // One thing of the file ended; another (a checkpoint's or an atomic part's fdatasync) may
     // still be running on its descriptor, which a waiting release must not close under it.
-    if (file.idle) {
+    if (file.idle && file.idleWaiters !== null) {
       const waiters = file.idleWaiters
-      file.idleWaiters = []
+      file.idleWaiters = null
       for (const fn of waiters) fn()
     }
     if (this.waiting.size > 0) {
@@ -2173,7 +2215,7 @@ function filesBytes(batch: Batch): number {
 }
 
 function frameBytes(batch: Batch): number {
-  return FRAME_HEADER + (batch.file.record?.length ?? 32) + batch.data.length + filesBytes(batch)
+  return FRAME_HEADER + recordBytes(batch.file, 32) + batch.data.length + filesBytes(batch)
 }
 
 function asBuffer(data: Uint8Array): Buffer {
@@ -2233,6 +2275,17 @@ function registering(io: LogIo, table: Int32Array): LogIo {
  * The io layer, adding 1 to the shared close counter before each close: an ack's counter value
  * then vouches that the file it names was not closed (its lock not let go) since (LOG_HELD).
  */
+/** A workspace's journal record header, made again when it was dropped (OwnedFile.record). */
+function recordOf(file: OwnedFile): Buffer {
+  file.record ??= recordHeader(file.key, file.ino)
+  return file.record
+}
+
+/** Its record header's size, without making it (`none` when it has none: not in the journal). */
+function recordBytes(file: OwnedFile, none: number): number {
+  return file.journaled ? RECORD_HEADER + Buffer.byteLength(file.key, 'utf8') : none
+}
+
 function countingCloses(io: LogIo, closes: Int32Array): LogIo {
   return {
     ...io,
