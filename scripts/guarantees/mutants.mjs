@@ -651,6 +651,19 @@ export const MUTANTS = [
       },
     ],
   },
+  {
+    id: 'D-22',
+    test: 'test/02-engine/ack-slot.test.ts',
+    name: 'after a wait that ran out, the next 16 lone appends do not wait; then they do again',
+    mutant: 'a wait that ran out changes nothing (every lone append waits again)',
+    edits: [
+      {
+        file: 'engine/agent-log.js',
+        from: 'owner.slotSkip = LONE_SKIP_AFTER_MISS;',
+        to: ';',
+      },
+    ],
+  },
   // A root others can write into.
   {
     id: 'H-1',
@@ -1009,6 +1022,8 @@ export const CLAIMS = {
   'D-19':
     "A lone append to a worker owner is acknowledged through the owner's ack slot (shared memory), not a message back: its caller's thread waits for it at the end of its turn, at most 2 ms.",
   'D-20': "The ack through the slot is the commit's own: its seq and ts, after the same fdatasync.",
+  'D-22':
+    "After a wait that ran out, the owner's next 16 lone appends do not wait: a disk slower than the wait costs the caller's thread 2 ms per 17 appends at most.",
   'D-21':
     'An ack that takes longer than that wait, or a failure, comes by the port once, never lost: the caller and the owner each take the slot with compareExchange.',
   'J-1':

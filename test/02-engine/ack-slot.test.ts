@@ -29,12 +29,12 @@ describe("a lone append's ack through the ack slot", () => {
     const log = await AgentLog.open({ root, workers: 1 })
     const acks = []
     try {
-      for (let i = 0; i < 60; i++) acks.push(await log.append('a', entry(i)))
+      for (let i = 0; i < 200; i++) acks.push(await log.append('a', entry(i)))
       expect(await slotAcks(log)).toBeGreaterThan(0)
     } finally {
       await log.close()
     }
-    expect(acks.map((a) => a.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1))
+    expect(acks.map((a) => a.seq)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1))
     for (let i = 1; i < acks.length; i++) expect(acks[i]?.ts).toBeGreaterThan(acks[i - 1]?.ts as number)
     expect(await logged(root, 'a')).toEqual(acks.map((a) => a.seq))
   })
@@ -62,6 +62,28 @@ describe("a lone append's ack through the ack slot", () => {
       await log.close()
     }
     expect(await logged(root, 'a')).toEqual([1, 2])
+  })
+
+  it('after a wait that ran out, the next 16 lone appends do not wait; then they do again', async () => {
+    const root = tempDir()
+    const gate = commitGate(true)
+    const log = await AgentLog.open({ root, ...gate.log })
+    try {
+      const p = log.append('a', entry(0))
+      await until('the commit held', () => gate.held() >= 1)
+      gate.release()
+      await p
+      const before = await slotAcks(log)
+      for (let i = 1; i <= 16; i++) await log.append('a', entry(i))
+      expect(await slotAcks(log)).toBe(before)
+      // Then through the slot again (a commit that once more takes longer skips 16 more).
+      for (let i = 17; i < 17 + 20 * 17 && (await slotAcks(log)) === before; i++)
+        await log.append('a', entry(i))
+      expect(await slotAcks(log)).toBeGreaterThan(before)
+    } finally {
+      gate.release()
+      await log.close()
+    }
   })
 
   it('a lone append that fails is refused by name, and the next one is acknowledged', async () => {
