@@ -202,7 +202,7 @@ function logTicks(lo: number, hi: number): number[] {
 function shortValue(v: number): string {
   if (v >= 1e6) return `${+(v / 1e6).toFixed(1)}M`
   if (v >= 1e3) return `${+(v / 1e3).toFixed(1)}k`
-  return `${+v.toFixed(2)}`
+  return Number.isInteger(v) ? String(v) : formatValue(v)
 }
 
 /**

@@ -154,7 +154,7 @@ export function scalingChart(points: ScalingPoint[], info: RunInfo): string {
   const runs = info.rounds === 1 ? '1 run' : `medians of ${info.rounds} interleaved runs`
   return lineChart({
     title: 'Entries/s and peak RSS against the number of workspaces',
-    subtitle: `noa and each durable peer · ${runs}, each a fresh process · submitters: 100 up to 100 workspaces, one per workspace at 1k and 10k, 1,000 cycling at 100k`,
+    subtitle: `noa and each durable peer · ${runs}, each a fresh process · submitters: 100 up to 100 workspaces, one per workspace at 1k and 10k, 1,000 at 100k (4 appends to each workspace in turn)`,
     footer: `${info.date.toISOString().slice(0, 10)} · ${info.machine} · ${runKind(info)} · npm run bench:peers`,
     xLabel: 'workspaces (log scale)',
     xs: points.map((p) => p.workspaces),
