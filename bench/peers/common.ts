@@ -58,7 +58,23 @@ export interface Peer {
   how: string
   /** Loads its modules, so that the timed part never pays for a require. */
   load(): void
-  writer(dir: string, workspaces: number): Promise<Writer>
+  /** Its writer can go on in a store written before (`WriterOptions.resume`). */
+  resumes?: boolean
+  writer(dir: string, workspaces: number, options?: WriterOptions): Promise<Writer>
+}
+
+export interface WriterOptions {
+  /**
+   * The workspaces are new: nothing of them is made before the first append (the create
+   * workload). By default a writer may make them before the clock, as a host has within its
+   * first second (noa opens and creates every log).
+   */
+  fresh?: boolean
+  /**
+   * The store holds entries from before (a prefilled workload): each workspace's seqs go on after
+   * its last, read before the clock. Only peers with `resumes` take it.
+   */
+  resume?: boolean
 }
 
 /** A 1M-entry log in one workspace: prepared once per run, then replayed and reopened in trials. */
@@ -85,6 +101,11 @@ export interface Opened {
 
 export function wsName(k: number): string {
   return `agent-${k}`
+}
+
+/** The k of `wsName(k)`, or -1 for another name. */
+export function wsIndex(name: string): number {
+  return /^agent-\d+$/.test(name) ? Number(name.slice(6)) : -1
 }
 
 /** The workspace every Store holds its 1M entries in. */
@@ -114,6 +135,10 @@ export class Seqs {
   private readonly next: Float64Array
   constructor(workspaces: number) {
     this.next = new Float64Array(workspaces)
+  }
+  /** Workspace `k` already holds seqs 1 … `last` (a store written before). */
+  resume(k: number, last: number): void {
+    this.next[k] = last
   }
   take(k: number): number {
     const seq = (this.next[k] as number) + 1

@@ -4,15 +4,26 @@ import { readWorkspaceBatches } from '../../src/engine/logs.js'
 import { entryFor } from '../cases.js'
 import { type Peer, REPLAY_WS, type Store, wsName } from './common.js'
 
+/** Workspaces made before the clock at once, at most (bounds the setup's queue at 100,000). */
+const WARM_AT_ONCE = 10_000
+
+/** Workspaces of their own that warm a fresh log's workers (create workload), spread over them. */
+const WARM_FRESH = 64
+
 function noaWriter(options: AgentLogOptions): Peer['writer'] {
-  return async (dir, workspaces) => {
+  return async (dir, workspaces, { fresh = false } = {}) => {
     const log = await AgentLog.open({ root: dir, ...options })
     const names = Array.from({ length: workspaces }, (_, k) => wsName(k))
     // Before the clock, as a host is within its first second: every log opened, locked and
     // created (its folder fsynced), and each worker's commit journal allocated (at its second
     // commit, in the background; SQLite likewise creates its WAL before the first commit).
-    await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
-    await Promise.all(names.map((ws) => log.append(ws, entryFor(0))))
+    // Fresh (the create workload): only the workers are warmed, through workspaces of their own.
+    const warm = fresh ? Array.from({ length: WARM_FRESH }, (_, k) => `warm-${k}`) : names
+    for (let from = 0; from < warm.length; from += WARM_AT_ONCE) {
+      const some = warm.slice(from, from + WARM_AT_ONCE)
+      await Promise.all(some.map((ws) => log.append(ws, entryFor(0))))
+      await Promise.all(some.map((ws) => log.append(ws, entryFor(0))))
+    }
     for (let i = 0; i < 1000; i++) {
       const status = await log.status()
       if (
@@ -34,6 +45,7 @@ export const noa: Peer = {
   id: 'noa',
   label: 'noa',
   kind: 'noa',
+  resumes: true,
   how: "owner worker threads; commit journal (the default): each round of a worker's queued appends, all its workspaces, is one pwrite + one fdatasync of its preallocated journal, then appended to each log; acked after that fdatasync",
   load() {},
   writer: noaWriter({}),

@@ -18,6 +18,7 @@ import { RemoteAgentLog } from '../../src/serve/client.js'
 import type { CaseResult } from '../cases.js'
 import { entryFor } from '../cases.js'
 import { type Kind, lazy, recordFor, requirePeer, Seqs, wsName } from './common.js'
+import { SCHEMA } from './sqlite.js'
 
 export const PROCESSES = 8
 export const SHARED_WS = 'shared'
@@ -106,12 +107,10 @@ export const sqliteProcs: ProcPeer = {
   id: 'sqlite',
   label: 'better-sqlite3, 8 processes',
   kind: 'peer',
-  how: 'each process opens the database: WAL, `synchronous=FULL`, busy timeout 60 s; one transaction per entry (own workspace: an INSERT with the seq the process keeps; shared: `BEGIN IMMEDIATE`, `max(seq)+1`, INSERT, COMMIT), the WAL synced before it returns',
+  how: 'each process opens the database: WAL, `synchronous=FULL`, busy timeout 60 s; one transaction per entry (own workspace: an INSERT with the seq the process keeps; shared: `BEGIN IMMEDIATE`, `max(seq)+1`, INSERT, COMMIT), the WAL synced before it returns; rowid table + UNIQUE index on (ws, seq)',
   async setup(dir) {
     const db = openSqlite(dir)
-    db.exec(
-      'CREATE TABLE IF NOT EXISTS log (ws TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (ws, seq)) WITHOUT ROWID',
-    )
+    db.exec(SCHEMA.rowid)
     db.close()
     return async () => {}
   },

@@ -4,10 +4,10 @@
  */
 import type { CaseResult } from '../cases.js'
 import { median } from '../run.js'
-import { type Bar, barChart, formatValue } from './chart.js'
+import { type Bar, barChart, formatValue, lineChart, type Series } from './chart.js'
 import type { Kind } from './common.js'
 import type { DurabilityFile } from './strace.js'
-import { type Figure, PROC_WORKLOADS, type Workload } from './suite.js'
+import { type Figure, PROC_WORKLOADS, SCALING, type Workload, type WorkloadId } from './suite.js'
 
 export interface Contender {
   id: string
@@ -87,6 +87,121 @@ export function summarize(
     }
   })
   return { figure, workload, stats }
+}
+
+/** One workload of the scaling chart: its rate and peak RSS figures, every contender. */
+export interface ScalingPoint {
+  workspaces: number
+  workload: Workload
+  rate: Stat[]
+  rss: Stat[]
+}
+
+/**
+ * Entries/s and peak RSS against the number of workspaces, from the SCALING workloads that ran:
+ * noa and the durable peers (noa's other modes, the floors and hypercore are in the figures).
+ */
+export function scalingOf(
+  workloads: readonly Workload[],
+  byWorkload: Map<WorkloadId, Map<string, CaseResult[]>>,
+  contenderOf: (workload: WorkloadId, id: string) => Contender,
+): ScalingPoint[] {
+  const out: ScalingPoint[] = []
+  for (const { workload, workspaces } of SCALING) {
+    const w = workloads.find((x) => x.id === workload)
+    const results = byWorkload.get(workload)
+    if (!w || !results) continue
+    const contenders = w.contenders
+      .map((id) => contenderOf(workload, id))
+      .filter((c) => c.id === 'noa' || c.kind === 'peer')
+    const figure = (metric: 'rate' | 'maxRssMB'): Figure => ({
+      id: `scaling-${workload}-${metric}`,
+      workload,
+      metric,
+      title: w.title,
+      unit: metric === 'rate' ? 'entries/s' : 'MB',
+      scale: 1,
+      higherIsBetter: metric === 'rate',
+    })
+    out.push({
+      workspaces,
+      workload: w,
+      rate: summarize(figure('rate'), w, contenders, results).stats,
+      rss: summarize(figure('maxRssMB'), w, contenders, results).stats,
+    })
+  }
+  return out
+}
+
+function countLabel(n: number): string {
+  return n >= 1000 ? `${n / 1000}k` : String(n)
+}
+
+export function scalingChart(points: ScalingPoint[], info: RunInfo): string {
+  const ids = [...new Set(points.flatMap((p) => p.rate.map((s) => s.id)))]
+  const seriesOf = (pick: (p: ScalingPoint) => Stat[]): Series[] =>
+    ids.map((id) => {
+      const first = points.flatMap(pick).find((s) => s.id === id) as Stat
+      return {
+        label: first.label,
+        kind: first.kind,
+        points: points.flatMap((p) => {
+          const s = pick(p).find((x) => x.id === id)
+          return s && Number.isFinite(s.median) && s.median > 0 ? [{ x: p.workspaces, y: s.median }] : []
+        }),
+      }
+    })
+  const runs = info.rounds === 1 ? '1 run' : `medians of ${info.rounds} interleaved runs`
+  return lineChart({
+    title: 'Entries/s and peak RSS against the number of workspaces',
+    subtitle: `noa and each durable peer · ${runs}, each a fresh process · submitters: 100 up to 100 workspaces, one per workspace at 1k and 10k, 1,000 at 100k (4 appends to each workspace in turn)`,
+    footer: `${info.date.toISOString().slice(0, 10)} · ${info.machine} · ${runKind(info)} · npm run bench:peers`,
+    xLabel: 'workspaces (log scale)',
+    xs: points.map((p) => p.workspaces),
+    xTick: countLabel,
+    panels: [
+      {
+        title: 'Throughput',
+        unit: 'entries/s, higher is better',
+        log: true,
+        series: seriesOf((p) => p.rate),
+      },
+      {
+        title: 'Peak RSS of the process',
+        unit: 'MB, lower is better',
+        log: false,
+        series: seriesOf((p) => p.rss),
+      },
+    ],
+  })
+}
+
+function scalingSection(points: ScalingPoint[]): string {
+  const ids = [...new Set(points.flatMap((p) => p.rate.map((s) => s.id)))]
+  const head = `| contender | ${points.map((p) => `${countLabel(p.workspaces)} ws`).join(' | ')} |\n|---|${points.map(() => '---:|').join('')}\n`
+  const rows = ids.map((id) => {
+    const label = points.flatMap((p) => p.rate).find((s) => s.id === id)?.label ?? id
+    const cells = points.map((p) => {
+      const r = p.rate.find((s) => s.id === id)
+      const m = p.rss.find((s) => s.id === id)
+      if (!r || !Number.isFinite(r.median)) return '–'
+      return `${formatValue(r.median)}/s · ${m && Number.isFinite(m.median) ? `${formatValue(m.median)} MB` : '–'}`
+    })
+    return `| ${id === 'noa' ? `**${label}**` : label} | ${cells.join(' | ')} |`
+  })
+  const best = (stats: Stat[], higher: boolean) =>
+    stats
+      .filter((s) => s.kind === 'peer' && Number.isFinite(s.median))
+      .sort((a, b) => (higher ? b.median - a.median : a.median - b.median))[0]
+  const vs = points.map((p) => {
+    const r = best(p.rate, true)
+    const m = best(p.rss, false)
+    return `| ${countLabel(p.workspaces)} (${p.workload.id}) | ${r ? `${r.label}: ${ahead(r.ahead)}` : '–'} | ${m ? `${m.label}: ${ahead(m.ahead)}` : '–'} |`
+  })
+  const shapes = points.map(
+    (p) => `- **${countLabel(p.workspaces)}** (\`${p.workload.id}\`): ${p.workload.what}.`,
+  )
+  return `Each point is its workload's median entries/s and peak RSS (the rows of the figures below: the same trials). The workloads differ in more than the number of workspaces:\n\n${shapes.join('\n')}\n\n![Entries/s and peak RSS against the number of workspaces](charts/scaling.svg)\n\n${head}${rows.join('\n')}\n\nnoa against the best durable peer at each size (median of the per-round ratios):\n\n| workspaces | entries/s | peak RSS |\n|---|---|---|\n${vs.join('\n')}\n`
 }
 
 /** noa's advantage in words: "3.10× ahead" or "2.86× behind" (never a ratio below 1). */
@@ -218,8 +333,10 @@ function gaps(results: FigureResult[], d: DurabilityFile | null): string {
     const behind = r.stats.filter((s) => s.kind === 'peer' && Number.isFinite(s.ahead) && s.ahead < 1)
     if (behind.length === 0) continue
     // p50 and p99 come from the same trials and have the same causes: explain them once.
-    const reason = explained.has(r.figure.workload) ? 'The same causes as above.' : why(r, behind, d)
-    explained.add(r.figure.workload)
+    // Memory has causes of its own.
+    const key = r.figure.metric === 'maxRssMB' ? 'rss' : r.figure.workload
+    const reason = explained.has(key) ? 'The same causes as above.' : why(r, behind, d)
+    explained.add(key)
     const list = behind
       .map(
         (s) =>
@@ -242,6 +359,8 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
   }
   const unit = r.figure.unit === 'entries/s' ? '/s' : ` ${r.figure.unit}`
   const inThread = own('noa-inthread')
+  if (r.figure.metric === 'maxRssMB')
+    return "The figure is the peak resident set of the trial's whole process, submitters and their promises included, which every contender's process holds alike. noa's process also holds its owner worker threads, each a V8 isolate with its own heap, and per workspace its state in the owner (open log, queue, buffers); SQLite and lmdb-js hold one database's page cache or memory map, sonic-boom one small object per file."
   switch (r.figure.workload) {
     case 'serial': {
       const floor = r.stats.find((s) => s.id === 'disk')
@@ -257,8 +376,12 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
     }
     case '1ws':
       return `Every contender here group-commits into one file with one sync per batch; what differs is the cost around the batch: noa's batch crosses to the owner thread and back (one message each way), a batched SQLite commit happens on the caller's thread between event-loop turns.${inThread ? ` With the owner on the caller's thread (\`workers: 0\`) noa took ${formatValue(inThread.median)}${unit}.` : ''}`
+    case '100kws':
+      return "A trial starts with every log closed (the store was written before, as after a restart), and each loop moves to another workspace every few appends, so in noa about one append in four first opens a workspace's log on its owner (the file, its lock and a read of its tail for the last seq), and past the open-file bound closing another makes room. SQLite and lmdb-js keep one file open, and a row for a workspace idle until now costs what a row for a busy one does."
+    case '10ws':
     case '100ws':
-    case '1000ws': {
+    case '1000ws':
+    case '10kws': {
       const syncs = behind
         .map((s) => s.id)
         .map((id) => (grouped(id) === undefined ? '' : `${id} ${grouped(id)}`))
@@ -275,6 +398,8 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
       ].filter(Boolean)
       return `With the journal a round costs one fdatasync for every workspace of a worker, as a WAL does${noaSyncs !== undefined ? ` (strace: noa ${noaSyncs} fsync-family calls per entry with 100 submitters${syncs.length ? `; ${syncs.join(', ')}` : ''})` : ''}. What a round still pays that a single-file store does not: one write to each active workspace's \`.log\` before the round's acks (the logs stay the seed's JSONL and hold only journal-covered bytes, so readers and replication never see an unacknowledged entry), and the hop to the owner worker and back. With one submitter per workspace, each awaiting its ack, every workspace's next entry waits for the round before it, so the rounds run in lockstep and the length of one round sets the rate.${modes.length ? ` noa's other modes in this run: ${modes.join('; ')}.` : ''}`
     }
+    case 'create':
+      return "A new workspace in noa is a new file in the root's log folder (a file creation, which this ext4 disk makes at a fraction of a millisecond each), the files an owner creates in one pass sharing one fsync of that folder, and then its first entry goes through a journal round like any append; a first row for a new ws in SQLite or lmdb-js is an insert into pages the database already has, inside the same commit as the other rows of its turn."
     case '8proc':
     case '8proc-shared':
       return "Every process's append crosses the daemon's socket twice (request, answer) before and after the commit, where SQLite and lmdb commit in the calling process; the daemon wins only by committing many processes' entries in one fdatasync."
@@ -285,7 +410,12 @@ function why(r: FigureResult, behind: Stat[], d: DurabilityFile | null): string 
   }
 }
 
-export function renderResults(results: FigureResult[], info: RunInfo, d: DurabilityFile | null): string {
+export function renderResults(
+  results: FigureResult[],
+  info: RunInfo,
+  d: DurabilityFile | null,
+  scaling: ScalingPoint[] = [],
+): string {
   const parts: string[] = []
   parts.push('# noa against its peers\n')
   if (info.quick) {
@@ -316,6 +446,10 @@ export function renderResults(results: FigureResult[], info: RunInfo, d: Durabil
   parts.push(
     `| figure | noa | best durable peer | noa vs it | disk floor | hypercore ⚠ (not durable) |\n|---|---:|---|---:|---:|---:|\n${summary.join('\n')}\n`,
   )
+  if (scaling.length >= 2) {
+    parts.push('## Entries/s and peak RSS against the number of workspaces\n')
+    parts.push(scalingSection(scaling))
+  }
   for (const r of results) {
     parts.push(`## ${r.figure.title}\n`)
     parts.push(`${r.workload.what}.\n`)

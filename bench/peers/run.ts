@@ -4,7 +4,8 @@
  * round by round; figures are medians over the rounds with ratios against noa.
  *
  *   node dist/bench/peers/run.js [--quick] [--rounds N] [--seconds S] [--entries N]
- *                                [--only serial,1ws,100ws,1000ws,8proc,8proc-shared,replay,open]
+ *                                [--only serial,1ws,10ws,100ws,1000ws,10kws,100kws,create,
+ *                                        8proc,8proc-shared,replay,open]
  *                                [--strace | --strace-only]
  *
  * --strace first re-checks every writer's sync calls per entry with strace and rewrites
@@ -27,10 +28,12 @@ import {
   type Prepared,
   type RunInfo,
   renderResults,
+  scalingChart,
+  scalingOf,
   summarize,
 } from './report.js'
 import { readDurability, verifyDurability } from './strace.js'
-import { FIGURES, PROC_WORKLOADS, peerById, storeById, WORKLOADS, type WorkloadId } from './suite.js'
+import { FIGURES, PREFILL, PROC_WORKLOADS, peerById, storeById, WORKLOADS, type WorkloadId } from './suite.js'
 
 const PEER_CASES = fileURLToPath(new URL('./cases.js', import.meta.url))
 const BENCH_DIR = join(PEERS_DIR, '..')
@@ -147,12 +150,53 @@ async function main(): Promise<void> {
 
   for (const w of selected.filter((x) => x.id !== 'replay' && x.id !== 'open')) {
     process.stderr.write(`${w.title}\n`)
-    const results = interleave([...w.contenders], rounds, seconds, (id) =>
-      attempt(`${w.id} ${id}`, () =>
-        runCase(`${w.id}-${id}`, seconds, { script: PEER_CASES, args: ['write', w.id, id] }),
-      ),
-    )
-    byWorkload.set(w.id, results)
+    const fill = PREFILL[w.id]
+    if (!fill) {
+      const results = interleave([...w.contenders], rounds, seconds, (id) =>
+        attempt(`${w.id} ${id}`, () =>
+          runCase(`${w.id}-${id}`, seconds, { script: PEER_CASES, args: ['write', w.id, id] }),
+        ),
+      )
+      byWorkload.set(w.id, results)
+      continue
+    }
+    // A prefilled workload: each contender's store filled once; every trial goes on in it.
+    const fillRoot = mkdtempSync(join(tmpdir(), `noa-peers-${w.id}-`))
+    try {
+      const filled = new Set<string>()
+      for (const id of w.contenders) {
+        process.stderr.write(
+          `  filling ${fill.workspaces.toLocaleString('en-US')} workspaces × ${fill.entries}: ${id}`,
+        )
+        const start = performance.now()
+        const dir = join(fillRoot, id)
+        mkdirSync(dir)
+        const r = spawnSync(process.execPath, [PEER_CASES, 'fill', w.id, id, dir], {
+          encoding: 'utf8',
+          timeout: 1_800_000,
+        })
+        process.stderr.write(` (${((performance.now() - start) / 1000).toFixed(1)} s)\n`)
+        if (r.status === 0) filled.add(id)
+        else {
+          failures.push(`${w.id} ${id}: filling failed (${r.status ?? r.signal})`)
+          process.stderr.write(`  FAILED filling ${id}: ${r.stderr}\n`)
+        }
+      }
+      spawnSync('sync')
+      const results = interleave([...w.contenders], rounds, seconds, (id) =>
+        attempt(`${w.id} ${id}`, () => {
+          if (!filled.has(id)) throw new Error('not filled')
+          return runCase(`${w.id}-${id}`, seconds, {
+            script: PEER_CASES,
+            args: ['write', w.id, id],
+            dir: join(fillRoot, id),
+          })
+        }),
+      )
+      byWorkload.set(w.id, results)
+    } finally {
+      rmSync(fillRoot, { recursive: true, force: true })
+    }
   }
 
   const reads = selected.filter((x) => x.id === 'replay' || x.id === 'open')
@@ -221,7 +265,9 @@ async function main(): Promise<void> {
   const chartsDir = join(BENCH_DIR, 'charts')
   mkdirSync(chartsDir, { recursive: true })
   for (const r of figures) writeFileSync(join(chartsDir, `${r.figure.id}.svg`), chartFor(r, info))
-  const text = renderResults(figures, info, durability)
+  const scaling = scalingOf(workloads, byWorkload, contender)
+  if (scaling.length >= 2) writeFileSync(join(chartsDir, 'scaling.svg'), scalingChart(scaling, info))
+  const text = renderResults(figures, info, durability, scaling)
   writeFileSync(join(BENCH_DIR, 'RESULTS.md'), text)
   process.stdout.write(text)
   process.stderr.write(
