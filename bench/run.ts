@@ -221,8 +221,11 @@ const STEPS: Array<[string, string]> = [
   ['synced', "the journal's fdatasync"],
   ['logged', 'write of the line to its .log'],
   ['finished', 'round settled (state, checksum sidecar, acks queued)'],
-  ['ackPosted', "acks posted to the caller's port"],
-  ['ackReceived', "ack hop back to the caller's thread"],
+  [
+    'ackPosted',
+    "ack put in the owner's ack slot (a lone append to a worker), else posted to the caller's port",
+  ],
+  ['ackReceived', "ack hop back to the caller's thread (woken from Atomics.wait, or by the message)"],
   ['resolved', "the caller's await resumes"],
 ]
 
