@@ -16,6 +16,7 @@ import { openFileBudget } from './descriptors.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody, parseEntry } from './entry.js'
 import { deserializeError, Errors, type NoaError } from './errors.js'
 import { checkRoot, filePathProblem, isInside } from './files.js'
+import { type ForwarderOf, installedForwarder, installForwarder } from './forwarding.js'
 import { MAX_JOURNAL_SIZE } from './journal-format.js'
 import { recoverJournals } from './journal-recovery.js'
 import { LocalPort } from './local-port.js'
@@ -353,13 +354,11 @@ function checkOptions(options: AgentLogOptions) {
  * that talks to it, or null when none serves the root. Installed by the daemon's client, a layer
  * above this one, so that the engine does not import it.
  */
-export type Forwarder = (root: string, options: AgentLogOptions) => Promise<AgentLog | null>
-
-let forwarder: Forwarder | null = null
+export type Forwarder = ForwarderOf<AgentLog, AgentLogOptions>
 
 /** Installs (or, with null, removes) the forwarder `AgentLog.open` asks first. */
 export function setForwarder(f: Forwarder | null): void {
-  forwarder = f
+  installForwarder(f)
 }
 
 export const DEFAULT_JOURNAL_SIZE = 16 << 20
@@ -464,6 +463,7 @@ export class AgentLog {
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
+    const forwarder = installedForwarder<AgentLog, AgentLogOptions>()
     if (forwarder) {
       // A daemon serving this root owns its workspaces: talk to it instead of starting owners.
       const remote = await forwarder(o.root, options)

@@ -3,7 +3,8 @@
  * `AgentLog.open` on a root that a daemon serves returns an AgentLog that talks to the daemon;
  * on any other root it opens in process as before. Costs one lstat when no socket is there.
  */
-import { type AgentLog, type AgentLogOptions, setForwarder } from '../engine/agent-log.js'
+import type { AgentLog, AgentLogOptions } from '../engine/agent-log.js'
+import { installForwarder } from '../engine/forwarding.js'
 import { socketState } from './paths.js'
 
 /** Roots this process serves itself: its own AgentLog on them must not go through its socket. */
@@ -24,4 +25,4 @@ async function forward(root: string, options: AgentLogOptions): Promise<AgentLog
   return connectRoot(root, options)
 }
 
-setForwarder(forward)
+installForwarder(forward)

@@ -1,0 +1,9 @@
+/**
+ * The package entry `noa/transcript`: session transcripts, whose durable TranscriptWriter opens its root's AgentLog. It loads the daemon
+ * forwarder first, so that a program importing only this subpath talks to a `noa serve` running
+ * on its root, as one importing `noa` does, instead of opening the root beside the daemon and
+ * taking its workspace locks away.
+ */
+import '../serve/forward.js'
+
+export * from '../transcript/index.js'
