@@ -23,6 +23,7 @@ import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, NoaError, rewrap } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
+import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog, logPath, resolveRoot } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { type CheckoutOptions, type CheckoutResult, checkout } from './checkout.js'
@@ -265,7 +266,7 @@ export class SnapshotEngine {
   /** The workspace's snapshot entries, newest first (a backward byte search of its log). */
   async *snapshots(workspace: string): AsyncGenerator<SnapshotInfo> {
     const pruned = new Set<string>()
-    for (const { entry, offset } of snapshotEntriesBackward(existingLog(this.root, workspace))) {
+    for (const { entry, offset } of snapshotEntriesBackward(this.logOf(workspace))) {
       const found = await this.classify(workspace, entry, offset === 0, false)
       if (!('record' in found)) continue // names nothing of this workspace: verify reports it
       const { record, own } = found
@@ -301,7 +302,7 @@ export class SnapshotEngine {
   async replay(workspace: string, options: ReplayOptions = {}): Promise<WorkspaceState> {
     checkOptionKeys(options, REPLAY_KEYS, 'replay')
     const s = options.fromScratch
-      ? await this.fromScratch(workspace, lengthOfLog(existingLog(this.root, workspace)), options)
+      ? await this.fromScratch(workspace, lengthOfLog(this.logOf(workspace)), options)
       : await this.computeState(workspace, options)
     return {
       workspace,
@@ -345,7 +346,7 @@ export class SnapshotEngine {
     let until: number | undefined
     if (m[2] !== undefined) {
       until = Number(m[2])
-      existingLog(this.root, workspace)
+      this.logOf(workspace)
       const last = lastSeqOf(this.root, workspace)
       if (!Number.isSafeInteger(until) || until > last) {
         throw Errors.NOT_FOUND(`workspace ${workspace} has no seq ${m[2]} (its last seq is ${last})`, {
@@ -655,7 +656,7 @@ export class SnapshotEngine {
     options: { strict?: boolean; atOrBefore?: number } = {},
   ): Promise<HeadSearch> {
     const ignored = new Map<number, NoEffect>()
-    for (const { entry, offset } of snapshotEntriesBackward(existingLog(this.root, workspace))) {
+    for (const { entry, offset } of snapshotEntriesBackward(this.logOf(workspace))) {
       if (options.atOrBefore !== undefined && entry.seq > options.atOrBefore) continue
       const found = await this.classify(workspace, entry, offset === 0, options.strict ?? false)
       if ('record' in found) return { head: found, ignored }
@@ -713,7 +714,7 @@ export class SnapshotEngine {
       track?: (path: string, value: string | null, mark: ChangeMark) => void
     },
   ): Promise<State> {
-    const file = existingLog(this.root, workspace)
+    const file = this.logOf(workspace)
     const endByte = lengthOfLog(file)
     const { head, ignored } = await this.findHead(workspace, {
       strict: options.strict,
@@ -828,6 +829,19 @@ export class SnapshotEngine {
         out.push({ path, blob, workspace, seq: seqs.get(blob) ?? null })
     }
     return out.sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0) || (a.path < b.path ? -1 : 1))
+  }
+
+  /**
+   * The workspace's log file, to be read. An engine without a log (a command that only reads)
+   * reads through the dead commit journals of the root (engine/journal-view.ts): a power cut can
+   * leave acknowledged rounds, snapshot entries among them, in a journal alone until the next
+   * writer or `noa recover` replays it. An engine with a log is in a process whose AgentLog
+   * replayed them when it opened the root.
+   */
+  private logOf(workspace: string): string {
+    const file = existingLog(this.root, workspace)
+    if (this.log === undefined) readThroughJournals(this.root)
+    return file
   }
 
   private requireLog(what: string): AgentLog {

@@ -192,4 +192,83 @@ describe('commit journal crash safety (SIGKILL)', () => {
     }
     expect(cuts).toBeGreaterThan(0)
   })
+
+  it('snapshots only in a dead journal: snapshots, history, tree and diff read through it, write nothing, and show what noa recover then makes durable', async () => {
+    const root = tempDir()
+    const child = spawn(process.execPath, ['--input-type=module', '-e', SNAPSHOT_WRITER, root], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    const ready = await new Promise<{ s1: string; s2: string }>((resolve, reject) => {
+      let out = ''
+      child.stdout.on('data', (d) => {
+        out += d
+        const nl = out.indexOf('\n')
+        if (nl >= 0) resolve(JSON.parse(out.slice(0, nl)))
+      })
+      child.on('exit', (code) => reject(new Error(`the writer exited (${code}) before its snapshots`)))
+    })
+    child.kill('SIGKILL')
+    await new Promise((r) => child.once('exit', r))
+    // The snapshots' rounds, and the writes between them, are only in the journal.
+    expect(losePageCache(root)).toBeGreaterThan(0)
+    expect(readFileSync(join(root, 'agent-logs', 'a.log'), 'utf8')).not.toContain(ready.s2)
+
+    const commands = [
+      ['snapshots', 'a', '--json'],
+      ['history', 'a', '--json'],
+      ['tree', ready.s2, '--json'],
+      ['diff', ready.s1, ready.s2, '--json'],
+      ['diff', 'a@3', 'a', '--json'],
+      ['log', 'a', '--json'],
+    ]
+    const before = listing(root)
+    const seen = commands.map((args) => {
+      const r = runCli([...args, '--root', root])
+      expect(r.status, `noa ${args.join(' ')}: ${r.stderr}`).toBe(0)
+      return r.stdout
+    })
+    expect(listing(root), 'a command that only reads changed the root').toEqual(before)
+    expect(JSON.parse(seen[0] as string).map((x: { snapshotId: string }) => x.snapshotId)).toEqual([
+      ready.s2,
+      ready.s1,
+    ])
+    expect(seen[2]).toContain('src/late.ts')
+    expect(seen[3]).toContain('src/late.ts')
+
+    // What they showed is what the replay makes durable.
+    const recover = runCli(['recover', '--root', root])
+    expect(recover.status, recover.stderr).toBe(0)
+    expect(readFileSync(join(root, 'agent-logs', 'a.log'), 'utf8')).toContain(ready.s2)
+    const after = commands.map((args) => runCli([...args, '--root', root]).stdout)
+    expect(after).toEqual(seen)
+  })
 })
+
+/**
+ * Appends to workspace `a` and snapshots it twice through one owner with a journal, prints the
+ * two snapshot ids, then waits to be killed: the second snapshot's round is the newest frame of
+ * the journal (the journal is far from full, so no checkpoint has made it durable in the log).
+ */
+const SNAPSHOT_WRITER = `
+const dist = ${JSON.stringify(new URL('../../dist/src/index.js', import.meta.url).href)}
+const { AgentLog, SnapshotEngine } = await import(dist)
+const root = process.argv[1]
+const log = await AgentLog.open({ root, workers: 1 })
+const engine = new SnapshotEngine({ root, log })
+const put = async (path, text) => ({ op: 'write', path, blob: await engine.store.putBlob(text) })
+// Two commits go straight to the file; the journal is allocated at the second.
+await log.append('a', await put('README.md', 'one\\n'))
+await log.append('a', await put('src/a.ts', 'a\\n'))
+for (;;) {
+  const [s] = await log.status()
+  if (s.journal?.state === 'ready') break
+  await new Promise((r) => setTimeout(r, 5))
+}
+await log.append('a', await put('src/b.ts', 'b\\n'))
+const s1 = await engine.snapshot('a')
+await log.append('a', await put('src/late.ts', 'late\\n'))
+await log.append('a', { op: 'delete', path: 'src/a.ts' })
+const s2 = await engine.snapshot('a')
+process.stdout.write(JSON.stringify({ s1: s1.snapshotId, s2: s2.snapshotId }) + '\\n')
+setInterval(() => {}, 1000)
+`
