@@ -60,13 +60,17 @@ export const MODULES = [
       span('src/engine/journal-trust.ts', 'export function checkLog('),
       span('src/engine/journal-trust.ts', 'function linesProblem('),
     ],
-    tests: ['test/02-engine/journal-trust-checks.test.ts'],
+    tests: ['test/02-engine/journal-trust-checks.test.ts', 'test/02-engine/journal-trust-mutants.test.ts'],
   },
   {
     slug: 'journal-recovery',
     name: 'journal replay: checking every dead journal together (checkJournals) (src/engine/journal-recovery.ts)',
     mutate: [span('src/engine/journal-recovery.ts', 'export function checkJournals(')],
-    tests: ['test/02-engine/journal-trust-checks.test.ts', 'test/02-engine/journal.test.ts'],
+    tests: [
+      'test/02-engine/journal-trust-checks.test.ts',
+      'test/02-engine/journal-trust-mutants.test.ts',
+      'test/02-engine/journal.test.ts',
+    ],
   },
   {
     slug: 'owner-journal',
