@@ -179,6 +179,8 @@ export const MUTANTS = [
   crash('J-10', "close removes a journal still holding another worker's part of an atomic batch"),
   crash('J-11', 'a checkpoint frees frames whose files written beside entries are not synced'),
   crash('J-12', 'recovery does not put back the files written beside entries'),
+  crash('J-13', "a checkpoint's one syncfs of many logs syncs nothing"),
+  crash('J-14', 'a close (or making room) marks many logs durable without their syncfs'),
   // Journal trust: a dead journal may do only what noa's writer could have done.
   ...trust([
     [
@@ -1042,6 +1044,10 @@ export const CLAIMS = {
   'J-11':
     "Files beside entries: a checkpoint syncs them (and their folders) before their frame's space is reused.",
   'J-12': 'Recovery puts a lost file written beside entries back with exactly its bytes.',
+  'J-13':
+    'A checkpoint that makes many logs durable with one syncfs of their file system frees their frames only once that syncfs has returned without error (on an error, each log is fdatasynced on its own).',
+  'J-14':
+    'Closing many logs at once (the close, or making room for others) makes them durable with one syncfs before their journal frames can go; on an error, each is fdatasynced before it is closed.',
   'T-1':
     'A planted journal is never followed: a symlink where a journal goes is untrusted, its target never read.',
   'T-2': 'A journal owned by another user is untrusted (quarantined, nothing applied).',

@@ -303,6 +303,8 @@ export interface OwnerStatus {
   fileSyncfs: number
   /** fsyncs of the log folder that made new workspaces' entries durable (one per pass that created any). */
   dirSyncs: number
+  /** syncfs calls that made many logs durable at once at a checkpoint or a close, instead of an fdatasync each. */
+  logSyncfs: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

@@ -41,9 +41,9 @@ import {
 } from '../engine/journal-format.js'
 import {
   journalDir,
+  quarantinedError,
   quarantinedJournals,
   recoverJournalsLocked,
-  refuseIfQuarantined,
   scanJournal,
   setFdHook,
   withRootLock,
@@ -100,6 +100,17 @@ const CHECKPOINT_AGE_MS = 1000
 const FILE_SYNC_LIMIT = 64
 /** File and folder syncs of a checkpoint in flight at once (each holds a descriptor). */
 const FILE_SYNCS_IN_FLIGHT = 16
+/**
+ * A checkpoint with at least this many logs to make durable (and a close with as many) does it
+ * with one syncfs of their file system instead of an fdatasync of each: with thousands of live
+ * workspaces, every checkpoint found about as many logs written since the last, and their
+ * fdatasyncs (each a journal commit and a device flush, on the addon's pool) were most of what
+ * an owner did. The syncfs goes through a descriptor of the log folder opened before any log was
+ * written, so that the kernel (5.8 and later) reports through it any writeback error of the file
+ * system since (errseq); when it reports one, each log is fdatasynced on its own after all, so
+ * that the error lands on the log it belongs to and no other.
+ */
+const LOG_SYNCFS_MIN = Math.max(1, Number(process.env.NOA_LOG_SYNCFS_MIN) || 16) // env: a test seam (the crash explorer's few workspaces)
 
 interface Req {
   id: number
@@ -191,6 +202,7 @@ type Job =
   | { kind: 'foreign'; file: OwnedFile; batch: number }
   | { kind: 'header'; tail: { lsn: number; offset: number; drop: number }; generation: number }
   | { kind: 'fileSync'; fd: number; path: string }
+  | { kind: 'logSyncfs'; files: Array<[OwnedFile, number]> }
 
 class OwnedFile {
   fd = -1
@@ -203,6 +215,8 @@ class OwnedFile {
   record: Buffer | null = null
   journaled = false
   ino = 0n
+  /** The file system it is on (st_dev): a syncfs of the log folder's covers it when they match. */
+  dev = -1n
   /** appendAtomic parts committed in another owner's journal that did not reach this file yet (null: none). */
   foreign: Array<{ offset: number; data: Buffer }> | null = null
   /**
@@ -217,7 +231,6 @@ class OwnedFile {
     crc: number
     firstSeq: number
     entries: number
-    written: boolean
   } | null = null
   /** The newest journal frame with its bytes, and the newest one whose bytes are durable in the file. */
   lastLsn = 0
@@ -295,6 +308,12 @@ class Owner {
   private acks: number[] = []
   private acksScheduled = false
   private logDirReady = false
+  /**
+   * The log folder, held open from before the first log write: checkpoints and closes with many
+   * logs to sync make them durable with one syncfs through it (LOG_SYNCFS_MIN). -1: none.
+   */
+  private logDirFd = -1
+  private logDirDev = -2n
   /** Workspaces created whose entry in the log folder is not durable yet (syncCreated). */
   private readonly dirUnsynced = new Set<string>()
   private sumDirReady = false
@@ -319,6 +338,8 @@ class Owner {
     fileSyncfs: 0,
     /** fsyncs of the log folder for workspaces created (one covers all those of a pass). */
     dirSyncs: 0,
+    /** syncfs calls that made a checkpoint's (or a close's) logs durable at once. */
+    logSyncfs: 0,
   }
   /** A checkpoint's file and folder syncs still to start, and the groups they make durable. */
   private fileSyncs: {
@@ -477,9 +498,11 @@ class Owner {
         this.closing = true
         this.whenAllIdle(() => {
           let kept = false
+          this.syncLogsTogether()
           for (const file of [...this.lru.keys()]) if (this.closeFile(file) !== null) kept = true
           if (this.syncWrittenFilesNow() !== null) kept = true
           this.closeObjectLog()
+          this.closeLogDir()
           if (this.timer) clearInterval(this.timer)
           const j = this.journal
           // Clean: every file durable, the journal removed. Otherwise it stays for the next
@@ -587,14 +610,26 @@ class Owner {
     this.pumpScheduled = false
     let batches: Batch[] = []
     const opened: OwnedFile[] = []
+    // The workspaces to open in this pass are opened together (openWorkspaces).
+    let toOpen: OwnedFile[] = []
+    for (const file of this.ready) {
+      if (file.inFlight !== null || file.queue.length === 0 || file.fd >= 0 || file.kind !== 'ws') continue
+      toOpen.push(file)
+    }
+    if (toOpen.length > 0) toOpen = toOpen.slice(0, this.makeRoom(toOpen.length))
+    const openFailed = toOpen.length > 0 ? this.openWorkspaces(toOpen) : null
     for (const file of this.ready) {
       if (file.inFlight !== null || file.queue.length === 0) continue
-      if (file.fd < 0 && !this.roomToOpen()) {
+      const failed = openFailed?.get(file)
+      if (file.fd < 0 && !(failed !== undefined && isOutOfDescriptors(failed)) && !this.roomToOpen()) {
         // At the open-file bound with every open file busy: wait for one to settle.
         this.waiting.add(file)
         continue
       }
       try {
+        // One that failed for want of descriptors tries again alone (ensureOpen closes idle
+        // files first); any other failure is its answer.
+        if (failed !== undefined && !isOutOfDescriptors(failed)) throw failed
         this.ensureOpen(file)
       } catch (err) {
         const reqs = file.queue
@@ -1135,16 +1170,114 @@ class Owner {
       }
     }
     const files = written.size > 0 && this.fileSyncs === null
-    this.checkpoint = { left: targets.size + (files ? 1 : 0) }
+    const together = this.onLogDirFs(targets)
+    this.checkpoint = {
+      left: targets.size - together.length + (together.length > 0 ? 1 : 0) + (files ? 1 : 0),
+    }
     if (this.checkpoint.left === 0) {
       this.writeHeader()
       return
     }
-    for (const file of targets) {
-      file.syncing = true
-      this.submit({ kind: 'sync', file, lsn: file.lastLsn }, file.fd, EMPTY, SYNC_FDATASYNC)
+    if (together.length > 0) {
+      this.stats.logSyncfs++
+      for (const file of together) {
+        file.syncing = true
+        targets.delete(file)
+      }
+      const job: Job = { kind: 'logSyncfs', files: together.map((f): [OwnedFile, number] => [f, f.lastLsn]) }
+      this.submit(job, this.logDirFd, EMPTY, SYNC_SYNCFS)
     }
+    for (const file of targets) this.syncOne(file)
     if (files) this.syncWrittenFiles([...written])
+  }
+
+  private syncOne(file: OwnedFile): void {
+    file.syncing = true
+    this.submit({ kind: 'sync', file, lsn: file.lastLsn }, file.fd, EMPTY, SYNC_FDATASYNC)
+  }
+
+  /**
+   * Of `files`, those one syncfs of the log folder's file system makes durable, when there are
+   * enough of them for it to pay (LOG_SYNCFS_MIN); none otherwise.
+   */
+  private onLogDirFs(files: Iterable<OwnedFile>): OwnedFile[] {
+    if (this.logDirFd < 0) return []
+    const same: OwnedFile[] = []
+    for (const f of files) if (f.dev === this.logDirDev) same.push(f)
+    return same.length >= LOG_SYNCFS_MIN ? same : []
+  }
+
+  /**
+   * Before files are closed (the owner's close: every open one; making room: the idle ones let
+   * go): those not yet durable, made so by one syncfs when there are enough of them
+   * (LOG_SYNCFS_MIN), on this thread, with their sidecars' last records. On an error nothing is
+   * marked: closing fdatasyncs each of them, and the one the error belongs to reports it.
+   */
+  private syncLogsTogether(closing: Iterable<OwnedFile> = this.lru.keys()): void {
+    const files = [...closing]
+    const dirty: OwnedFile[] = []
+    for (const f of files) if (f.dirty && !f.unapplied && f.fd >= 0) dirty.push(f)
+    const together = this.onLogDirFs(dirty)
+    if (together.length === 0) return
+    // The sidecars' last records first, so that the same syncfs makes them durable too.
+    for (const f of files) {
+      if (f.sum === null || f.fd < 0) continue
+      this.summed(f, EMPTY, 0, true)
+      f.sum = null
+    }
+    try {
+      this.io.syncfs(this.logDirFd)
+    } catch {
+      return
+    }
+    this.stats.logSyncfs++
+    for (const f of together) f.syncedLsn = f.lastLsn
+  }
+
+  private closeLogDir(): void {
+    if (this.logDirFd < 0) return
+    try {
+      this.io.close(this.logDirFd)
+    } catch {
+      // the descriptor is released either way
+    }
+    this.logDirFd = -1
+  }
+
+  /** Opens the log folder to sync its file system through (see LOG_SYNCFS_MIN); without it, logs are synced one by one. */
+  private openLogDir(): void {
+    if (this.logDirFd >= 0) return
+    try {
+      const fd = this.io.openDir(this.init.logDir)
+      this.logDirFd = fd
+      this.logDirDev = fstatSync(fd, { bigint: true }).dev
+    } catch {
+      this.logDirFd = -1
+    }
+  }
+
+  /**
+   * A checkpoint's syncfs returned: every log it covered is durable up to the frame it had then.
+   * On an error, which a syncfs cannot tie to a file, each is fdatasynced on its own instead,
+   * still counted in the checkpoint, so the error reaches the log it belongs to.
+   */
+  private logsSynced(files: Array<[OwnedFile, number]>, err: Error | null): void {
+    const c = this.checkpoint as { left: number }
+    if (err !== null) {
+      c.left += files.length - 1
+      for (const [file] of files) {
+        file.syncing = false
+        this.syncOne(file)
+      }
+      return
+    }
+    for (const [file, lsn] of files) {
+      file.syncing = false
+      if (lsn > file.syncedLsn) file.syncedLsn = lsn
+      if (!file.dirty && file.inFlight === null && file.queue.length === 0) file.record = null
+      this.settled(file)
+    }
+    if (--c.left === 0) this.writeHeader()
   }
 
   /** Makes written files and their folders durable (see FILE_SYNC_LIMIT), then counts as one checkpoint target. */
@@ -1499,6 +1632,9 @@ class Owner {
       case 'fileSync':
         this.fileSynced(job.fd, job.path, err)
         break
+      case 'logSyncfs':
+        this.logsSynced(job.files, err)
+        break
     }
   }
 
@@ -1823,36 +1959,118 @@ class Owner {
   }
 
   private openNow(file: OwnedFile): void {
-    // Opening a file and replaying the journals of dead processes happen under the root lock:
-    // a dead process's journal may hold the only copy of entries of this very file.
     if (file.kind === 'raw') {
       this.openRaw(file) // never journaled: no journal to replay before it is used
-    } else {
-      if (!this.logDirReady) mkdirAnyDurable(this.io, this.init.root) // as the user named it
-      withRootLock(this.init.root, () => {
-        recoverJournalsLocked(this.init.root)
-        refuseIfQuarantined(this.init.root, file.key)
-        this.openWorkspace(file)
+      this.lru.set(file, true)
+      return
+    }
+    const err = this.openWorkspaces([file]).get(file)
+    if (err !== undefined) throw err
+  }
+
+  /**
+   * Opens workspaces' logs, all under one hold of the root lock with one replay of the dead
+   * journals: a pass that opens many (a host with more live workspaces than open files, or a
+   * burst of new ones) pays for the lock, the journal folder's listing and the quarantine's
+   * once, not once a workspace. Each log is opened and locked first, then the dead journals are
+   * replayed: whoever wrote entries of a log into a journal held the log's lock, so once this
+   * owner holds it, every journal that may hold such entries is one of a dead process, and is
+   * found. A log that does not exist yet is made only after the replay, and only if no
+   * quarantined journal names it. Returns the workspaces that could not be opened, with why.
+   */
+  private openWorkspaces(files: readonly OwnedFile[]): Map<OwnedFile, unknown> {
+    const failed = new Map<OwnedFile, unknown>()
+    const root = this.init.root
+    const closeFd = (file: OwnedFile) => {
+      if (file.fd < 0) return
+      this.io.close(file.fd)
+      file.fd = -1
+    }
+    try {
+      if (!this.logDirReady) mkdirAnyDurable(this.io, root) // as the user named it
+      withRootLock(root, () => {
+        if (!this.logDirReady) {
+          mkdirDurable(this.io, root, this.init.logDir)
+          this.logDirReady = true
+          this.openLogDir()
+        }
+        const missing = new Set<OwnedFile>()
+        for (const file of files) {
+          try {
+            if (!this.openExisting(file)) missing.add(file)
+          } catch (err) {
+            failed.set(file, err)
+          }
+        }
+        try {
+          recoverJournalsLocked(root)
+        } catch (err) {
+          for (const file of files) {
+            if (failed.has(file)) continue
+            closeFd(file)
+            failed.set(file, err)
+          }
+          return
+        }
+        const quarantined = quarantinedJournals(root)
+        for (const file of files) {
+          if (failed.has(file)) continue
+          try {
+            const q = quarantined.find((j) => j.workspaces.includes(file.key))
+            if (q) throw quarantinedError(file.key, q)
+            const created = missing.has(file) && this.openLocked(file, true)
+            this.openedWorkspace(file, created)
+          } catch (err) {
+            closeFd(file)
+            failed.set(file, err)
+          }
+        }
       })
+    } catch (err) {
+      // The root could not be locked, or its folders made: none of them is open.
+      for (const file of files) {
+        if (failed.has(file) || this.lru.has(file)) continue
+        closeFd(file)
+        failed.set(file, err)
+      }
     }
-    if (this.journal !== null && file.kind === 'ws') {
-      const target = file.kind === 'ws' ? file.key : file.path
-      file.ino = fstatSync(file.fd, { bigint: true }).ino
-      file.record = recordHeader(target, file.ino)
-      file.journaled = true
+    return failed
+  }
+
+  /** Opens and locks an existing log; false when there is none (made later: openWorkspaces). */
+  private openExisting(file: OwnedFile): boolean {
+    try {
+      file.fd = this.io.openAppend(file.path, false, true)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false
+      throw this.lockError(file, openError(err, file.path, 'workspace log'))
     }
-    this.lru.set(file, true)
+    return true
   }
 
   /** Makes room for one more open file by closing the least recently used idle ones. */
   private roomToOpen(): boolean {
-    if (this.lru.size < this.init.maxOpenFiles) return true
-    for (const file of this.lru.keys()) {
-      if (file.idle && file.idleWaiters === null && this.closeFile(file) === null) {
-        if (this.lru.size < this.init.maxOpenFiles) return true
+    return this.makeRoom(1) === 1
+  }
+
+  /**
+   * Makes room for `n` more open files, as far as it can, by closing the least recently used
+   * idle ones (the logs among them not yet durable made so together, see syncLogsTogether);
+   * returns how many may be opened now.
+   */
+  private makeRoom(n: number): number {
+    const max = this.init.maxOpenFiles
+    const over = this.lru.size + n - max
+    if (over > 0) {
+      const victims: OwnedFile[] = []
+      for (const file of this.lru.keys()) {
+        if (victims.length >= over) break
+        if (file.idle && file.idleWaiters === null) victims.push(file)
       }
+      this.syncLogsTogether(victims)
+      for (const file of victims) this.closeFile(file)
     }
-    return false
+    return Math.max(0, Math.min(n, max - this.lru.size))
   }
 
   /**
@@ -1888,16 +2106,15 @@ class Owner {
     return err
   }
 
-  private openWorkspace(file: OwnedFile): void {
-    if (!this.logDirReady) {
-      mkdirDurable(this.io, this.init.root, this.init.logDir)
-      this.logDirReady = true
-    }
-    const created = this.openLocked(file, true)
+  /** A workspace's log, opened and locked: its torn tail cut, its counters and sidecar read. */
+  private openedWorkspace(file: OwnedFile, created: boolean): void {
     // Its folder entry is made durable with those of the other workspaces created in the same
     // pass (syncCreated), before anything is committed to it.
     if (created) this.dirUnsynced.add(file.key)
     try {
+      const st = fstatSync(file.fd, { bigint: true })
+      file.ino = st.ino
+      file.dev = st.dev
       const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file)
       file.size = size
       file.lastSeq = lastSeq
@@ -1913,6 +2130,11 @@ class Owner {
       file.fd = -1
       throw err
     }
+    if (this.journal !== null) {
+      file.record = recordHeader(file.key, file.ino)
+      file.journaled = true
+    }
+    this.lru.set(file, true)
   }
 
   /**
@@ -1961,14 +2183,14 @@ class Owner {
         mkdirDurable(this.io, this.init.root, join(this.init.root, SIDECAR_DIR))
         this.sumDirReady = true
       }
-      const start = { start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0, written: false }
+      const start = { start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0 }
       if (created) {
         // A new log: its sidecar is made with its first record (appendSum), so that creating a
         // workspace makes one file, not two (a file creation costs this disk 0.25-0.7 ms).
         file.sum = { fresh: true, ...start }
         return
       }
-      const found = readSidecar(path, fstatSync(file.fd, { bigint: true }).ino, file.size)
+      const found = readSidecar(path, file.ino, file.size)
       if (found !== null && (lstatSync(path, { throwIfNoEntry: false })?.size ?? 0) > found.validBytes) {
         fd = this.io.openAppend(path, false, false)
         this.io.ftruncate(fd, found.validBytes)
@@ -1993,17 +2215,7 @@ class Owner {
     }
     const length = file.size - sum.start
     if (length < BLOCK_BYTES && !end) return
-    if (length === 0) {
-      // The close, with no partial block: what was written is fdatasynced.
-      if (end && sum.written) {
-        try {
-          this.appendSum(file, sum, EMPTY, true)
-        } catch {
-          // advisory
-        }
-      }
-      return
-    }
+    if (length === 0) return
     const record = encodeSumRecord({
       offset: sum.start,
       firstSeq: sum.firstSeq,
@@ -2012,8 +2224,7 @@ class Owner {
       crc: sum.crc,
     })
     try {
-      this.appendSum(file, sum, record, end)
-      sum.written = true
+      this.appendSum(file, sum, record)
     } catch {
       file.sum = null // the checksums are advisory: the log goes on without them
       return
@@ -2026,23 +2237,22 @@ class Owner {
 
   /**
    * Appends a record to the sidecar through a descriptor of its own, started over first (made,
-   * or cut to a new header) when it is fresh; `sync`: fdatasynced too (the last record, at close).
+   * or cut to a new header) when it is fresh. Never synced on its own, the last (partial) one at
+   * a close included: a sidecar is advisory (a record lost to a power cut leaves its block
+   * unverified, one reaching past its log's durable end is cut when the log is next opened), and
+   * an fdatasync per record cost every close of an idle workspace a device flush (the cliff of a
+   * host with more live workspaces than open files). The syncfs of a checkpoint or of the
+   * owner's close makes them durable with everything else.
    */
-  private appendSum(
-    file: OwnedFile,
-    sum: NonNullable<OwnedFile['sum']>,
-    record: Buffer,
-    sync: boolean,
-  ): void {
+  private appendSum(file: OwnedFile, sum: NonNullable<OwnedFile['sum']>, record: Buffer): void {
     const fd = this.io.openAppend(sidecarPath(this.init.root, file.key), sum.fresh, false)
     try {
       if (sum.fresh) {
         this.io.ftruncate(fd, 0) // a sidecar left by a removed log of the same name
-        this.io.write(fd, encodeSumHeader(fstatSync(file.fd, { bigint: true }).ino))
+        this.io.write(fd, encodeSumHeader(file.ino))
         sum.fresh = false
       }
       if (record.length > 0) this.io.write(fd, record)
-      if (sync) this.io.fdatasync(fd)
     } finally {
       this.io.close(fd)
     }
@@ -2077,7 +2287,7 @@ class Owner {
       const err = this.makeDurable(file)
       if (err !== null) return err
       if (file.sum !== null) {
-        this.summed(file, EMPTY, 0, true) // the last, partial block (fdatasynced, if any was written)
+        this.summed(file, EMPTY, 0, true) // the last, partial block (written, not synced: see appendSum)
         file.sum = null
       }
       try {

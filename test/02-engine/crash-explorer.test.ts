@@ -66,6 +66,8 @@ describe(`crash-state explorer (${LONG ? 'long' : 'quick'} mode)`, () => {
             ...seedMode(seed),
           })
           expect(w.errors, `seed ${seed}: the uncrashed run failed (kept in ${base})`).toEqual([])
+          // The seeds that ask for it made logs durable with syncfs: that path is explored too.
+          if (seedMode(seed).syncfsMin !== undefined) expect(w.stats.logSyncfs).toBeGreaterThan(0)
           const r = await explore(w, {
             seed,
             randomPerPoint: mode.randomPerPoint,

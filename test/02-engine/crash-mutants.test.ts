@@ -160,6 +160,21 @@ const MUTANTS: Mutant[] = [
     name: 'recovery does not put back the files written beside entries',
     edits: [{ file: 'engine/journal-recovery.js', from: 'applyFiles(root, check.files, total);', to: ';' }],
   },
+  {
+    // The seeds whose seedMode asks for syncfsMin (2, 3, 6) take this path.
+    name: "a checkpoint's one syncfs of many logs syncs nothing",
+    edits: [
+      {
+        file: 'workers/owner.js',
+        from: 'this.submit(job, this.logDirFd, EMPTY, SYNC_SYNCFS);',
+        to: 'this.submit(job, this.logDirFd, EMPTY, 0);',
+      },
+    ],
+  },
+  {
+    name: 'a close (or making room) marks many logs durable without their syncfs',
+    edits: [{ file: 'workers/owner.js', from: 'this.io.syncfs(this.logDirFd);', to: ';' }],
+  },
 ]
 
 /** A copy of dist/ with one mutation, runnable in place (its package.json, node_modules, addon). */

@@ -77,6 +77,12 @@ export interface WorkloadOptions {
   deferMs: number
   /** Bare fdatasyncs (checkpoints', other workers' atomic parts') run this many ms late. */
   slowSyncMs?: number
+  /**
+   * Logs a checkpoint, a close or an eviction makes durable with one syncfs rather than an
+   * fdatasync each, from this many on (the owner's NOA_LOG_SYNCFS_MIN; its default, 16, is more
+   * than this workload's six workspaces, so without it the syncfs paths would go unexplored).
+   */
+  syncfsMin?: number
   journalSize?: number
   dist?: string
 }
@@ -107,6 +113,8 @@ export interface WorkloadResult {
     atomics: number
     /** Rounds that found the journal full and waited for a checkpoint. */
     spaceWaits: number
+    /** syncfs calls that made many logs durable at once (syncfsMin). */
+    logSyncfs: number
   }
   workspaces: string[]
 }
@@ -146,7 +154,15 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
   const acks = rec.acks
   const fileAcks: FileAck[] = []
   const errors: string[] = []
-  const stats = { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 0, spaceWaits: 0 }
+  const stats = {
+    checkpoints: 0,
+    wraps: 0,
+    rounds: 0,
+    directCommits: 0,
+    atomics: 0,
+    spaceWaits: 0,
+    logSyncfs: 0,
+  }
   // Paths make every entry recognizable; the padding makes lines long enough that a 256 KiB
   // journal is checkpointed and wrapped many times per session.
   const pad = (n: number) => 'x'.repeat(n)
@@ -154,170 +170,181 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
   let batchNo = 0
   let workspaces: string[] = []
   const used = new Set<string>()
-  for (let session = 0; session < o.sessions; session++) {
-    const log = await AgentLog.open({
-      root: o.root,
-      workers: 2,
-      journalSize: o.journalSize ?? 256 << 10,
-      ioModule: rec.ioModule,
-      ioOptions: {
-        ...rec.ioOptions,
-        deferMs: o.deferMs,
-        slowSyncMs: o.slowSyncMs ?? 0,
-        seed: o.seed * 31 + session,
-      },
-    })
-    const internals = log as unknown as { ownerOf(ws: string): unknown; owners: unknown[] }
-    const ownerOf = (ws: string) => internals.owners.indexOf(internals.ownerOf(ws))
-    if (workspaces.length === 0) {
-      // Three workspaces per worker.
-      const by: string[][] = [[], []]
-      for (let i = 0; (by[0]?.length ?? 0) < 3 || (by[1]?.length ?? 0) < 3; i++) {
-        const ws = `w${i}`
-        const list = by[ownerOf(ws)] as string[]
-        if (list.length < 3) list.push(ws)
-      }
-      workspaces = [...(by[0] as string[]), ...(by[1] as string[])]
-    }
-    const inFlight = new Set<Promise<unknown>>()
-    const track = (p: Promise<unknown>, what: string) => {
-      const q = p.catch((err: Error & { code?: string }) => {
-        errors.push(`${what}: ${err.code ?? ''} ${err.message}`)
+  // Read by each owner when its module loads: the worker threads copy the environment when
+  // they start, at the session's first append.
+  const syncfsBefore = process.env.NOA_LOG_SYNCFS_MIN
+  if (o.syncfsMin !== undefined) process.env.NOA_LOG_SYNCFS_MIN = String(o.syncfsMin)
+  else delete process.env.NOA_LOG_SYNCFS_MIN
+  try {
+    for (let session = 0; session < o.sessions; session++) {
+      const log = await AgentLog.open({
+        root: o.root,
+        workers: 2,
+        journalSize: o.journalSize ?? 256 << 10,
+        ioModule: rec.ioModule,
+        ioOptions: {
+          ...rec.ioOptions,
+          deferMs: o.deferMs,
+          slowSyncMs: o.slowSyncMs ?? 0,
+          seed: o.seed * 31 + session,
+        },
       })
-      inFlight.add(q)
-      q.finally(() => inFlight.delete(q))
-    }
-    const entry = (ws: string, name: string) => ({
-      op: 'write' as const,
-      path: `${ws}/${name}/${pad(300 + Math.floor(rand() * 2000))}`,
-      blob: BLOB,
-    })
-    const stamp = (ws: string, seq: number, path: string) => {
-      rec.stamp(ws, seq, path)
-      used.add(ws)
-    }
-    for (let step = 0; step < o.steps; step++) {
-      const r = rand()
-      if (r < 0.3) {
-        const n = 1 + Math.floor(rand() * 8)
-        for (let i = 0; i < n; i++) {
-          const ws = pick(workspaces)
-          const t = tag++
-          const e = entry(ws, `p${t}`)
-          if (rand() < 0.3) {
-            // With a file beside it, in a folder of its own now and then (made for it); half of
-            // them appended to the owner's object log instead (packed).
-            const data = Buffer.from(`file ${t} ${pad(Math.floor(rand() * 1500))}`)
-            const sha = createHash('sha256').update(data).digest('hex')
-            const file = {
-              path: `objects/${sha.slice(0, 2)}/${sha.slice(2)}`,
-              data,
-              readOnly: true,
-              packed: rand() < 0.5,
+      const internals = log as unknown as { ownerOf(ws: string): unknown; owners: unknown[] }
+      const ownerOf = (ws: string) => internals.owners.indexOf(internals.ownerOf(ws))
+      if (workspaces.length === 0) {
+        // Three workspaces per worker.
+        const by: string[][] = [[], []]
+        for (let i = 0; (by[0]?.length ?? 0) < 3 || (by[1]?.length ?? 0) < 3; i++) {
+          const ws = `w${i}`
+          const list = by[ownerOf(ws)] as string[]
+          if (list.length < 3) list.push(ws)
+        }
+        workspaces = [...(by[0] as string[]), ...(by[1] as string[])]
+      }
+      const inFlight = new Set<Promise<unknown>>()
+      const track = (p: Promise<unknown>, what: string) => {
+        const q = p.catch((err: Error & { code?: string }) => {
+          errors.push(`${what}: ${err.code ?? ''} ${err.message}`)
+        })
+        inFlight.add(q)
+        q.finally(() => inFlight.delete(q))
+      }
+      const entry = (ws: string, name: string) => ({
+        op: 'write' as const,
+        path: `${ws}/${name}/${pad(300 + Math.floor(rand() * 2000))}`,
+        blob: BLOB,
+      })
+      const stamp = (ws: string, seq: number, path: string) => {
+        rec.stamp(ws, seq, path)
+        used.add(ws)
+      }
+      for (let step = 0; step < o.steps; step++) {
+        const r = rand()
+        if (r < 0.3) {
+          const n = 1 + Math.floor(rand() * 8)
+          for (let i = 0; i < n; i++) {
+            const ws = pick(workspaces)
+            const t = tag++
+            const e = entry(ws, `p${t}`)
+            if (rand() < 0.3) {
+              // With a file beside it, in a folder of its own now and then (made for it); half of
+              // them appended to the owner's object log instead (packed).
+              const data = Buffer.from(`file ${t} ${pad(Math.floor(rand() * 1500))}`)
+              const sha = createHash('sha256').update(data).digest('hex')
+              const file = {
+                path: `objects/${sha.slice(0, 2)}/${sha.slice(2)}`,
+                data,
+                readOnly: true,
+                packed: rand() < 0.5,
+              }
+              track(
+                log.append(ws, e, { files: [file] }).then((a) => {
+                  stamp(ws, a.seq, e.path)
+                  fileAcks.push({
+                    path: file.path,
+                    data: file.data.toString('base64'),
+                    c: Atomics.load(counterOf(rec), 0),
+                  })
+                }),
+                'append with a file',
+              )
+              continue
             }
             track(
-              log.append(ws, e, { files: [file] }).then((a) => {
-                stamp(ws, a.seq, e.path)
-                fileAcks.push({
-                  path: file.path,
-                  data: file.data.toString('base64'),
-                  c: Atomics.load(counterOf(rec), 0),
-                })
-              }),
-              'append with a file',
+              log.append(ws, e).then((a) => stamp(ws, a.seq, e.path)),
+              'append',
             )
-            continue
           }
+        } else if (r < 0.55) {
+          const ws = pick(workspaces)
+          // Now and then a batch too large for a frame: it goes straight to its file.
+          const n = rand() < 0.04 ? 40 + Math.floor(rand() * 30) : 1 + Math.floor(rand() * 16)
+          const t = tag++
+          const es = Array.from({ length: n }, (_, k) => entry(ws, `m${t}-${k}`))
           track(
-            log.append(ws, e).then((a) => stamp(ws, a.seq, e.path)),
-            'append',
-          )
-        }
-      } else if (r < 0.55) {
-        const ws = pick(workspaces)
-        // Now and then a batch too large for a frame: it goes straight to its file.
-        const n = rand() < 0.04 ? 40 + Math.floor(rand() * 30) : 1 + Math.floor(rand() * 16)
-        const t = tag++
-        const es = Array.from({ length: n }, (_, k) => entry(ws, `m${t}-${k}`))
-        track(
-          log.appendMany(ws, es).then((as) => {
-            as.forEach((a, k) => {
-              stamp(ws, a.seq, es[k]?.path ?? '')
-            })
-          }),
-          'appendMany',
-        )
-      } else if (r < 0.72) {
-        // Two or three workspaces, on both workers.
-        const a = pick(workspaces.slice(0, 3))
-        const b = pick(workspaces.slice(3))
-        const names = rand() < 0.5 ? [a, b] : [a, b, pick(workspaces.filter((w) => w !== a && w !== b))]
-        const b0 = batchNo++
-        const batch: Record<string, Array<ReturnType<typeof entry>>> = {}
-        for (const ws of names) {
-          batch[ws] = Array.from({ length: 1 + Math.floor(rand() * 5) }, (_, k) => ({
-            op: 'write' as const,
-            path: `atomic/b${b0}/${ws}/${k}/${pad(1 + Math.floor(rand() * 100))}`,
-            blob: BLOB,
-          }))
-        }
-        stats.atomics++
-        track(
-          log.appendAtomic(batch).then((res) => {
-            for (const [ws, list] of Object.entries(res)) {
-              list.forEach((a, k) => {
-                stamp(ws, a.seq, batch[ws]?.[k]?.path ?? '')
+            log.appendMany(ws, es).then((as) => {
+              as.forEach((a, k) => {
+                stamp(ws, a.seq, es[k]?.path ?? '')
               })
-            }
-          }),
-          'appendAtomic',
-        )
-      } else if (r < 0.81) {
-        await Promise.all(inFlight)
-      } else if (r < 0.85) {
-        // A burst of large batches on one workspace of each worker: few operations, much
-        // journal, so that every session checkpoints and wraps its journals. With slow
-        // checkpoint syncs (seedMode) a journal fills and a round waits for space, so the next
-        // frame overwrites space freed by the header just written: the states in which that
-        // header's fdatasync is what keeps replay from starting at an overwritten frame.
-        const pair = [pick(workspaces.slice(0, 3)), pick(workspaces.slice(3))]
-        for (let round = 0; round < 8; round++) {
-          for (const ws of pair) {
-            const t = tag++
-            const es = Array.from({ length: 8 }, (_, k) => ({
+            }),
+            'appendMany',
+          )
+        } else if (r < 0.72) {
+          // Two or three workspaces, on both workers.
+          const a = pick(workspaces.slice(0, 3))
+          const b = pick(workspaces.slice(3))
+          const names = rand() < 0.5 ? [a, b] : [a, b, pick(workspaces.filter((w) => w !== a && w !== b))]
+          const b0 = batchNo++
+          const batch: Record<string, Array<ReturnType<typeof entry>>> = {}
+          for (const ws of names) {
+            batch[ws] = Array.from({ length: 1 + Math.floor(rand() * 5) }, (_, k) => ({
               op: 'write' as const,
-              path: `${ws}/b${t}-${k}/${pad(2500 + Math.floor(rand() * 1000))}`,
+              path: `atomic/b${b0}/${ws}/${k}/${pad(1 + Math.floor(rand() * 100))}`,
               blob: BLOB,
             }))
-            track(
-              log.appendMany(ws, es).then((as) => {
-                as.forEach((a, k) => {
-                  stamp(ws, a.seq, es[k]?.path ?? '')
-                })
-              }),
-              'appendMany',
-            )
           }
+          stats.atomics++
+          track(
+            log.appendAtomic(batch).then((res) => {
+              for (const [ws, list] of Object.entries(res)) {
+                list.forEach((a, k) => {
+                  stamp(ws, a.seq, batch[ws]?.[k]?.path ?? '')
+                })
+              }
+            }),
+            'appendAtomic',
+          )
+        } else if (r < 0.81) {
           await Promise.all(inFlight)
+        } else if (r < 0.85) {
+          // A burst of large batches on one workspace of each worker: few operations, much
+          // journal, so that every session checkpoints and wraps its journals. With slow
+          // checkpoint syncs (seedMode) a journal fills and a round waits for space, so the next
+          // frame overwrites space freed by the header just written: the states in which that
+          // header's fdatasync is what keeps replay from starting at an overwritten frame.
+          const pair = [pick(workspaces.slice(0, 3)), pick(workspaces.slice(3))]
+          for (let round = 0; round < 8; round++) {
+            for (const ws of pair) {
+              const t = tag++
+              const es = Array.from({ length: 8 }, (_, k) => ({
+                op: 'write' as const,
+                path: `${ws}/b${t}-${k}/${pad(2500 + Math.floor(rand() * 1000))}`,
+                blob: BLOB,
+              }))
+              track(
+                log.appendMany(ws, es).then((as) => {
+                  as.forEach((a, k) => {
+                    stamp(ws, a.seq, es[k]?.path ?? '')
+                  })
+                }),
+                'appendMany',
+              )
+            }
+            await Promise.all(inFlight)
+          }
+        } else if (r < 0.89) {
+          track(log.release(pick(workspaces)), 'release')
+        } else if (r < 0.94) {
+          const ws = pick([...used])
+          if (ws !== undefined) track(log.recover(ws), 'recover')
+        } else {
+          await new Promise((res) => setTimeout(res, Math.floor(rand() * 20)))
         }
-      } else if (r < 0.89) {
-        track(log.release(pick(workspaces)), 'release')
-      } else if (r < 0.94) {
-        const ws = pick([...used])
-        if (ws !== undefined) track(log.recover(ws), 'recover')
-      } else {
-        await new Promise((res) => setTimeout(res, Math.floor(rand() * 20)))
       }
+      await Promise.all(inFlight)
+      for (const s of await log.status()) {
+        stats.checkpoints += s.checkpoints
+        stats.wraps += s.wraps
+        stats.rounds += s.rounds
+        stats.directCommits += s.directCommits
+        stats.spaceWaits += s.spaceWaits
+        stats.logSyncfs += s.logSyncfs
+      }
+      await log.close()
     }
-    await Promise.all(inFlight)
-    for (const s of await log.status()) {
-      stats.checkpoints += s.checkpoints
-      stats.wraps += s.wraps
-      stats.rounds += s.rounds
-      stats.directCommits += s.directCommits
-      stats.spaceWaits += s.spaceWaits
-    }
-    await log.close()
+  } finally {
+    if (syncfsBefore === undefined) delete process.env.NOA_LOG_SYNCFS_MIN
+    else process.env.NOA_LOG_SYNCFS_MIN = syncfsBefore
   }
   const result: WorkloadResult = {
     seed: o.seed,
@@ -1302,9 +1329,14 @@ async function checkWithAgentLog(
  * checkpoint and atomic-part fdatasyncs slow (journals fill before checkpoints free them, and
  * rounds wait for space); both.
  */
-export function seedMode(seed: number): { deferMs: number; slowSyncMs: number } {
+export function seedMode(seed: number): { deferMs: number; slowSyncMs: number; syncfsMin?: number } {
   const m = seed % 4
-  return { deferMs: m === 1 || m === 3 ? 3 : 0, slowSyncMs: m === 2 || m === 3 ? 25 : 0 }
+  return {
+    deferMs: m === 1 || m === 3 ? 3 : 0,
+    slowSyncMs: m === 2 || m === 3 ? 25 : 0,
+    // Every other pair of seeds makes its logs durable with a syncfs wherever one would be used.
+    ...(Math.floor(seed / 2) % 2 === 1 ? { syncfsMin: 1 } : {}),
+  }
 }
 
 /** A fresh pair of folders for one workload: its root and its trace. */
