@@ -10,7 +10,13 @@ import { readFileSync } from 'node:fs'
 /** Descriptors an open workspace holds: its `.log`. */
 export const FDS_PER_WORKSPACE = 1
 
-/** The soft RLIMIT_NOFILE of this process, from /proc (Linux); null when it cannot be read. */
+/** The last limit read: what a process out of descriptors (which cannot open /proc) reports. */
+let lastRead: number | null = null
+
+/**
+ * The soft RLIMIT_NOFILE of this process, from /proc (Linux); when /proc cannot be read (no
+ * descriptor left to read it with, say), the one read last; null when none ever was.
+ */
 export function openFileLimit(): number | null {
   try {
     const line = readFileSync('/proc/self/limits', 'latin1')
@@ -20,9 +26,10 @@ export function openFileLimit(): number | null {
     if (soft === undefined) return null
     if (soft === 'unlimited') return Number.POSITIVE_INFINITY
     const n = Number(soft)
-    return Number.isSafeInteger(n) && n > 0 ? n : null
+    lastRead = Number.isSafeInteger(n) && n > 0 ? n : null
+    return lastRead
   } catch {
-    return null
+    return lastRead
   }
 }
 

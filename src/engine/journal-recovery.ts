@@ -274,6 +274,21 @@ export function recoverJournalsLocked(root: string, own: ReadonlySet<string> = n
   }
 }
 
+/**
+ * Whether any journal under the root may need a replay (or a move aside): one whose owner is
+ * gone, or one that cannot be told apart from such (not a file, not openable). Looked at
+ * without the root lock, so allocations under way are left out (findDeadJournals); an owner
+ * asks this once it holds the locks of the logs it is opening, and takes the root lock to
+ * replay only when the answer is yes.
+ */
+export function deadJournalsIn(root: string): boolean {
+  const dir = journalDir(root)
+  if (checkDirsBelow(root, dir) !== null) return false
+  const dead = findDeadJournals(dir, new Set(), false)
+  for (const j of dead) if (j.fd >= 0) closeSync(j.fd)
+  return dead.length > 0
+}
+
 /** recoverJournalsLocked under the root lock. */
 export function recoverJournals(root: string, own?: ReadonlySet<string>): ReplayReport[] {
   if (checkDirsBelow(root, journalDir(root)) !== null) return []

@@ -61,9 +61,11 @@ export interface DeadJournal {
 /**
  * The journals in `dir` whose owner is gone, each opened read-only without following a link and
  * flocked (a live owner holds its journal's flock). The caller holds the root lock and closes
- * the descriptors. Journals named in `own` are left alone.
+ * the descriptors. Journals named in `own` are left alone; so are allocations under way or left
+ * half-done (`.jnl.tmp`) unless `temps`: a writer creates and locks one under the root lock, so
+ * only a caller holding it may take an unlocked one for a dead one.
  */
-export function findDeadJournals(dir: string, own: ReadonlySet<string>): DeadJournal[] {
+export function findDeadJournals(dir: string, own: ReadonlySet<string>, temps = true): DeadJournal[] {
   const native = loadNative()
   const dead: DeadJournal[] = []
   let names: string[]
@@ -77,7 +79,7 @@ export function findDeadJournals(dir: string, own: ReadonlySet<string>): DeadJou
     for (const name of names) {
       const path = join(dir, name)
       const temp = name.endsWith(JOURNAL_TEMP_SUFFIX)
-      if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || own.has(path)) continue
+      if ((!temp && !name.endsWith(JOURNAL_SUFFIX)) || (temp && !temps) || own.has(path)) continue
       // Gone since the listing (a journal being allocated is renamed into place): nothing to do.
       const st = lstatSync(path, { throwIfNoEntry: false })
       if (st === undefined) continue

@@ -305,6 +305,9 @@ export interface OwnerStatus {
   dirSyncs: number
   /** syncfs calls that made many logs durable at once at a checkpoint or a close, instead of an fdatasync each. */
   logSyncfs: number
+  /** Workspace logs opened (each reopen after one was closed to make room counted again), and logs closed to make room for others. */
+  opens: number
+  evictions: number
   journal: {
     state: 'none' | 'creating' | 'ready' | 'failed'
     path: string

@@ -40,6 +40,7 @@ import {
   wrapFrame,
 } from '../engine/journal-format.js'
 import {
+  deadJournalsIn,
   journalDir,
   quarantinedError,
   quarantinedJournals,
@@ -340,6 +341,9 @@ class Owner {
     dirSyncs: 0,
     /** syncfs calls that made a checkpoint's (or a close's) logs durable at once. */
     logSyncfs: 0,
+    /** Logs opened (again, after they were closed to make room, included), and closed to make room. */
+    opens: 0,
+    evictions: 0,
   }
   /** A checkpoint's file and folder syncs still to start, and the groups they make durable. */
   private fileSyncs: {
@@ -372,6 +376,7 @@ class Owner {
     this.slotData = init.ackSlot
       ? new Float64Array(init.ackSlot, ACK_SLOT.dataOffset, ACK_SLOT.dataWords)
       : null
+    openFileLimit() // read now, while a descriptor is free to read it with: errors name it later
     io.setMaxThreads(init.syncThreads)
     io.setCompletionHandler((id, err, logErrors) => this.completed(id, err, logErrors ?? null))
     this.journal =
@@ -1939,13 +1944,18 @@ class Owner {
         this.openNow(file)
       } catch (again) {
         if (!isOutOfDescriptors(again)) throw again
-        const limit = openFileLimit()
-        throw Errors.BUSY(
-          `cannot open ${file.path}: the process is out of file descriptors (${(again as NodeJS.ErrnoException).code}${limit === null ? '' : `, ulimit -n ${limit}`}) with ${this.lru.size} files open by this owner after closing ${closed} idle ones; raise the limit or lower maxOpenFiles`,
-          { file: file.path, resource: 'file descriptors' },
-        )
+        throw this.outOfDescriptors(`open ${file.path}`, file.path, again, closed)
       }
     }
+  }
+
+  /** The named error of an append that found the process out of descriptors (NOA_BUSY). */
+  private outOfDescriptors(what: string, path: string, err: unknown, closed: number): NoaError {
+    const limit = openFileLimit()
+    return Errors.BUSY(
+      `cannot ${what}: the process is out of file descriptors (${(err as NodeJS.ErrnoException).code}${limit === null ? '' : `, ulimit -n ${limit}`}) with ${this.lru.size} files open by this owner after closing ${closed} idle ones; raise the limit or lower maxOpenFiles`,
+      { file: path, resource: 'file descriptors' },
+    )
   }
 
   /** Closes up to `n` idle open files, least recently used first; returns how many it closed. */
@@ -1955,6 +1965,7 @@ class Owner {
       if (closed >= n) break
       if (f.idle && f.idleWaiters === null && this.closeFile(f) === null) closed++
     }
+    this.stats.evictions += closed
     return closed
   }
 
@@ -1969,14 +1980,14 @@ class Owner {
   }
 
   /**
-   * Opens workspaces' logs, all under one hold of the root lock with one replay of the dead
-   * journals: a pass that opens many (a host with more live workspaces than open files, or a
-   * burst of new ones) pays for the lock, the journal folder's listing and the quarantine's
-   * once, not once a workspace. Each log is opened and locked first, then the dead journals are
-   * replayed: whoever wrote entries of a log into a journal held the log's lock, so once this
-   * owner holds it, every journal that may hold such entries is one of a dead process, and is
-   * found. A log that does not exist yet is made only after the replay, and only if no
-   * quarantined journal names it. Returns the workspaces that could not be opened, with why.
+   * Opens workspaces' logs together, with one look for dead journals: a pass that opens many (a
+   * host with more live workspaces than open files, or a burst of new ones) lists the journal
+   * folder and reads the quarantine once, not once a workspace. Each log is opened and locked
+   * first, then the dead journals are looked for: whoever wrote entries of a log into a journal
+   * held the log's lock, so once this owner holds it, every journal that may hold such entries
+   * is one of a dead process, and is found; only then is the root lock taken, to replay them.
+   * A log that does not exist yet is made after that, and only if no quarantined journal names
+   * it. Returns the workspaces that could not be opened, with why.
    */
   private openWorkspaces(files: readonly OwnedFile[]): Map<OwnedFile, unknown> {
     const failed = new Map<OwnedFile, unknown>()
@@ -1986,50 +1997,48 @@ class Owner {
       this.io.close(file.fd)
       file.fd = -1
     }
-    try {
-      if (!this.logDirReady) mkdirAnyDurable(this.io, root) // as the user named it
-      withRootLock(root, () => {
-        if (!this.logDirReady) {
-          mkdirDurable(this.io, root, this.init.logDir)
-          this.logDirReady = true
-          this.openLogDir()
-        }
-        const missing = new Set<OwnedFile>()
-        for (const file of files) {
-          try {
-            if (!this.openExisting(file)) missing.add(file)
-          } catch (err) {
-            failed.set(file, err)
-          }
-        }
-        try {
-          recoverJournalsLocked(root)
-        } catch (err) {
-          for (const file of files) {
-            if (failed.has(file)) continue
-            closeFd(file)
-            failed.set(file, err)
-          }
-          return
-        }
-        const quarantined = quarantinedJournals(root)
-        for (const file of files) {
-          if (failed.has(file)) continue
-          try {
-            const q = quarantined.find((j) => j.workspaces.includes(file.key))
-            if (q) throw quarantinedError(file.key, q)
-            const created = missing.has(file) && this.openLocked(file, true)
-            this.openedWorkspace(file, created)
-          } catch (err) {
-            closeFd(file)
-            failed.set(file, err)
-          }
-        }
-      })
-    } catch (err) {
-      // The root could not be locked, or its folders made: none of them is open.
+    const failAll = (err: unknown) => {
       for (const file of files) {
         if (failed.has(file) || this.lru.has(file)) continue
+        closeFd(file)
+        failed.set(file, err)
+      }
+      return failed
+    }
+    try {
+      if (!this.logDirReady) {
+        mkdirAnyDurable(this.io, root) // as the user named it
+        withRootLock(root, () => mkdirDurable(this.io, root, this.init.logDir))
+        this.logDirReady = true
+        this.openLogDir()
+      }
+    } catch (err) {
+      return failAll(err)
+    }
+    const missing = new Set<OwnedFile>()
+    for (const file of files) {
+      try {
+        if (!this.openExisting(file)) missing.add(file)
+      } catch (err) {
+        failed.set(file, err)
+      }
+    }
+    try {
+      // The root lock only when there is something to replay: two owners (or processes)
+      // opening workspaces at once do not wait for each other.
+      if (deadJournalsIn(root)) withRootLock(root, () => recoverJournalsLocked(root))
+    } catch (err) {
+      return failAll(err)
+    }
+    const quarantined = quarantinedJournals(root)
+    for (const file of files) {
+      if (failed.has(file)) continue
+      try {
+        const q = quarantined.find((j) => j.workspaces.includes(file.key))
+        if (q) throw quarantinedError(file.key, q)
+        const created = missing.has(file) && this.openLocked(file, true)
+        this.openedWorkspace(file, created)
+      } catch (err) {
         closeFd(file)
         failed.set(file, err)
       }
@@ -2068,7 +2077,7 @@ class Owner {
         if (file.idle && file.idleWaiters === null) victims.push(file)
       }
       this.syncLogsTogether(victims)
-      for (const file of victims) this.closeFile(file)
+      for (const file of victims) if (this.closeFile(file) === null) this.stats.evictions++
     }
     return Math.max(0, Math.min(n, max - this.lru.size))
   }
@@ -2135,6 +2144,7 @@ class Owner {
       file.journaled = true
     }
     this.lru.set(file, true)
+    this.stats.opens++
   }
 
   /**
@@ -2144,10 +2154,23 @@ class Owner {
    */
   private syncCreated(): Error | null {
     if (this.dirUnsynced.size === 0) return null
+    const dir = this.init.logDir
     try {
-      this.io.fsyncDir(this.init.logDir)
+      try {
+        this.io.fsyncDir(dir)
+      } catch (err) {
+        if (!isOutOfDescriptors(err)) throw err
+        // Out of descriptors, as an open can be (ensureOpen): idle files closed, tried again.
+        const closed = this.closeIdle(Math.max(8, this.lru.size >> 2))
+        try {
+          this.io.fsyncDir(dir)
+        } catch (again) {
+          if (!isOutOfDescriptors(again)) throw again
+          return this.outOfDescriptors(`fsync ${dir} for the workspaces created`, dir, again, closed)
+        }
+      }
     } catch (err) {
-      return withPath(err, this.init.logDir) as Error
+      return withPath(err, dir) as Error
     }
     this.stats.dirSyncs++
     this.dirUnsynced.clear()

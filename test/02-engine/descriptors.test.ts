@@ -56,6 +56,34 @@ await log.close()
 process.stdout.write(JSON.stringify({ acks, most, bound: status.reduce((n, s) => n + s.maxOpenFiles, 0), open: status.reduce((n, s) => n + s.open, 0) }))
 `
 
+// More live workspaces than the budget lets stay open: each visit appends a burst (an agent's
+// step), and the counters say how often a log was opened and closed to make room.
+const CYCLE = `
+import { readdirSync } from 'node:fs'
+import { AgentLog } from ${JSON.stringify(INDEX)}
+const log = await AgentLog.open({ root: process.argv[1], workers: 1 })
+const blob = 'ab'.repeat(32)
+await log.append('w0', { op: 'write', path: 'first', blob }) // the owner starts
+const [{ maxOpenFiles }] = await log.status()
+const live = maxOpenFiles * 3
+let acks = 0
+let most = 0
+for (let visit = 0; visit < 2; visit++) {
+  for (let i = 0; i < live; i += 50) {
+    const acked = await Promise.all(
+      Array.from({ length: Math.min(50, live - i) }, (_, k) =>
+        log.appendMany('w' + (i + k), Array.from({ length: 4 }, (_, e) => ({ op: 'write', path: visit + '/' + e, blob }))),
+      ),
+    )
+    acks += acked.reduce((n, a) => n + a.length, 0)
+    most = Math.max(most, readdirSync('/proc/self/fd').length)
+  }
+}
+const [s] = await log.status()
+await log.close()
+process.stdout.write(JSON.stringify({ acks, most, live, maxOpenFiles, opens: s.opens, evictions: s.evictions, open: s.open }))
+`
+
 const STARVED = `
 import { openSync, closeSync } from 'node:fs'
 import { AgentLog } from ${JSON.stringify(INDEX)}
@@ -110,6 +138,28 @@ describe('descriptors', () => {
     expect(got.bound).toBeLessThanOrEqual(openFileBudget(200))
     expect(got.open).toBeLessThanOrEqual(got.bound)
     expect(got.most).toBeLessThan(200)
+  })
+
+  it('three times as many live workspaces as the budget keeps open: every append acknowledged, descriptors within the limit, one open per visit of a workspace and none per append', () => {
+    const r = underLimit(200, CYCLE, tempDir())
+    expect(r.status, r.err).toBe(0)
+    const got = JSON.parse(r.out) as {
+      acks: number
+      most: number
+      live: number
+      maxOpenFiles: number
+      opens: number
+      evictions: number
+      open: number
+    }
+    expect(got.maxOpenFiles).toBeLessThanOrEqual(openFileBudget(200))
+    expect(got.acks).toBe(got.live * 2 * 4)
+    expect(got.most).toBeLessThan(200)
+    expect(got.open).toBeLessThanOrEqual(got.maxOpenFiles)
+    // Each of the 2 visits of each workspace opened its log once (4 appends each), not once per
+    // append; w0, opened first to start the owner, stays open into the first visit.
+    expect(got.opens).toBe(got.live * 2)
+    expect(got.evictions).toBe(got.opens - got.open)
   })
 
   it('out of descriptors: the append that cannot open its log fails by name (NOA_BUSY), nothing crashes, and every workspace goes on once they are free', () => {
