@@ -176,7 +176,15 @@ describe('crash-state explorer: atomic batches across workers', () => {
         acks: rec.acks,
         fileAcks: [],
         errors: [],
-        stats: { checkpoints: 0, wraps: 0, rounds: 0, directCommits: 0, atomics: 1, spaceWaits: 0 },
+        stats: {
+          checkpoints: 0,
+          wraps: 0,
+          rounds: 0,
+          directCommits: 0,
+          atomics: 1,
+          spaceWaits: 0,
+          logSyncfs: 0,
+        },
         workspaces: [a, b],
       }
       const ops = readTrace(traceDir)
