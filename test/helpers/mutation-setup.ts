@@ -12,7 +12,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { setEnvironmentData } from 'node:worker_threads'
+import { isMainThread, setEnvironmentData } from 'node:worker_threads'
 import { afterAll, afterEach, beforeAll, beforeEach, inject } from 'vitest'
 
 interface StrykerNamespace {
@@ -41,6 +41,21 @@ function publishActive(): void {
   const id = ns().activeMutant
   if (id === undefined) delete process.env[ACTIVE]
   else process.env[ACTIVE] = String(id)
+}
+
+// Stryker's vitest runner runs the tests in worker threads, where process.umask(mask) throws
+// ("not supported in workers"); a daemon started in the test's own thread (Daemon.start, the
+// fast way to test the daemon's session limits) sets its umask around bind(). Here the mask is
+// kept and given back but not applied: the modes those tests' files get are not what they check
+// (the socket's mode is checked through `noa serve` processes, security.test.ts).
+if (!isMainThread) {
+  const current = process.umask.bind(process)
+  let mask: number | null = null
+  process.umask = ((set?: number | string) => {
+    const was = mask ?? current()
+    if (set !== undefined) mask = typeof set === 'string' ? Number.parseInt(set, 8) : set
+    return was
+  }) as typeof process.umask
 }
 
 if (inject('mode') === 'mutant') {
