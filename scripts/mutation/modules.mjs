@@ -78,6 +78,7 @@ export const MODULES = [
     mutate: [span('src/workers/journal.ts', '  headerBytes(): Buffer {', '  remove(): void {')],
     tests: [
       'test/02-engine/journal-space.test.ts',
+      'test/02-engine/journal-space-mutants.test.ts',
       'test/02-engine/journal-acks.test.ts',
       'test/02-engine/journal.test.ts',
     ],
@@ -92,6 +93,7 @@ export const MODULES = [
     tests: [
       'test/02-engine/journal-acks.test.ts',
       'test/02-engine/faults.test.ts',
+      'test/02-engine/owner-commit-mutants.test.ts',
       'test/02-engine/journal.test.ts',
       'test/02-engine/append-files.test.ts',
     ],
