@@ -77,6 +77,8 @@ export interface Sidecar {
   blocks: SumBlock[]
   /** Bytes of the sidecar that hold valid records (what a writer keeps; the rest is cut). */
   validBytes: number
+  /** The sidecar's size when it was read (past validBytes: records to cut). */
+  size: number
 }
 
 /** A sidecar as a reader last decoded it (readSidecar with `cached`). */
@@ -129,7 +131,7 @@ export function readSidecar(path: string, logIno: bigint, logSize: number, cache
       known.validBytes === known.size
     ) {
       if (size === known.size && st.mtimeNs === known.mtimeNs && tailStill(fd, known)) {
-        return { blocks: known.blocks.slice(), validBytes: known.validBytes }
+        return { blocks: known.blocks.slice(), validBytes: known.validBytes, size }
       }
       if (size > known.size && tailStill(fd, known)) {
         const rest = readRange(fd, known.size, size - known.size)
@@ -146,7 +148,7 @@ export function readSidecar(path: string, logIno: bigint, logSize: number, cache
     if (buf.readBigUInt64LE(16) !== logIno) return null
     const blocks: SumBlock[] = []
     const at = decodeRecords(buf, SUM_HEADER, blocks, 0, logSize)
-    if (!cached) return { blocks, validBytes: at }
+    if (!cached) return { blocks, validBytes: at, size }
     return remember(path, st, logIno, logSize, blocks, at, buf.subarray(at - SUM_RECORD, at))
   } finally {
     closeSync(fd)
@@ -185,7 +187,7 @@ function remember(
     tail: Buffer.from(tail),
   })
   if (decoded.size > DECODED_MAX) decoded.delete(decoded.keys().next().value as string)
-  return { blocks: blocks.slice(), validBytes }
+  return { blocks: blocks.slice(), validBytes, size: Number(st.size) }
 }
 
 /** Whether the last record decoded is still where it was (the sidecar was appended to, not rewritten). */

@@ -14,7 +14,7 @@
  * serial path.
  */
 import { randomBytes } from 'node:crypto'
-import { fstatSync, lstatSync, mkdirSync } from 'node:fs'
+import { fstatSync, mkdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
@@ -2134,7 +2134,7 @@ class Owner {
       const st = fstatSync(file.fd, { bigint: true })
       file.ino = st.ino
       file.dev = st.dev
-      const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file)
+      const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file, true, Number(st.size))
       file.size = size
       file.lastSeq = lastSeq
       file.lastTs = lastTs
@@ -2224,7 +2224,7 @@ class Owner {
         return
       }
       const found = readSidecar(path, file.ino, file.size)
-      if (found !== null && (lstatSync(path, { throwIfNoEntry: false })?.size ?? 0) > found.validBytes) {
+      if (found !== null && found.size > found.validBytes) {
         fd = this.io.openAppend(path, false, false)
         this.io.ftruncate(fd, found.validBytes)
         this.io.close(fd)
@@ -2292,9 +2292,9 @@ class Owner {
   }
 
   /** Cuts a partial last line (ftruncate + fdatasync) and reads the last seq and ts. */
-  private recoverTail(file: OwnedFile, counters = true) {
+  private recoverTail(file: OwnedFile, counters = true, size?: number) {
     // Read through the locked descriptor itself: no second open that a swapped file could divert.
-    const tail = inspectTail(file.fd)
+    const tail = inspectTail(file.fd, size)
     const { lastSeq, lastTs } = counters ? countersOf(file.path, tail) : { lastSeq: 0, lastTs: 0 }
     let truncatedBytes = 0
     if (tail.validLength < tail.size) {
