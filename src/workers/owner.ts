@@ -2521,6 +2521,8 @@ function registering(io: LogIo, table: Int32Array): LogIo {
     openAppend: (path, create, lock) => opened(io.openAppend(path, create, lock)),
     createFile: (path, mode) => opened(io.createFile(path, mode)),
     openPositional: (path) => opened(io.openPositional(path)),
+    // The log folder an owner holds open for its syncfs, and a checkpoint's folder syncs.
+    openDir: (path) => opened(io.openDir(path)),
     close: (fd) => {
       remove(fd)
       io.close(fd)
