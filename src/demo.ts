@@ -16,8 +16,6 @@ import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { parseArgs } from 'node:util'
 import { ContextSession, formatTokens } from './context/index.js'
-import { AgentLog, type EntryInput, ObjectStore, SnapshotEngine } from './index.js'
-import { MemoryStore } from './memory/index.js'
 import {
   loadTranscript,
   type Message,
@@ -25,7 +23,9 @@ import {
   resume,
   TranscriptWriter,
   transcriptPath,
-} from './transcript/index.js'
+} from './entries/transcript.js'
+import { AgentLog, type EntryInput, ObjectStore, SnapshotEngine } from './index.js'
+import { MemoryStore } from './memory/index.js'
 
 interface Agent {
   workspace: string
