@@ -161,7 +161,7 @@ const MUTANTS: Mutant[] = [
     edits: [{ file: 'engine/journal-recovery.js', from: 'applyFiles(root, check.files, total);', to: ';' }],
   },
   {
-    // The seeds whose seedMode asks for syncfsMin (2, 3, 6) take this path.
+    // The seeds whose seedMode asks for syncfsMin (4, 5, 6 of the six tried) take this path.
     name: "a checkpoint's one syncfs of many logs syncs nothing",
     edits: [
       {
