@@ -89,8 +89,7 @@ describe('the README', () => {
 
   it('quick start, the command line: blob put, append, snapshot, fork, merge, checkout, diff', () => {
     const r = run('cli')
-    expect(r.stderr).toBe('')
-    expect(r.status).toBe(0)
+    expect(r.status, r.stderr).toBe(0)
     expect(r.stdout).toMatch(/^\{"seq":1,"ts":\d+\}$/m)
     expect(r.stdout).toMatch(/^feature\tforked from noa_[0-9a-f]{64} \(main\)$/m)
     expect(r.stdout).toContain('\ngreeting.txt\nnotes.md\n')
@@ -141,8 +140,7 @@ describe('the README', () => {
 
     it('init, push from one root, pull into another: the same bytes, in sync', () => {
       const r = run('replicate', { NOA_NATS_URL: nats.url })
-      expect(r.stderr).toBe('')
-      expect(r.status).toBe(0)
+      expect(r.status, r.stderr).toBe(0)
       expect(r.stdout).toMatch(/^created stream NOA for noa\.>$/m)
       expect(r.stdout).toContain('\nthe same bytes\n')
       expect(r.stdout).toMatch(/^main +1 +1 +in-sync +0 +0\.000$/m)
