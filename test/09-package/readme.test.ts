@@ -64,7 +64,11 @@ function run(
   if (block === undefined) throw new Error(`README has no <!-- quickstart: ${name} --> block`)
   const { dir, env } = workdir()
   const options = { cwd: dir, env: { ...env, ...extraEnv }, encoding: 'utf8' as const, timeout: 120_000 }
-  if (block.lang === 'sh') return spawnSync('bash', ['-e', '-o', 'pipefail', '-c', block.code], options)
+  if (block.lang === 'sh') {
+    // A block that fails half-way leaves nothing running (a daemon it started in the background).
+    const script = `trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n${block.code}`
+    return spawnSync('bash', ['-e', '-o', 'pipefail', '-c', script], options)
+  }
   const file = join(dir, `${name}.mjs`)
   writeFileSync(file, block.code)
   return spawnSync(process.execPath, [file], options)
