@@ -132,7 +132,6 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     withLine(err)
   }
   const log = await AgentLog.open({ root, objects: store, workers: 0 })
-  if (created && hasLayout(root)) await write(io.stderr, `noa append: created a new noa root at ${root}\n`)
   const deadline = performance.now() + (waitMs ?? 0)
   let told = false
   /** appendMany, again while another process holds the lock and --wait's time is not up. */
@@ -165,6 +164,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       while (end < entries.length && entries[end - 1]?.op === 'merge') end++
       // Each chunk expects the last seq the previous one got: the input goes in as one run.
       const acks = await append(entries.slice(i, end), ifLastSeq)
+      if (i === 0 && created) await write(io.stderr, `noa append: created a new noa root at ${root}\n`)
       if (ifLastSeq !== undefined) ifLastSeq = (acks[acks.length - 1]?.seq ?? ifLastSeq) as number
       i = end
       const done = i

@@ -103,13 +103,15 @@ const SPECS = {
       replicas: {
         type: 'string',
         value: 'N',
-        description: 'copies of the stream in a cluster',
+        description: 'copies of the stream in a cluster (more than 1 is refused on a single server)',
         defaultText: '1 for a new stream; an existing one keeps its own',
       },
     },
     positionals: [0, 0],
     examples: ['noa replicate init --nats nats://127.0.0.1:4222 --replicas 3'],
-    exitCodes: { 1: 'the server cannot be reached, or the stream cannot be fixed in place' },
+    exitCodes: {
+      1: 'the server cannot be reached, the stream cannot be fixed in place, or --replicas N > 1 on a server that is not in a cluster',
+    },
   }),
 }
 
