@@ -50,8 +50,7 @@ export function checkLayout(root: string): void {
   const hint = near
     ? `; did you mean --root ${shown && !shown.startsWith('..') ? shown : near}?`
     : '; give the root with --root DIR or $NOA_ROOT'
-  throw Errors.BAD_ROOT(
-    `${root} is not a noa root (it has no agent-logs/ or objects/ folder)${hint}`,
-    { root },
-  )
+  throw Errors.BAD_ROOT(`${root} is not a noa root (it has no agent-logs/ or objects/ folder)${hint}`, {
+    root,
+  })
 }

@@ -48,12 +48,18 @@ describe('noa log --follow on a workspace that does not exist yet', () => {
     const f = start([CLI, 'log', 'new-ws', '--follow', '--root', root])
     try {
       await until('the follower says it waits', () => f.err().includes('waiting'))
-      expect(f.err()).toMatch(/^noa log: workspace new-ws has no log in .+ yet; waiting for it \(Ctrl-C to stop\)\n$/)
+      expect(f.err()).toMatch(
+        /^noa log: workspace new-ws has no log in .+ yet; waiting for it \(Ctrl-C to stop\)\n$/,
+      )
       expect(f.out()).toBe('')
       const a = runCli(['append', 'new-ws', '--root', root], { input: DELETE('a.txt') })
       expect(a.status).toBe(0)
       await until('the follower prints the entry', () => f.out().includes('\n'))
-      expect(JSON.parse(f.out().split('\n')[0] as string)).toMatchObject({ seq: 1, op: 'delete', path: 'a.txt' })
+      expect(JSON.parse(f.out().split('\n')[0] as string)).toMatchObject({
+        seq: 1,
+        op: 'delete',
+        path: 'a.txt',
+      })
       f.child.kill('SIGTERM')
       expect(await f.exited).toBe(0)
       expect(f.err().match(/waiting/g)).toHaveLength(1)

@@ -31,7 +31,8 @@ export function natsServerBinary(
 ): string {
   const fromEnv = env.NOA_NATS_SERVER
   if (fromEnv) {
-    if (!existsSync(fromEnv)) throw oneLine(`NOA_NATS_SERVER names ${fromEnv}, which does not exist: ${INSTALL}`)
+    if (!existsSync(fromEnv))
+      throw oneLine(`NOA_NATS_SERVER names ${fromEnv}, which does not exist: ${INSTALL}`)
     return fromEnv
   }
   const path = (env.PATH ?? '').split(delimiter)

@@ -138,9 +138,14 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const append = async (batch: EntryInput[], ifLast: number | undefined) => {
     for (;;) {
       try {
-        return await log.appendMany(workspace, batch, ifLast === undefined ? undefined : { ifLastSeq: ifLast })
+        return await log.appendMany(
+          workspace,
+          batch,
+          ifLast === undefined ? undefined : { ifLastSeq: ifLast },
+        )
       } catch (err) {
-        if (!(err instanceof NoaError && err.code === 'NOA_WORKSPACE_LOCKED') || waitMs === undefined) throw err
+        if (!(err instanceof NoaError && err.code === 'NOA_WORKSPACE_LOCKED') || waitMs === undefined)
+          throw err
         if (performance.now() >= deadline) {
           throw rewrap(err, `${err.message}; waited ${values.wait} for it (--wait)`)
         }

@@ -4,8 +4,8 @@ import { Errors } from '../../engine/errors.js'
 import { checkRoot, kindOf, nameTooLong, notRegularFile } from '../../engine/files.js'
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
-import { checkLayout } from '../roots.js'
 import { type CliIo, json, write } from '../io.js'
+import { checkLayout } from '../roots.js'
 
 export const spec = command({
   usage: 'usage: noa blob put <file|-> [--root DIR] [--json]\n       noa blob get <hash> [--root DIR]',

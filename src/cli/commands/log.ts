@@ -3,7 +3,15 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, parseCounters } from '../../engine/entry.js'
 import { isNoaError } from '../../engine/errors.js'
 import { existingLog, readWorkspaceBytes } from '../../engine/logs.js'
-import { command, existingRootOf, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import {
+  command,
+  existingRootOf,
+  intOption,
+  JSON_OPTION,
+  parseCommand,
+  ROOT_OPTION,
+  rootOf,
+} from '../args.js'
 import { type CliIo, write } from '../io.js'
 import { checkLayout } from '../roots.js'
 
