@@ -181,6 +181,12 @@ describe('--root on a folder that is not a noa root', () => {
     expect(first.stderr).toBe(`noa append: created a new noa root at ${root}\n`)
     const second = runCli(['append', 'w', '--root', root], { input: DELETE('b') })
     expect([second.status, second.stderr]).toEqual([0, ''])
+    // A folder that held other things (`--root .` in a project) is named too; an empty one is not.
+    const project = tempDir()
+    writeFileSync(join(project, 'package.json'), '{}')
+    const here = runCli(['append', 'w', '--root', project], { input: DELETE('a') })
+    expect(here.stderr).toBe(`noa append: created a new noa root at ${project}\n`)
+    expect(runCli(['append', 'w', '--root', tempDir()], { input: DELETE('a') }).stderr).toBe('')
   })
 })
 

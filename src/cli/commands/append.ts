@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from 'node:fs'
 import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace, type EntryInput, encodeBody } from '../../engine/entry.js'
 import { Errors, NoaError, rewrap } from '../../engine/errors.js'
@@ -106,7 +107,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     lines.push(line)
   }
   checkRoot(root, false) // a root that is a file is named as such, before the store is asked
-  const created = !hasLayout(root)
+  // A folder made here, or one that held other things and nothing of noa's (`--root .`): said once.
+  const created = !existsSync(root) || (!hasLayout(root) && readdirSync(root).length > 0)
   const store = new ObjectStore(root)
   const where = (i: number) => `stdin:${lines[i]}`
   const withLine = (err: unknown): never => {
