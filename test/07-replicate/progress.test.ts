@@ -27,7 +27,9 @@ describe('replicate progress', () => {
       const b = tempDir()
       const pull = await runMainIo(['replicate', 'pull', '--root', b, ...args], { isTTY: true, env: NOW })
       expect(pull.status).toBe(0)
-      expect(pull.stderr).toMatch(/pulled \d+ entr(y|ies) \(\d+\/s\) and \d+ objects?, stream seq \d+\/\d+ \d+%/)
+      expect(pull.stderr).toMatch(
+        /pulled \d+ entr(y|ies) \(\d+\/s\) and \d+ objects?, stream seq \d+\/\d+ \d+%/,
+      )
       expect(pull.stderr.endsWith(ERASE)).toBe(true)
       expect(logBytes(b, 'main').equals(logBytes(a, 'main'))).toBe(true)
 
