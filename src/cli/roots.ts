@@ -4,18 +4,24 @@
  * is `./.noa`): read as a root it would look empty, and "no workspaces" would be a wrong answer.
  * The refusal names the nearest folder that is a root, when there is one.
  */
-import { existsSync, readdirSync, statSync } from 'node:fs'
+import { existsSync, lstatSync, readdirSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { Errors } from '../engine/errors.js'
 
 /** What the engine and the store make at the top of a root; one of them marks a root. */
 const MARKERS = ['agent-logs', 'objects', 'checksums', 'journal', 'object-logs']
+/** What `noa serve` makes there: a root it serves is one even before its first append. */
+const SERVE_FILES = ['noa.sock', 'noa.serve.lock']
 
-/** A folder with one of the markers (false for a missing or unreadable one). */
+/**
+ * A folder with one of the markers (false for a missing or unreadable one). Whatever their type:
+ * a symlink planted as agent-logs/ is for the engine to refuse by name.
+ */
 export function hasLayout(dir: string): boolean {
-  return MARKERS.some((m) => {
+  return [...MARKERS, ...SERVE_FILES].some((m) => {
     try {
-      return statSync(join(dir, m)).isDirectory()
+      lstatSync(join(dir, m))
+      return true
     } catch {
       return false
     }
