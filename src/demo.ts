@@ -7,7 +7,9 @@
  * 3. a session transcript appended durably, resumed, and continued where it left off;
  * 4. memory notes saved and recalled;
  * 5. a context compression of part of that transcript, with its archive.
- * It ends with a summary table and where the files are (removed unless --keep).
+ * It ends with a summary table and where the files are (removed unless --keep). Ctrl-C (SIGINT)
+ * or SIGTERM stops it at the next step: the logs are closed, the root removed unless --keep, and
+ * it says so; a second signal ends it at once.
  *
  *   node dist/src/demo.js [--agents 8] [--seconds 6] [--keep]
  */
@@ -54,6 +56,16 @@ function say(line = ''): void {
   out.write(`${line}\n`)
 }
 
+/** The first SIGINT or SIGTERM received: the demo stops at its next step. */
+let interrupted: NodeJS.Signals | null = null
+
+class Interrupted extends Error {}
+
+/** Where a phase may stop: between its steps, never inside an append. */
+function step(): void {
+  if (interrupted) throw new Interrupted(interrupted)
+}
+
 /** Writes, deletes and renames of the agent's own files (never of a path it does not have). */
 function nextEntry(agent: Agent, blobs: readonly string[]): EntryInput {
   const r = Math.random()
@@ -78,8 +90,10 @@ function quantile(sorted: Float64Array, q: number): number {
 }
 
 async function timed<T>(fn: () => Promise<T>): Promise<[T, number]> {
+  step()
   const t = performance.now()
   const v = await fn()
+  step()
   return [v, performance.now() - t]
 }
 
@@ -112,7 +126,7 @@ async function appendPhase(root: string, o: Options, blobs: readonly string[]) {
   }, o.seconds * 1000)
   await Promise.all(
     agents.map(async (agent) => {
-      while (!stop) {
+      while (!stop && !interrupted) {
         const t = performance.now()
         await log.append(agent.workspace, nextEntry(agent, blobs))
         latencies.push(performance.now() - t)
@@ -320,6 +334,25 @@ function table(rows: readonly Row[]): string {
 
 export async function demo(o: Options): Promise<boolean> {
   const root = mkdtempSync(join(tmpdir(), 'noa-demo-'))
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted) {
+      process.stderr.write(`\nnoa demo: ${signal} again: exiting now; ${root} is left behind\n`)
+      process.exit(128 + (signal === 'SIGINT' ? 2 : 15))
+    }
+    interrupted = signal
+    process.stderr.write(`${live ? '\r\x1b[K' : ''}noa demo: ${signal}: stopping at the next step\n`)
+  }
+  process.on('SIGINT', onSignal)
+  process.on('SIGTERM', onSignal)
+  try {
+    return await run(o, root)
+  } finally {
+    process.removeListener('SIGINT', onSignal)
+    process.removeListener('SIGTERM', onSignal)
+  }
+}
+
+async function run(o: Options, root: string): Promise<boolean> {
   const began = performance.now()
   say(`noa demo: every layer on a temporary root (${root})`)
   const objects = new ObjectStore(root)
@@ -386,7 +419,17 @@ export async function demo(o: Options): Promise<boolean> {
     }
   } catch (err) {
     ok = false
-    process.stderr.write(`noa demo: ${(err as Error).stack ?? err}\n`)
+    if (!(err instanceof Interrupted)) process.stderr.write(`noa demo: ${(err as Error).stack ?? err}\n`)
+  }
+  if (interrupted) {
+    if (o.keep) process.stderr.write(`noa demo: stopped by ${interrupted}; its files are kept in ${root}\n`)
+    else {
+      rmSync(root, { recursive: true, force: true })
+      process.stderr.write(
+        `noa demo: stopped by ${interrupted}; removed its temporary root ${root} (npm start -- --keep keeps it)\n`,
+      )
+    }
+    return false
   }
   say()
   say(
@@ -416,7 +459,8 @@ A demo of every layer on a temporary root, in about 10 seconds: agents append to
 workspaces at once (live figures on a terminal), the logs are recovered and verified, a
 snapshot is forked and merged back with one conflict, a transcript is recorded and resumed,
 memory notes are saved and recalled, and part of the session is compressed. It ends with a
-summary table and where the files are.
+summary table and where the files are. Ctrl-C (or SIGTERM) stops it at the next step and
+removes its temporary root, unless --keep.
 
 options:
   --agents N   concurrent agents, one workspace each (default: 8)
@@ -451,5 +495,6 @@ if (values?.help) {
   if (values) process.stderr.write(`noa demo: --agents must be an integer >= 1 and --seconds > 0\n${USAGE}`)
   process.exitCode = 2
 } else if (!(await demo({ agents, seconds, keep: values.keep ?? false }))) {
-  process.exitCode = 1
+  // Stopped by a signal: the shell's code for it (130 for SIGINT), as if it had killed the demo.
+  process.exitCode = interrupted ? 128 + (interrupted === 'SIGINT' ? 2 : 15) : 1
 }

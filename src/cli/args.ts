@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util'
 import { checkRoot } from '../engine/files.js'
 import { resolveRoot } from '../engine/logs.js'
 import { type CliIo, write } from './io.js'
+import { checkLayout } from './roots.js'
 import { didYouMean } from './suggest.js'
 
 export class UsageError extends Error {
@@ -158,7 +159,7 @@ export function parseCommand<O extends OptionSpec>(args: string[], spec: Command
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true }) as Parsed<O>
   } catch (err) {
-    throw new UsageError((err as Error).message, spec.usage)
+    throw new UsageError(missingValue(err, spec) ?? (err as Error).message, spec.usage)
   }
   const [min, max] = spec.positionals
   const n = parsed.positionals.length
@@ -182,6 +183,22 @@ function refuseUnknownOption(args: string[], spec: CommandSpec, options: ParseOp
     if (spec.positionals[1] > 0) message += `; an argument starting with '-' goes after '--'`
     throw new UsageError(message, spec.usage)
   }
+}
+
+/**
+ * parseArgs' "Option '-m, --message <value>' argument missing" (or "is ambiguous", when the next
+ * word starts with '-') in the words of every other usage error: the option, what it needs, how
+ * to give a value that starts with '-'.
+ */
+function missingValue(err: unknown, spec: CommandSpec): string | undefined {
+  if ((err as NodeJS.ErrnoException).code !== 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') return undefined
+  const flag = /^Option '(-[^ ',]+)/.exec((err as Error).message)?.[1]
+  const entry = Object.entries(spec.options).find(
+    ([name, def]) => flag === `--${name}` || (def.short !== undefined && flag === `-${def.short}`),
+  )
+  if (!entry) return undefined
+  const [name, def] = entry
+  return `option ${optionFlags(name, def)} needs a value (${def.value ?? name.toUpperCase()}); a value starting with '-' is written --${name}=-…`
 }
 
 /** Whether the words before any `--` ask for help. */
@@ -226,11 +243,13 @@ export function rootOf(values: { root?: unknown }): string {
 
 /**
  * The root of a command that only reads: a missing or mistyped one is refused ("no noa root at
- * PATH", exit 1) before anything is looked up in it, never taken as an empty root.
+ * PATH", exit 1) before anything is looked up in it, never taken as an empty root; so is a
+ * folder that holds other things and nothing of noa's (naming the nearest root).
  */
 export function existingRootOf(values: { root?: unknown }): string {
   const root = rootOf(values)
   checkRoot(root, true)
+  checkLayout(root)
   return root
 }
 

@@ -6,7 +6,7 @@
  * stderr) reader goes away ends quietly with 0, as git does.
  */
 import { existsSync, readFileSync } from 'node:fs'
-import { dirname, join } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { isNoaError } from '../engine/errors.js'
 // Every command's AgentLog.open talks to the daemon serving its root, when one does.
@@ -83,7 +83,7 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
   },
   tree: {
     group: 'store',
-    summary: "a snapshot's files: path and blob, sorted by path",
+    summary: "a snapshot's files (or ws, ws@seq): path and blob, sorted by path",
     load: () => import('./commands/tree.js'),
   },
   fork: {
@@ -220,7 +220,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       isNoaError(err) ||
       (err instanceof Error && typeof (err as NodeJS.ErrnoException).code === 'string')
     ) {
-      io.stderr.write(`noa ${name}: ${err.message}\n`)
+      io.stderr.write(`noa ${name}: ${err.message}${lockHint(err, name)}\n`)
       return 1
     }
     throw err
@@ -246,7 +246,8 @@ async function dispatch(argv: string[], io: CliIo): Promise<number> {
     const message = name.startsWith('-')
       ? `unknown option ${name}${suggestion(name, TOP_OPTIONS)}; valid options: ${TOP_OPTIONS.join(', ')}`
       : unknownName('command', name, [...Object.keys(COMMANDS), ...Object.keys(BUILTINS)])
-    await write(io.stderr, `noa: ${message}\n${usage()}`)
+    // One line of usage, not the whole help: the suggestion stays in sight.
+    await write(io.stderr, `noa: ${message}\n${SHORT_USAGE}\n`)
     return 2
   }
   const mod = await command.load()
@@ -256,6 +257,23 @@ async function dispatch(argv: string[], io: CliIo): Promise<number> {
     return 0
   }
   return await mod.run(rest, io)
+}
+
+const SHORT_USAGE = "usage: noa <command> [options] ('noa --help' lists the commands)"
+
+/**
+ * A second writer without a daemon is told the two ways out: `noa serve`, through which many
+ * processes share a root, and (for append) waiting for the lock.
+ */
+function lockHint(err: Error, name: string): string {
+  if (!isNoaError(err) || err.code !== 'NOA_WORKSPACE_LOCKED') return ''
+  const file = typeof err.details.file === 'string' ? err.details.file : ''
+  const root = basename(dirname(file)) === 'agent-logs' ? dirname(dirname(file)) : 'DIR'
+  const wait =
+    name === 'append' && !err.message.includes('(--wait)')
+      ? ', or pass --wait [DURATION] to wait for the lock'
+      : ''
+  return `. noa serve --root ${root} lets many processes share the root (they write through it)${wait}`
 }
 
 function suggestion(word: string, known: readonly string[]): string {

@@ -84,11 +84,16 @@ export function progress(io: CliIo, label: string): Progress {
       m.update(() => {
         const total = p.last !== undefined ? p.last - p.first + 1 : undefined
         const pct = percent(p.seq - p.first + 1, total)
-        return `${label}: ${p.workspace} seq ${p.seq}${p.last !== undefined ? `/${p.last}` : ''}${pct ? ` ${pct}` : ''}, ${p.entries} entries (${rate(p.entries, started)}/s)`
+        return `${label}: ${p.workspace} seq ${p.seq}${p.last !== undefined ? `/${p.last}` : ''}${pct ? ` ${pct}` : ''}, ${count(p.entries, 'entry', 'entries')} (${rate(p.entries, started)}/s)`
       })
     },
     done: () => m.done(),
   }
+}
+
+/** `1 entry`, `2 entries`: a count with its noun in the right number. */
+export function count(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`
 }
 
 /** A string as is, or JSON-quoted when it could break a line-oriented listing. */

@@ -559,6 +559,7 @@ async function initStreamNow(options: InitOptions): Promise<InitReport> {
         throw err
       })
     }
+    checkReplicas(link, options.replicas)
     let existing: StreamInfo | null = null
     try {
       existing = await link.jsm.streams.info(name)
@@ -626,6 +627,20 @@ async function initStreamNow(options: InitOptions): Promise<InitReport> {
   } finally {
     await closeLink(link)
   }
+}
+
+/**
+ * More than one replica needs a JetStream cluster. A server that is not in one has no `cluster`
+ * in its INFO; depending on its version it refuses such a stream ("replicas > 1 not supported
+ * in non-clustered mode") or makes it with one replica and reports success, so the request is
+ * refused here first, before anything is created or changed.
+ */
+function checkReplicas(link: Link, replicas: number | undefined): void {
+  if (replicas === undefined || replicas <= 1 || link.nc.info?.cluster) return
+  throw streamConfigError(
+    `replicas ${replicas} needs a JetStream cluster of at least ${replicas} servers, but ${link.where} is a single server (not in a cluster), which keeps one copy of each message: use replicas 1 there, or connect to a cluster`,
+    { replicas },
+  )
 }
 
 /** The stored message with this stream sequence, or null. */

@@ -106,7 +106,7 @@ export async function checkout(
   const existing = readdirSync(target)
   if (existing.length > 0 && !options.force) {
     throw Errors.EXISTS(
-      `${target} is not empty (${existing.length} entr${existing.length === 1 ? 'y' : 'ies'}); check out into an empty folder, or pass --force (force: true) to replace the tree's files in it`,
+      `${target} is not empty (${existing.length} entr${existing.length === 1 ? 'y' : 'ies'}); check out into an empty folder, or pass force: true to replace the tree's files in it`,
       { dir: target },
     )
   }

@@ -75,7 +75,7 @@ describe('checkout', () => {
     writeFileSync(join(dir, 'keep'), 'mine')
     const err = await refusal(ctx.engine.checkout(s.snapshotId as string, dir))
     expect(err.code).toBe('NOA_EXISTS')
-    expect(err.message).toMatch(/is not empty \(2 entries\).*--force/)
+    expect(err.message).toMatch(/is not empty \(2 entries\).*pass force: true/)
     expect(readFileSync(join(dir, 'a'), 'utf8')).toBe('old')
     await ctx.engine.checkout(s.snapshotId as string, dir, { force: true })
     expect(readTree(dir)).toEqual({ a: 'A', 'd/b': 'B', keep: 'mine' })

@@ -466,7 +466,8 @@ describe('noa snapshot, snapshots, tree, fork (CLI)', () => {
       [['snapshots', 'nope'], 1, /workspace nope has no log/],
       [['tree', zero], 1, /unknown snapshot noa_0{64}/],
       [['tree', 'noa_z7x9'], 1, /unknown snapshot noa_z7x9/],
-      [['tree', 'not-an-id'], 1, /snapshot id/],
+      [['tree', 'not-an-id'], 1, /workspace not-an-id has no log/], // tree takes ws refs too
+      [['tree', 'a/b'], 1, /is not a snapshot id \(noa_…\), a workspace name or ws@seq/],
       [['fork', 'x', '--from', zero], 1, /unknown snapshot/],
       [['fork', 'x'], 2, /--from <snapshot_id> is required/],
       [['snapshot'], 2, /usage: noa snapshot/],

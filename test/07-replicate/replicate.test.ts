@@ -316,7 +316,7 @@ describe('replicate push and pull (CLI)', () => {
       ])
       expect(r.status).toBe(0)
       expect(r.stderr).toMatch(/workspace bad\.\.name skipped: its name would give an empty subject token/)
-      expect(r.stdout).toMatch(/pushed 2 entries from 1 workspaces/)
+      expect(r.stdout).toMatch(/pushed 2 entries from 1 workspace and /)
       const s = await replicationStatus({ root: a, prefix, nats: nats.url() })
       expect(s.workspaces.find((w) => w.workspace === 'trailing.')?.replicable).toBe(false)
     } finally {

@@ -182,14 +182,14 @@ describe('unknown options', () => {
     )
   })
 
-  it('other parse errors keep their messages', async () => {
+  it('an option without its value is named in the same style', async () => {
     const r = await runMain(['log', 'w', '--root'])
     expect(r.stderr).toBe(
-      "noa log: Option '--root <value>' argument missing\nusage: noa log <workspace> [--from SEQ] [--follow] [--root DIR] [--json]\n",
+      "noa log: option --root needs a value (DIR); a value starting with '-' is written --root=-…\nusage: noa log <workspace> [--from SEQ] [--follow] [--root DIR] [--json]\n",
     )
     const shortValue = await runMain(['snapshot', 'w', '-m'])
     expect(shortValue.stderr.split('\n')[0]).toBe(
-      "noa snapshot: Option '-m, --message <value>' argument missing",
+      "noa snapshot: option -m, --message needs a value (MESSAGE); a value starting with '-' is written --message=-…",
     )
   })
 })

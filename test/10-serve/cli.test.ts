@@ -100,13 +100,26 @@ describe('noa log --follow', () => {
     expect((await d.stop()).code).toBe(0)
   })
 
-  it('starts at --from and refuses an unknown workspace', async () => {
+  it('through the daemon, waits for a workspace that does not exist yet and prints its entries', async () => {
+    const root = tempDir()
+    const d = await startDaemon(root)
+    const f = follower(root, 'later')
+    const until = Date.now() + 30_000
+    while (!f.stderr().includes('waiting') && Date.now() < until) await new Promise((r) => setTimeout(r, 20))
+    expect(f.stderr()).toMatch(/^noa log: workspace later has no log in .+ yet; waiting for it/)
+    expect(append(root, 'later', ['a', 'b']).status).toBe(0)
+    expect((await f.lines(2)).join('\n')).toBe(stored(root, 'later').trim())
+    expect(await f.stop()).toBe(0)
+    expect((await d.stop()).code).toBe(0)
+  })
+
+  it('starts at --from; without --follow, refuses an unknown workspace (with it, waits: frictions.test.ts)', async () => {
     const root = tempDir()
     expect(append(root, 'w', ['a', 'b', 'c']).status).toBe(0)
     const f = follower(root, 'w', ['--from', '3'])
     expect((await f.lines(1))[0]).toBe(stored(root, 'w').trim().split('\n')[2])
     await f.stop()
-    const r = runCli(['log', 'nope', '--follow', '--root', root])
+    const r = runCli(['log', 'nope', '--root', root])
     expect(r.status).toBe(1)
     expect(r.stderr).toMatch(/workspace nope has no log/)
   })

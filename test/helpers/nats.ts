@@ -14,22 +14,42 @@ import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, onTestFinished } from 'vitest'
 import { CLI } from './index.js'
 
-export function natsServerBinary(): string {
-  const fromEnv = process.env.NOA_NATS_SERVER
+const INSTALL =
+  'install it (Debian/Ubuntu: apt-get install nats-server; macOS: brew install nats-server; ' +
+  'else go install github.com/nats-io/nats-server/v2@latest or a release from ' +
+  'https://github.com/nats-io/nats-server/releases), set NOA_NATS_SERVER to its path, ' +
+  'or set NOA_TEST_NATS_URL to a running server with JetStream'
+
+/**
+ * The nats-server to start. When there is none, the error is one line that says what is missing
+ * and how to get it, without a stack trace: it is what a new user sees for each replication
+ * suite (`env` and `dirs` are for the test of that message).
+ */
+export function natsServerBinary(
+  env: NodeJS.ProcessEnv = process.env,
+  dirs: readonly string[] = ['/usr/sbin', '/usr/local/bin', '/usr/bin'],
+): string {
+  const fromEnv = env.NOA_NATS_SERVER
   if (fromEnv) {
-    if (!existsSync(fromEnv)) throw new Error(`NOA_NATS_SERVER names ${fromEnv}, which does not exist`)
+    if (!existsSync(fromEnv))
+      throw oneLine(`NOA_NATS_SERVER names ${fromEnv}, which does not exist: ${INSTALL}`)
     return fromEnv
   }
-  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/bin', '/usr/bin']
-  for (const dir of dirs) {
+  const path = (env.PATH ?? '').split(delimiter)
+  for (const dir of [...path, ...dirs]) {
     const candidate = join(dir, 'nats-server')
     if (dir && existsSync(candidate)) return candidate
   }
-  throw new Error(
-    'nats-server not found (looked in PATH, /usr/sbin, /usr/local/bin): the replication tests need a real server. ' +
-      'Install it (Debian/Ubuntu: apt-get install nats-server), set NOA_NATS_SERVER to its path, ' +
-      'or set NOA_TEST_NATS_URL to a running server with JetStream',
+  throw oneLine(
+    `nats-server not found (looked in PATH${dirs.length > 0 ? `, ${dirs.join(', ')}` : ''}): the replication tests need a real server; ${INSTALL}`,
   )
+}
+
+/** An error that a test runner prints as its message alone. */
+function oneLine(message: string): Error {
+  const err = new Error(message)
+  err.stack = `Error: ${message}`
+  return err
 }
 
 export interface NatsServer {

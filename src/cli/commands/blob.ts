@@ -5,6 +5,7 @@ import { checkRoot, kindOf, nameTooLong, notRegularFile } from '../../engine/fil
 import { ObjectStore } from '../../store/objects.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
+import { checkLayout } from '../roots.js'
 
 export const spec = command({
   usage: 'usage: noa blob put <file|-> [--root DIR] [--json]\n       noa blob get <hash> [--root DIR]',
@@ -66,6 +67,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   if (action === 'get') {
     if (values.json) throw new UsageError('blob get prints the bytes; --json is for put', spec.usage)
     checkRoot(root, true)
+    checkLayout(root)
     // Streamed too: a chunk at a time, after the whole blob was checked against its hash.
     for await (const chunk of new ObjectStore(root).streamBlob(arg)) await write(io.stdout, chunk)
     return 0

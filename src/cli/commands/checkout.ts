@@ -1,5 +1,6 @@
+import { NoaError, rewrap } from '../../engine/errors.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
 export const spec = command({
@@ -26,8 +27,13 @@ export const spec = command({
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const [ref, dir] = positionals as [string, string]
-  const engine = new SnapshotEngine({ root: rootOf(values) })
-  const r = await engine.checkout(ref, dir, { force: values.force ?? false })
+  const engine = new SnapshotEngine({ root: existingRootOf(values) })
+  const r = await engine.checkout(ref, dir, { force: values.force ?? false }).catch((err: unknown) => {
+    // The store speaks the API's words (force: true); here the option is --force.
+    if (err instanceof NoaError && err.code === 'NOA_EXISTS' && err.message.includes('force: true'))
+      throw rewrap(err, err.message.replace('force: true', '--force'))
+    throw err
+  })
   await write(
     io.stdout,
     values.json

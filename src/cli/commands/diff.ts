@@ -1,6 +1,6 @@
 import { fileDiff } from '../../store/diff.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
@@ -22,7 +22,7 @@ const LETTER = { added: 'A', removed: 'D', changed: 'M' } as const
 /** `A|D|M<TAB>path` per change (git's --name-status); --stat adds line counts; --patch the text. */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const engine = new SnapshotEngine({ root: existingRootOf(values) })
   const r = await engine.diff(positionals[0] as string, positionals[1] as string)
   const detailed = values.stat || values.patch
   const files = detailed ? await Promise.all(r.changes.map((c) => fileDiff(engine.store, c))) : []

@@ -2,6 +2,7 @@ import { DEFAULT_GRACE_MS, type GcItem, parseDuration } from '../../store/gc.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
+import { count } from '../progress.js'
 
 export const spec = command({
   usage: 'usage: noa gc [--yes] [--grace DURATION] [--root DIR] [--json]',
@@ -63,7 +64,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
       if (!io.isTTY) return
       drawn = true
       io.stderr.write(
-        `\r\x1b[Kgc: ${p.phase === 'mark' ? `marking: ${p.workspaces} logs, ${p.marked} objects reachable` : `sweeping: ${p.dirs}/256 folders, ${p.removed} ${dryRun ? 'to remove' : 'removed'}`}`,
+        `\r\x1b[Kgc: ${p.phase === 'mark' ? `marking: ${count(p.workspaces, 'log')}, ${count(p.marked, 'object')} reachable` : `sweeping: ${p.dirs}/256 folders, ${p.removed} ${dryRun ? 'to remove' : 'removed'}`}`,
       )
     },
   })
@@ -76,7 +77,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const freed = r.removedBytes + r.tempBytes
   await write(
     io.stdout,
-    `${dryRun ? 'dry run: would free' : 'freed'} ${size(freed)}: ${r.removed} unreachable object${r.removed === 1 ? '' : 's'} and ${r.temps} temp file${r.temps === 1 ? '' : 's'}; kept ${r.reachable} reachable and ${r.young} younger than the grace period, of ${r.objects} objects${dryRun ? ' (noa gc --yes removes them)' : ''}\n`,
+    `${dryRun ? 'dry run: would free' : 'freed'} ${size(freed)}: ${r.removed} unreachable object${r.removed === 1 ? '' : 's'} and ${r.temps} temp file${r.temps === 1 ? '' : 's'}; kept ${r.reachable} reachable and ${r.young} younger than the grace period, of ${count(r.objects, 'object')}${dryRun ? ' (noa gc --yes removes them)' : ''}\n`,
   )
   if (r.logs > 0) {
     await write(

@@ -1,6 +1,6 @@
 import { drawGraph, type HistoryNode } from '../../store/history.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 import { describeSkipped } from './describe.js'
@@ -40,7 +40,7 @@ function label(n: HistoryNode): string {
 
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const engine = new SnapshotEngine({ root: rootOf(values) })
+  const engine = new SnapshotEngine({ root: existingRootOf(values) })
   const nodes = await engine.history(positionals[0] as string)
   if (values.json) {
     await write(io.stdout, json(nodes))

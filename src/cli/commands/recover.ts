@@ -2,7 +2,7 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
 import { retryQuarantined } from '../../engine/journal-recovery.js'
 import { type LogProblem, problemOf, scanLogDir } from '../../engine/logs.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, isClosedPipeError, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 import { meter, percent } from '../progress.js'
@@ -29,7 +29,7 @@ export const spec = command({
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const root = rootOf(values)
+  const root = existingRootOf(values)
   for (const ws of positionals) checkWorkspace(ws)
   const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
   const problems: LogProblem[] = []

@@ -18,7 +18,7 @@ import {
   UsageError,
 } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
-import { clearProgress, meter, percent, rate } from '../progress.js'
+import { clearProgress, count, meter, percent, rate } from '../progress.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
@@ -103,13 +103,15 @@ const SPECS = {
       replicas: {
         type: 'string',
         value: 'N',
-        description: 'copies of the stream in a cluster',
+        description: 'copies of the stream in a cluster (more than 1 is refused on a single server)',
         defaultText: '1 for a new stream; an existing one keeps its own',
       },
     },
     positionals: [0, 0],
     examples: ['noa replicate init --nats nats://127.0.0.1:4222 --replicas 3'],
-    exitCodes: { 1: 'the server cannot be reached, or the stream cannot be fixed in place' },
+    exitCodes: {
+      1: 'the server cannot be reached, the stream cannot be fixed in place, or --replicas N > 1 on a server that is not in a cluster',
+    },
   }),
 }
 
@@ -180,7 +182,7 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
           else {
             await write(
               io.stdout,
-              `pushed ${r.entries} entries from ${r.workspaces.length} workspaces and ${r.objects} objects to stream ${r.stream} (${prefix}.>) in ${(r.durationMs / 1000).toFixed(1)} s\n${r.workspaces
+              `pushed ${count(r.entries, 'entry', 'entries')} from ${count(r.workspaces.length, 'workspace')} and ${count(r.objects, 'object')} to stream ${r.stream} (${prefix}.>) in ${(r.durationMs / 1000).toFixed(1)} s\n${r.workspaces
                 .map((w) => `  ${w.workspace}: seq ${w.from}..${w.to}\n`)
                 .join('')}${r.skipped.map((s) => `  ${s.workspace}: skipped, ${s.reason}\n`).join('')}`,
             )
@@ -193,7 +195,7 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
           else {
             await write(
               io.stdout,
-              `pulled ${r.entries} entries into ${r.workspaces.length} workspaces and ${r.objects} objects from stream ${r.stream} (${prefix}.>) up to stream seq ${r.streamSeq} in ${(r.durationMs / 1000).toFixed(1)} s${r.skipped > 0 ? `; ${r.skipped} entries were here already` : ''}\n${r.workspaces
+              `pulled ${count(r.entries, 'entry', 'entries')} into ${count(r.workspaces.length, 'workspace')} and ${count(r.objects, 'object')} from stream ${r.stream} (${prefix}.>) up to stream seq ${r.streamSeq} in ${(r.durationMs / 1000).toFixed(1)} s${r.skipped > 0 ? `; ${count(r.skipped, 'entry was', 'entries were')} here already` : ''}\n${r.workspaces
                 .map((w) => `  ${w.workspace}: seq ${w.from}..${w.to}\n`)
                 .join('')}`,
             )
@@ -289,7 +291,7 @@ function describeProgress(name: Sub, p: ReplicationProgress, started: number): s
     p.lastStreamSeq !== undefined && p.streamSeq !== undefined
       ? `, stream seq ${p.streamSeq}/${p.lastStreamSeq} ${percent(p.streamSeq, p.lastStreamSeq)}`
       : ''
-  return `${verb} ${p.entries} entries (${rate(p.entries, started)}/s) and ${p.objects} objects${upTo}`
+  return `${verb} ${count(p.entries, 'entry', 'entries')} (${rate(p.entries, started)}/s) and ${count(p.objects, 'object')}${upTo}`
 }
 
 function describeEvent(e: ReplicationEvent): string {

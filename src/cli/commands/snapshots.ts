@@ -1,6 +1,5 @@
-import { checkRoot } from '../../engine/files.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { quoteField } from '../progress.js'
 import { describeSkipped } from './describe.js'
@@ -22,8 +21,7 @@ export const spec = command({
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const root = rootOf(values)
-  checkRoot(root, true)
+  const root = existingRootOf(values)
   const engine = new SnapshotEngine({ root })
   const list = await engine.listSnapshots(positionals[0] as string)
   if (values.json) {

@@ -1,25 +1,26 @@
-import { checkRoot } from '../../engine/files.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, write } from '../io.js'
 import { quoteField } from '../progress.js'
 
 export const spec = command({
-  usage: 'usage: noa tree <snapshot_id> [--root DIR] [--json]',
+  usage: 'usage: noa tree <snapshot_id|ws|ws@seq> [--root DIR] [--json]',
   options: { ...ROOT_OPTION, ...JSON_OPTION },
   positionals: [1, 1],
-  details: 'One path<TAB>blob line per file, sorted by path (paths with control characters JSON-quoted).',
-  examples: ['noa tree <snapshot_id>'],
-  exitCodes: { 1: 'no such snapshot, or its tree is corrupt' },
+  details:
+    'The same refs as checkout and diff: a snapshot id, ws (its files now) or ws@seq (its files\n' +
+    'after entry seq). One path<TAB>blob line per file, sorted by path (paths with control\n' +
+    'characters JSON-quoted).',
+  examples: ['noa tree agent-1', 'noa tree agent-1@120', 'noa tree noa_1f…'],
+  exitCodes: { 1: 'an unknown ref (no such snapshot, workspace or seq), or a corrupt tree' },
 })
 
 /** One `path<TAB>blob` line per file, sorted by path (the tree's own order); --json: JSON lines. */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const root = rootOf(values)
-  checkRoot(root, true)
-  const engine = new SnapshotEngine({ root })
-  const tree = await engine.tree(positionals[0] as string)
+  const engine = new SnapshotEngine({ root: existingRootOf(values) })
+  // One ref parser for tree, checkout and diff: SnapshotEngine.resolve.
+  const { tree } = await engine.resolve(positionals[0] as string)
   let out = ''
   for (const [path, blob] of tree.entries()) {
     out += values.json ? `${JSON.stringify({ path, blob })}\n` : `${quoteField(path)}\t${blob}\n`

@@ -4,10 +4,10 @@ import type { VerifyReport } from '../../engine/recovery.js'
 import type { Skipped } from '../../store/replay.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { type StoreProblem, verifyStore } from '../../store/verify.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
-import { meter, percent } from '../progress.js'
+import { count, meter, percent } from '../progress.js'
 import { describeSkipped } from './describe.js'
 
 export const spec = command({
@@ -43,7 +43,7 @@ export function mb(bytes: number): string {
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
-  return `${r.entries} entries, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
+  return `${count(r.entries, 'entry', 'entries')}, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
 }
 
 function storeLine(p: StoreProblem): string {
@@ -64,7 +64,7 @@ function storeLine(p: StoreProblem): string {
  */
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
-  const root = rootOf(values)
+  const root = existingRootOf(values)
   const scan = positionals.length > 0 ? { workspaces: positionals, problems: [] } : scanLogDir(root)
   const engine = new SnapshotEngine({ root })
   const problems: LogProblem[] = journalProblems(root)

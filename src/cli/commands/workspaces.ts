@@ -1,5 +1,5 @@
 import { scanWorkspaces } from '../../engine/logs.js'
-import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { command, existingRootOf, JSON_OPTION, parseCommand, ROOT_OPTION } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { reportProblems } from '../problems.js'
 import { meter, percent } from '../progress.js'
@@ -21,7 +21,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const shown = meter(io)
   let scan: Awaited<ReturnType<typeof scanWorkspaces>>
   try {
-    scan = await scanWorkspaces(rootOf(values), {
+    scan = await scanWorkspaces(existingRootOf(values), {
       onProgress: (done, total, ws) =>
         shown.update(() => `counting entries: ${ws} (${done + 1}/${total}) ${percent(done, total)}`),
     })
