@@ -75,8 +75,8 @@ export const spec = command({
     'does hold for clients stays within --max-buffered-bytes, and a client that reads none of its\n' +
     'answers is disconnected.',
   examples: [
-    'noa serve --root /var/lib/noa &',
-    'noa serve --root /var/lib/noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
+    'noa serve --root ./.noa &',
+    'noa serve --root ./.noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
   ],
   exitCodes: {
     0: 'stopped by SIGTERM or SIGINT after draining',

@@ -12,7 +12,7 @@ export const spec = command({
     'One line per workspace: name, entries, last seq, bytes, and any torn tail. A log that\n' +
     'cannot be listed (not a regular file, unreadable, a corrupt last line) is named at the end.',
   exitCodes: { 0: 'every log was listed', 1: 'a log could not be listed (named on stderr)' },
-  examples: ['noa workspaces --root /var/lib/noa --json'],
+  examples: ['noa workspaces --root ./.noa --json'],
 })
 
 /** Lists every healthy workspace; a log that cannot be listed is named at the end (exit 1). */
