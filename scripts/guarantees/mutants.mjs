@@ -980,7 +980,7 @@ export const MUTANTS = [
     mutant: 'a v1 tree pack is no longer read',
     edits: [
       {
-        file: 'store/dirs.js',
+        file: 'store/pack-decode.js',
         from: 'if (magic === PACK_HEADER)\n        return PackV1.decode(',
         to: 'if (false)\n        return PackV1.decode(',
       },
