@@ -188,7 +188,7 @@ export const SERVE_MUTANTS = [
     mutant: 'the requests in flight on a lost connection are never failed (they hang)',
     edits: [
       {
-        file: 'serve/client.js',
+        file: 'serve/connection.js',
         from: 'const lost = this.lost;\n        this.idle?.();\n        for (const [id, w] of this.waiters) {',
         to: 'const lost = this.lost;\n        this.idle?.();\n        for (const [id, w] of []) {',
       },
@@ -339,7 +339,7 @@ export const SERVE_MUTANTS = [
     mutant: "the daemon's errors not rebuilt as NoaErrors by the client (code and details lost)",
     edits: [
       {
-        file: 'serve/client.js',
+        file: 'serve/connection.js',
         from: 'w.reject(deserializeError(msg.error));',
         to: 'w.reject(new Error(msg.error.message));',
       },
