@@ -201,9 +201,9 @@ export const SERVE_MUTANTS = [
     mutant: "an appendMany's acknowledgements answered in the wrong order",
     edits: [
       {
-        file: 'serve/session.js',
-        from: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks));',
-        to: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks).reverse());',
+        file: 'serve/requests.js',
+        from: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => noted(host, ws, acks));',
+        to: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => noted(host, ws, acks).reverse());',
       },
     ],
   },
@@ -214,9 +214,9 @@ export const SERVE_MUTANTS = [
     mutant: '--max-entry-bytes not checked on append',
     edits: [
       {
-        file: 'serve/session.js',
-        from: "if (size > limits.maxEntryBytes)\n                    throw tooLarge('the entry',",
-        to: "if (false)\n                    throw tooLarge('the entry',",
+        file: 'serve/requests.js',
+        from: "if (size > limits.maxEntryBytes)\n                throw tooLarge('the entry',",
+        to: "if (false)\n                throw tooLarge('the entry',",
       },
     ],
   },
