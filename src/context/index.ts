@@ -19,7 +19,8 @@ export {
   relLink,
   renderArchiveUnchecked,
 } from './archive.js'
-export { type ParseArchiveOptions, parseArchive, renderArchive } from './archive-reader.js'
+export { type ParseArchiveOptions, parseArchive } from './archive-reader.js'
+export { renderArchive } from './archive-writer.js'
 export {
   type AuditCode,
   type AuditOptions,
