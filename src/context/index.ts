@@ -28,13 +28,12 @@ export {
   type AuditReport,
   auditSession,
 } from './audit.js'
+export { type ResolvedRange, resolveBoundaries } from './boundaries.js'
 export {
   type ApplyInput,
   type ApplyResult,
   applyCompression,
   decideTier,
-  type ResolvedRange,
-  resolveBoundaries,
   type TierDecision,
 } from './compress.js'
 export {
