@@ -37,7 +37,7 @@ export interface BuiltFolder extends SizedFolder {
 
 const byId = (a: SizedFolder, b: SizedFolder): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
-/** Encodings of packs being made into a Pack by packOf (their tables need no check). */
+/** Encodings of packs being made into a Pack by packOf (pack-build.ts): their tables need no check. */
 export const justBuilt = new WeakSet<Buffer>()
 
 /** Bytes of one index entry of a v2 pack: folder id, length of its bytes, start of its hints. */
