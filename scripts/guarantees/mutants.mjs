@@ -781,7 +781,7 @@ export const MUTANTS = [
     mutant: 'no Nats-Expected-Last-Subject-Sequence on a publish',
     edits: [
       {
-        file: 'replicate/stream.js',
+        file: 'replicate/link.js',
         from: 'h.set(PubHeaders.ExpectedLastSubjectSequenceHdr, String(lastSubjectSequence));',
         to: ';',
       },
@@ -799,7 +799,7 @@ export const MUTANTS = [
     test: 'test/07-replicate/replicate.test.ts',
     name: 'a second publisher for a workspace is refused: by the duplicate check, then by the expected sequence',
     mutant: 'no Nats-Msg-Id on a publish',
-    edits: [{ file: 'replicate/stream.js', from: 'h.set(PubHeaders.MsgIdHdr, msgId);', to: ';' }],
+    edits: [{ file: 'replicate/link.js', from: 'h.set(PubHeaders.MsgIdHdr, msgId);', to: ';' }],
   },
   {
     id: 'R-4',
@@ -980,7 +980,7 @@ export const MUTANTS = [
     mutant: 'a v1 tree pack is no longer read',
     edits: [
       {
-        file: 'store/dirs.js',
+        file: 'store/pack-decode.js',
         from: 'if (magic === PACK_HEADER)\n        return PackV1.decode(',
         to: 'if (false)\n        return PackV1.decode(',
       },

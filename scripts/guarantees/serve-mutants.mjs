@@ -188,7 +188,7 @@ export const SERVE_MUTANTS = [
     mutant: 'the requests in flight on a lost connection are never failed (they hang)',
     edits: [
       {
-        file: 'serve/client.js',
+        file: 'serve/connection.js',
         from: 'const lost = this.lost;\n        this.idle?.();\n        for (const [id, w] of this.waiters) {',
         to: 'const lost = this.lost;\n        this.idle?.();\n        for (const [id, w] of []) {',
       },
@@ -201,9 +201,9 @@ export const SERVE_MUTANTS = [
     mutant: "an appendMany's acknowledgements answered in the wrong order",
     edits: [
       {
-        file: 'serve/session.js',
-        from: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks));',
-        to: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks).reverse());',
+        file: 'serve/requests.js',
+        from: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => noted(host, ws, acks));',
+        to: 'return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => noted(host, ws, acks).reverse());',
       },
     ],
   },
@@ -214,9 +214,9 @@ export const SERVE_MUTANTS = [
     mutant: '--max-entry-bytes not checked on append',
     edits: [
       {
-        file: 'serve/session.js',
-        from: "if (size > limits.maxEntryBytes)\n                    throw tooLarge('the entry',",
-        to: "if (false)\n                    throw tooLarge('the entry',",
+        file: 'serve/requests.js',
+        from: "if (size > limits.maxEntryBytes)\n                throw tooLarge('the entry',",
+        to: "if (false)\n                throw tooLarge('the entry',",
       },
     ],
   },
@@ -339,7 +339,7 @@ export const SERVE_MUTANTS = [
     mutant: "the daemon's errors not rebuilt as NoaErrors by the client (code and details lost)",
     edits: [
       {
-        file: 'serve/client.js',
+        file: 'serve/connection.js',
         from: 'w.reject(deserializeError(msg.error));',
         to: 'w.reject(new Error(msg.error.message));',
       },

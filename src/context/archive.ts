@@ -155,7 +155,7 @@ export function renderArchiveHead(doc: ArchiveDocument): string {
 
 /**
  * The archive's text, byte for byte Norma's `RenderArchive`, for any document (what a
- * compression writes). `renderArchive` (archive-reader.ts) is the same text for the documents
+ * compression writes). `renderArchive` (archive-writer.ts) is the same text for the documents
  * the reader gives back whole, and refuses the others.
  */
 export function renderArchiveUnchecked(doc: ArchiveDocument): string {

@@ -19,7 +19,8 @@ export {
   relLink,
   renderArchiveUnchecked,
 } from './archive.js'
-export { type ParseArchiveOptions, parseArchive, renderArchive } from './archive-reader.js'
+export { type ParseArchiveOptions, parseArchive } from './archive-reader.js'
+export { renderArchive } from './archive-writer.js'
 export {
   type AuditCode,
   type AuditOptions,
@@ -27,13 +28,12 @@ export {
   type AuditReport,
   auditSession,
 } from './audit.js'
+export { type ResolvedRange, resolveBoundaries } from './boundaries.js'
 export {
   type ApplyInput,
   type ApplyResult,
   applyCompression,
   decideTier,
-  type ResolvedRange,
-  resolveBoundaries,
   type TierDecision,
 } from './compress.js'
 export {

@@ -11,6 +11,8 @@ export {
   type PushCheckpoint,
   type PushPosition,
 } from './checkpoint.js'
+export type { EventSink, ProgressSink, ReplicationEvent, ReplicationProgress } from './events.js'
+export type { NatsTarget } from './link.js'
 export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './mirror.js'
 export {
   type PushedWorkspace,
@@ -28,17 +30,7 @@ export {
   type StatusOptions,
   type WorkspaceReplication,
 } from './status.js'
-export {
-  type EventSink,
-  type InitOptions,
-  type InitReport,
-  initStream,
-  type NatsTarget,
-  type ProgressSink,
-  type ReplicationEvent,
-  type ReplicationProgress,
-  streamProblems,
-} from './stream.js'
+export { type InitOptions, type InitReport, initStream, streamProblems } from './stream.js'
 export {
   DEFAULT_PREFIX,
   defaultStreamName,

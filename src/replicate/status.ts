@@ -15,18 +15,10 @@ import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint } from './checkpoint.js'
+import { asNoaError } from './failures.js'
 import { countersOf, lineAtSeq } from './lines.js'
-import {
-  asNoaError,
-  closeLink,
-  findEntryOnSubject,
-  type Link,
-  lastOnSubject,
-  type NatsTarget,
-  nextOnSubject,
-  openLink,
-  resolveStream,
-} from './stream.js'
+import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
+import { findEntryOnSubject, lastOnSubject, nextOnSubject, resolveStream } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,

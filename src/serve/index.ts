@@ -5,6 +5,7 @@
  */
 import './forward.js'
 
-export { type ConnectOptions, connectDaemon, type DaemonInfo, RemoteAgentLog } from './client.js'
+export { type ConnectOptions, connectDaemon, RemoteAgentLog } from './client.js'
+export type { DaemonInfo } from './connection.js'
 export { Daemon, type DaemonStats, type ServeOptions } from './daemon.js'
 export { DEFAULT_LIMITS, type Limits, PROTOCOL_VERSION, SOCKET_NAME } from './protocol.js'

@@ -1,6 +1,7 @@
 /**
  * One client connection of the daemon: reads request lines, runs each against the AgentLog the
- * daemon owns, and writes one answer per request (and the chunks of streams) as they complete.
+ * daemon owns (requests.ts; a stream's chunks are pumped by stream-pump.ts), and writes one
+ * answer per request (and the chunks of streams) as they complete.
  *
  * Memory stays bounded whatever a client does: a line is at most `maxLineBytes` (64 KiB before
  * `hello`); a connection stops being read while it has `maxInFlight` requests in flight, while its
@@ -8,27 +9,22 @@
  * `maxPendingBytes` of requests in flight. Answers wait in the session's Outbox, which a client
  * that takes none of them for `slowConsumerMs` loses with the connection (NOA_SLOW_CONSUMER). A
  * stream reads its next chunk only when its client granted one and takes what it is sent;
- * otherwise it is parked, its reader closed, its position kept (streams.ts), so what a slow
- * reader has not read yet waits in the log file, never in the daemon's memory. What the daemon
- * does hold for its clients (answers, unfinished lines, open readers) counts against one budget,
- * `maxBufferedBytes` (budget.ts); what would go past it is refused with NOA_BUSY.
+ * otherwise it is parked, its reader closed, its position kept (stream-pump.ts, streams.ts), so
+ * what a slow reader has not read yet waits in the log file, never in the daemon's memory. What
+ * the daemon does hold for its clients (answers, unfinished lines, open readers) counts against
+ * one budget, `maxBufferedBytes` (budget.ts); what would go past it is refused with NOA_BUSY.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Socket } from 'node:net'
-import type { AgentLog, AppendOptions } from '../engine/agent-log.js'
-import { STORE_APPEND } from '../engine/checks.js'
-import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, type NoaError, serializeError } from '../engine/errors.js'
-import { type Budget, READER_BYTES, TAIL_BYTES } from './budget.js'
+import type { Budget } from './budget.js'
 import { LineReader } from './lines.js'
 import { Outbox } from './outbox.js'
 import {
   badArgument,
-  bool,
   checkFields,
   DEFAULT_WINDOW,
   HELLO_MAX_LINE,
-  type Limits,
   MAX_WINDOW,
   OPS,
   PROTOCOL_VERSION,
@@ -36,23 +32,17 @@ import {
   protocolError,
   type Request,
   STREAM_OPS,
-  tooLarge,
-  utf8Bytes,
 } from './protocol.js'
-import { type Chunk, orAbort, STREAM_READ_BYTES, type StreamSource, streamSource } from './streams.js'
+import { callRequest, type InFlight, type RequestHost } from './requests.js'
+import { pumpStream, type StreamOutlet } from './stream-pump.js'
+import { STREAM_READ_BYTES, type StreamSource, streamSource } from './streams.js'
 
 /** What a session needs from its daemon. */
-export interface SessionHost {
-  readonly log: AgentLog
+export interface SessionHost extends RequestHost {
   readonly root: string
-  readonly limits: Limits
   /** sha256 of the token a TCP client must present; null without a TCP listener. */
   readonly tokenDigest: Buffer | null
   readonly draining: boolean
-  stats(): object
-  /** Records the last seq an append through the daemon got (for lastSeq). */
-  noteSeq(workspace: string, seq: number): void
-  lastSeq(workspace: string): Promise<number>
   /** Request bytes in flight across all sessions (the daemon's budget). */
   pendingBytes: number
   /** What the daemon holds for its clients: answers, request lines, stream readers (maxBufferedBytes). */
@@ -97,19 +87,6 @@ const CLOSE_GRACE_MS = 1000
  */
 const SLOW_LINGER_MS = 60_000
 
-interface InFlight {
-  op: string
-  bytes: number
-  /**
-   * Streams, and appends sent with `"cancellable": true`: what `cancel` aborts. Others have
-   * none (an AbortController and its listener per append cost more than the rest of its path).
-   */
-  abort: AbortController | null
-  /** Streams: chunks the client still accepts, and a wake-up for a stream waiting for credit. */
-  credits?: number
-  wake?: (() => void) | null
-}
-
 export class Session {
   private readonly reader = new LineReader(HELLO_MAX_LINE)
   private state: 'hello' | 'open' | 'closed' = 'hello'
@@ -122,6 +99,8 @@ export class Session {
   /** Bytes of a request line not yet complete, as counted against the budget. */
   private lineBytes = 0
   private readonly outbox: Outbox
+  /** What this connection's stream pumps use of it (stream-pump.ts). */
+  private readonly outlet: StreamOutlet
   private helloTimer: NodeJS.Timeout | null
   /** Set once the daemon drains: new requests are refused. */
   private ending = false
@@ -143,6 +122,16 @@ export class Session {
       },
       host.limits.slowConsumerMs,
     )
+    this.outlet = {
+      budget: host.budget,
+      mayPull: (r) => this.mayPull(r),
+      startedReading: () => {
+        this.reading++
+      },
+      doneReading: () => this.doneReading(),
+      push: (line, bytes) => this.push(line, bytes),
+      send: (msg) => this.send(msg),
+    }
     socket.on('data', (chunk: Buffer) => this.onData(chunk))
     socket.on('error', () => {}) // a peer that vanished: 'close' follows
     socket.on('close', () => this.onClose())
@@ -341,7 +330,7 @@ export class Session {
   private run(req: Request, r: InFlight): void {
     let p: Promise<unknown>
     try {
-      p = this.call(req, r.abort?.signal)
+      p = callRequest(this.host, this.transport, req, r.abort?.signal)
     } catch (err) {
       this.settle(req.id, r, null, err)
       return
@@ -350,143 +339,6 @@ export class Session {
       (value) => this.settle(req.id, r, value ?? null, null),
       (err) => this.settle(req.id, r, null, err),
     )
-  }
-
-  /** A unary request against the AgentLog. Validation errors are thrown synchronously. */
-  private call(req: Request, signal: AbortSignal | undefined): Promise<unknown> {
-    const log = this.host.log
-    const limits = this.host.limits
-    switch (req.op) {
-      case 'append': {
-        checkFields(req, ['ws', 'entry', 'ifLastSeq', 'checkBlobs', 'cancellable'])
-        const ws = checkWorkspace(req.ws) // in the engine's order: the workspace, then the entry
-        const size = utf8Bytes(encodeBody(req.entry))
-        if (size > limits.maxEntryBytes)
-          throw tooLarge('the entry', size, limits.maxEntryBytes, '--max-entry-bytes')
-        return log.append(ws, req.entry as EntryInput, appendOptions(req, signal)).then((ack) => {
-          this.host.noteSeq(ws, ack.seq)
-          return ack
-        })
-      }
-      case 'appendMany': {
-        checkFields(req, ['ws', 'entries', 'ifLastSeq', 'checkBlobs', 'cancellable'])
-        const ws = checkWorkspace(req.ws)
-        const entries = this.sizedEntries(req, 'appendMany')
-        return log.appendMany(ws, entries, appendOptions(req, signal)).then((acks) => this.noted(ws, acks))
-      }
-      case 'storeAppend': {
-        // The store's own path (its records, unchecked: it has just written them): for this
-        // user's processes only, which could write the records' files themselves anyway.
-        checkFields(req, ['ws', 'entries'])
-        this.localOnly(req.op)
-        const ws = checkWorkspace(req.ws)
-        const entries = this.sizedEntries(req, 'storeAppend')
-        return log[STORE_APPEND](ws, entries).then((acks) => this.noted(ws, acks))
-      }
-      case 'appendAtomic': {
-        checkFields(req, ['batch'])
-        const batch = req.batch
-        if (typeof batch === 'object' && batch !== null && !Array.isArray(batch)) {
-          for (const [ws, entries] of Object.entries(batch)) {
-            if (!Array.isArray(entries)) continue // the engine names it
-            entries.forEach((e, i) => {
-              const size = utf8Bytes(encodeBody(e, `${ws} entry ${i + 1}`))
-              if (size > limits.maxEntryBytes)
-                throw tooLarge(`${ws} entry ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
-            })
-          }
-        }
-        return log.appendAtomic(batch as Record<string, never[]>).then((out) => {
-          for (const [ws, acks] of Object.entries(out)) this.noted(ws, acks)
-          return out
-        })
-      }
-      case 'appendReplicated': {
-        checkFields(req, ['ws', 'lines'])
-        const lines = req.lines
-        if (!Array.isArray(lines) || !lines.every((l) => typeof l === 'string')) {
-          throw badArgument('appendReplicated.lines must be an array of strings')
-        }
-        lines.forEach((l: string, i) => {
-          const size = utf8Bytes(l)
-          if (size > limits.maxEntryBytes)
-            throw tooLarge(`line ${i + 1}`, size, limits.maxEntryBytes, '--max-entry-bytes')
-        })
-        const ws = req.ws as string
-        return log.appendReplicated(ws, lines).then((acks) => this.noted(ws, acks))
-      }
-      case 'appendToFile': {
-        checkFields(req, ['file', 'data', 'lock', 'repairTail'])
-        this.localOnly(req.op)
-        if (typeof req.data !== 'string') throw badArgument('appendToFile.data must be a string')
-        const size = utf8Bytes(req.data)
-        if (size > limits.maxEntryBytes)
-          throw tooLarge('the data', size, limits.maxEntryBytes, '--max-entry-bytes')
-        const options: { lock?: boolean; repairTail?: boolean } = {}
-        if (req.lock !== undefined) options.lock = bool(req.lock, 'appendToFile.lock')
-        if (req.repairTail !== undefined) options.repairTail = bool(req.repairTail, 'appendToFile.repairTail')
-        return log.appendToFile(req.file as string, req.data, options)
-      }
-      case 'releaseFile':
-        checkFields(req, ['file'])
-        this.localOnly(req.op)
-        return log.releaseFile(req.file as string)
-      case 'verify':
-        checkFields(req, ['ws'])
-        return log.verify(req.ws as string)
-      case 'workspaces':
-        checkFields(req, [])
-        return log.workspaces()
-      case 'recover':
-        checkFields(req, ['ws'])
-        return log.recover(req.ws as string)
-      case 'openWorkspace':
-        checkFields(req, ['ws'])
-        return log.openWorkspace(req.ws as string)
-      case 'release':
-        checkFields(req, ['ws'])
-        return log.release(req.ws as string)
-      case 'lastSeq':
-        checkFields(req, ['ws'])
-        return this.host.lastSeq(req.ws as string).then((lastSeq) => ({ lastSeq }))
-      case 'status':
-        checkFields(req, [])
-        return log.status()
-      case 'serverStatus':
-        checkFields(req, [])
-        return Promise.resolve(this.host.stats())
-      default:
-        throw protocolError(`op ${req.op} cannot be sent here`)
-    }
-  }
-
-  /** The request's `entries`, each checked and within the entry limit. */
-  private sizedEntries(req: Request, op: string): EntryInput[] {
-    const entries = req.entries
-    if (!Array.isArray(entries)) throw badArgument(`${op}.entries must be an array of entries`)
-    const max = this.host.limits.maxEntryBytes
-    entries.forEach((e, i) => {
-      const size = utf8Bytes(encodeBody(e, `entry ${i + 1}`))
-      if (size > max) throw tooLarge(`entry ${i + 1}`, size, max, '--max-entry-bytes')
-    })
-    return entries as EntryInput[]
-  }
-
-  /** Acks of appends through the daemon: their last seq is remembered (lastSeq). */
-  private noted(workspace: string, acks: Ack[]): Ack[] {
-    const last = acks[acks.length - 1]
-    if (last) this.host.noteSeq(workspace, last.seq)
-    return acks
-  }
-
-  /**
-   * Files outside the root are the client's own business only when the client is this user (the
-   * socket is 0600): a TCP client, even with the token, writes inside the root's logs only.
-   */
-  private localOnly(op: string): void {
-    if (this.transport !== 'unix') {
-      throw Errors.UNAUTHORIZED(`${op} writes files outside the root: only on the unix socket`)
-    }
   }
 
   private startStream(req: Request, r: InFlight): void {
@@ -517,7 +369,7 @@ export class Session {
       return
     }
     this.streamSet.add(r)
-    this.pump(req.id, r, source).then(
+    pumpStream(this.outlet, req.id, r, source).then(
       (result) => {
         this.streamSet.delete(r)
         this.settle(req.id, r, result, null)
@@ -548,106 +400,6 @@ export class Session {
 
   private wakeStreams(): void {
     for (const r of this.streamSet) r.wake?.()
-  }
-
-  /**
-   * Sends a stream's chunks as credit and the socket allow; its result once it ends. The reader
-   * is open only while chunks can go out: a stream its client does not take from is parked, its
-   * reader closed (file, buffers, watch), and opened again at its position once it can go on.
-   */
-  private async pump(id: number, r: InFlight, source: StreamSource): Promise<unknown> {
-    const signal = (r.abort as AbortController).signal
-    const budget = this.host.budget
-    let reader: AsyncGenerator<Chunk> | null = null
-    let opened = false
-    let sent = 0
-    // The reader's share of the budget: READER_BYTES, or TAIL_BYTES while its watch waits.
-    let share = 0
-    // Woken (perhaps) because a reader's share came free: taken, or handed on to the next waiter.
-    let wokenForRoom = false
-    const close = () => {
-      if (reader === null) return
-      closeReader(reader)
-      reader = null
-      budget.freeReader(share)
-      share = 0
-    }
-    // The chunk being read, counted in `reading` unless its watch waits for a commit.
-    let pull: { counted: boolean } | null = null
-    const tail = (waiting: boolean) => {
-      if (pull === null || pull.counted !== waiting) return // a late call, after its pull ended
-      pull.counted = !waiting
-      if (waiting) {
-        budget.free(READER_BYTES - TAIL_BYTES)
-        share = TAIL_BYTES
-        this.doneReading()
-      } else {
-        // Woken by a commit: it reads now, whether or not that fits (what it reads is small).
-        budget.add(READER_BYTES - TAIL_BYTES)
-        share = READER_BYTES
-        this.reading++
-      }
-    }
-    try {
-      let next: IteratorResult<Chunk, unknown> | null = null
-      for (;;) {
-        if (!this.mayPull(r)) {
-          close()
-          if (wokenForRoom) budget.handOn() // room it was woken for, that it does not take now
-          wokenForRoom = false
-          await orAbort(new Promise<void>((wake) => (r.wake = wake)), signal)
-          r.wake = null
-          continue
-        }
-        if (reader === null) {
-          if (!budget.takeReader()) {
-            // A new stream is refused; one under way waits its turn (it holds nothing meanwhile).
-            if (!opened) throw budget.busy(`the ${source.op} stream is refused`)
-            let wake!: () => void
-            const freed = new Promise<void>((resolve) => {
-              wake = resolve
-            })
-            r.wake = wake
-            budget.wait(wake)
-            try {
-              await orAbort(freed, signal)
-            } finally {
-              budget.unwait(wake)
-              r.wake = null
-            }
-            wokenForRoom = true
-            continue
-          }
-          wokenForRoom = false
-          opened = true
-          share = READER_BYTES
-          reader = source.open(signal, tail)
-        }
-        pull = { counted: true }
-        this.reading++
-        try {
-          next = await orAbort(reader.next(), signal)
-        } finally {
-          if (pull.counted) this.doneReading()
-          pull = null
-        }
-        if (next.done) return { chunks: sent, ...source.result() }
-        source.sent(next.value)
-        const data = next.value.data
-        if (typeof data === 'string') {
-          // Base64 (readBytes): nothing in it to escape, and one byte a character.
-          const line = `{"id":${id},"chunk":"${data}"}\n`
-          this.push(line, line.length)
-        } else this.send({ id, chunk: data })
-        next = null
-        r.credits = (r.credits as number) - 1
-        sent++
-        await null // the chunk's write (a microtask queued before this one): then what the kernel did not take
-      }
-    } finally {
-      close()
-      if (wokenForRoom) budget.handOn()
-    }
   }
 
   private settle(id: number, r: InFlight, result: unknown, err: unknown): void {
@@ -796,29 +548,6 @@ function answerLine(msg: object): string {
   }
 }
 
-/** Not awaited: a reader waiting inside (a watch waiting for a commit) returns once it wakes. */
-function closeReader(reader: AsyncGenerator<Chunk>): void {
-  reader.return(undefined).catch(() => {})
-}
-
 function shuttingDown(): NoaError {
   return Errors.SHUTTING_DOWN('the daemon is shutting down: nothing new is taken')
-}
-
-function appendOptions(req: Request, signal: AbortSignal | undefined): AppendOptions | undefined {
-  if (req.cancellable !== undefined && typeof req.cancellable !== 'boolean') {
-    throw badArgument(`${req.op}.cancellable must be true or false, got ${JSON.stringify(req.cancellable)}`)
-  }
-  if (signal === undefined && req.ifLastSeq === undefined && req.checkBlobs === undefined) return undefined
-  const o: AppendOptions = {}
-  if (signal) o.signal = signal
-  if (req.checkBlobs !== undefined) o.checkBlobs = bool(req.checkBlobs, `${req.op}.checkBlobs`)
-  if (req.ifLastSeq !== undefined) {
-    const v = req.ifLastSeq
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
-      throw badArgument(`${req.op}.ifLastSeq must be an integer >= 0, got ${JSON.stringify(v)}`)
-    }
-    o.ifLastSeq = v
-  }
-  return o
 }

@@ -1,8 +1,9 @@
 /**
  * Trees: path → blob maps (seed: スナップショット計算), in two formats.
  *
- * Folder trees (dirs.ts, what noa writes): one object per folder, git-style, the tree named by
- * its root folder; an incremental snapshot re-encodes only the folders on the changed paths.
+ * Folder trees (pack.ts and the pack-*.ts beside it, what noa writes): one object per folder,
+ * git-style, the tree named by its root folder; an incremental snapshot re-encodes only the
+ * folders on the changed paths.
  *
  * Flat trees (what noa wrote before, still read): one object, the header `noa-tree 1\n`, then
  * one record per file, sorted by the UTF-8 bytes of the path (the same as code point order):
@@ -19,17 +20,10 @@
  */
 import { createHash } from 'node:crypto'
 import { Errors } from '../engine/errors.js'
-import {
-  buildPack,
-  comparePaths,
-  type Dir,
-  type Pack,
-  type PackSource,
-  packFromSorted,
-  packFromSortedTwice,
-  Records,
-  type SortedFiles,
-} from './dirs.js'
+import type { Dir, Pack, PackSource } from './pack.js'
+import { buildPack } from './pack-build.js'
+import { packFromSorted, packFromSortedTwice, type SortedFiles } from './pack-walk.js'
+import { comparePaths, Records } from './tree-records.js'
 
 export { comparePaths }
 

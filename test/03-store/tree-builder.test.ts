@@ -6,7 +6,8 @@
  */
 import { createHash } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
-import { buildPack, encodedPack, packFromSorted } from '../../dist/src/store/dirs.js'
+import { buildPack, encodedPack } from '../../dist/src/store/pack-build.js'
+import { packFromSorted } from '../../dist/src/store/pack-walk.js'
 import { EMPTY_FLAT_TREE, EMPTY_TREE, Tree, TreeBuilder } from '../../dist/src/store/tree.js'
 
 const hex = (s: string) => createHash('sha256').update(s).digest('hex')
