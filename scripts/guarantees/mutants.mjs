@@ -586,8 +586,8 @@ export const MUTANTS = [
     edits: [
       {
         file: 'workers/owner.js',
-        from: 'roomToOpen() {\n        if (this.lru.size < this.init.maxOpenFiles)',
-        to: 'roomToOpen() {\n        if (true)',
+        from: 'const over = this.lru.size + n - max;',
+        to: 'const over = 0;',
       },
     ],
   },
