@@ -3,6 +3,7 @@
  * One MessagePort per worker carries both directions, so order is preserved per worker.
  */
 import type { MessagePort } from 'node:worker_threads'
+import type { CompactPlan } from './compact.js'
 import type { SerializedError } from './errors.js'
 import type { QuarantinedJournal } from './journal-recovery.js'
 import type { LocalPort } from './local-port.js'
@@ -147,6 +148,16 @@ export interface ReleaseMsg {
   target: string
 }
 
+/**
+ * Compacts a workspace's log (engine/compact.ts): once the workspace is idle, its log is made
+ * complete and closed, then replaced. Replies with a CompactFileReport.
+ */
+export interface CompactMsg {
+  t: 'compact'
+  id: number
+  plan: CompactPlan
+}
+
 export interface StatusMsg {
   t: 'status'
   id: number
@@ -220,6 +231,7 @@ export type ToOwner =
   | ReplicaMsg
   | OpenMsg
   | ReleaseMsg
+  | CompactMsg
   | StatusMsg
   | CloseMsg
   | PrepareMsg

@@ -19,6 +19,7 @@ import { dirname, join } from 'node:path'
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
+import { compactLogFile } from '../engine/compact.js'
 import { crc32c } from '../engine/crc.js'
 import { isOutOfDescriptors, openFileLimit } from '../engine/descriptors.js'
 import { formatLine } from '../engine/entry.js'
@@ -456,6 +457,29 @@ class Owner {
           if (err) this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
           else this.post({ t: 'reply', id: msg.id, value: true })
         })
+        break
+      }
+      case 'compact': {
+        // Opened first (dead journals replayed, a torn tail cut, the lock taken: another
+        // process appending is refused here), then, once idle, made complete and closed, and
+        // replaced under a lock of the compaction's own (engine/compact.ts).
+        const file = this.wsFile(msg.plan.workspace)
+        try {
+          if (file.fd < 0) this.roomToOpen()
+          this.ensureOpen(file)
+          const failed = this.syncCreated()
+          if (failed !== null) throw failed
+        } catch (err) {
+          this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
+          break
+        }
+        this.whenIdle(file, () =>
+          this.reply(msg.id, () => {
+            const err = this.closeFile(file)
+            if (err) throw err
+            return compactLogFile(this.io, this.init.root, msg.plan)
+          }),
+        )
         break
       }
       case 'status':
