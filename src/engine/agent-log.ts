@@ -12,7 +12,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path'
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import type { Piscina } from 'piscina'
 import { mkdirDurable } from './atomic.js'
-import { type LogBase, readBase } from './base.js'
+import { type LogBase, parseBase, readBase } from './base.js'
 import { isRecordEntry, LOG_END, LOG_HELD, type ObjectChecks, STORE_APPEND } from './checks.js'
 import {
   type ArchiveFormat,
@@ -761,13 +761,25 @@ export class AgentLog {
       const acks: Ack[] = []
       let prev: Entry | null = null
       let first: Entry | null = null
+      let startsAtBase = false
       for (let i = 0; i < lines.length; i++) {
         const raw = lines[i] as string
         const text = raw.endsWith('\n') ? raw.slice(0, -1) : raw
         if (text.includes('\n')) throw Errors.BAD_ENTRY(`line ${i + 1}: holds more than one line`)
         let e: Entry
         try {
-          e = parseEntry(text)
+          // A compacted origin's base record (base.ts) may come first: it starts an empty log.
+          const base = i === 0 ? parseBase(text) : null
+          e = base
+            ? ({
+                op: 'snapshot',
+                snapshot_id: base.snapshotId,
+                message: '',
+                seq: base.seq,
+                ts: base.ts,
+              } as Entry)
+            : parseEntry(text)
+          if (base) startsAtBase = true
         } catch (err) {
           throw Errors.BAD_ENTRY(`line ${i + 1}: ${(err as Error).message}`)
         }
@@ -794,6 +806,7 @@ export class AgentLog {
         firstTs: f.ts,
         lastSeq: l.seq,
         lastTs: l.ts,
+        ...(startsAtBase ? { base: true } : {}),
       })).then(() => {
         this.committed(workspace, l.seq)
         return acks

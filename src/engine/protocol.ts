@@ -133,6 +133,8 @@ export interface ReplicaMsg {
   firstTs: number
   lastSeq: number
   lastTs: number
+  /** The first line is a compacted origin's base record: only an empty log takes it. */
+  base?: boolean
 }
 
 export interface OpenMsg {

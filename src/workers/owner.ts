@@ -120,7 +120,7 @@ interface Req {
   bodies: string[]
   count: number
   /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
-  replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
+  replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number; base?: boolean }
   /** Part of an appendAtomic batch: built alone and held until the batch commits or aborts. */
   atomic?: number
   /** Compare-and-append: the last seq the workspace must have when this is committed. */
@@ -421,7 +421,7 @@ class Owner {
           id: msg.id,
           bodies: msg.lines,
           count: msg.lines.length,
-          replica: { firstSeq, firstTs, lastSeq, lastTs },
+          replica: { firstSeq, firstTs, lastSeq, lastTs, ...(msg.base ? { base: true } : {}) },
         }
         this.enqueue(this.wsFile(msg.ws), req)
         break
@@ -1565,7 +1565,9 @@ class Owner {
       for (const req of reqs) {
         if (req.replica) {
           const r = req.replica
-          if (r.firstSeq !== seq + 1 || r.firstTs <= ts) {
+          // A compacted origin's base record starts an empty log at its seq (engine/base.ts).
+          const follows = r.base ? seq === 0 && file.size === 0 : r.firstSeq === seq + 1 && r.firstTs > ts
+          if (!follows) {
             refused ??= []
             refused.push(req)
             this.fail(
