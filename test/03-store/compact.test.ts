@@ -158,6 +158,22 @@ describe('compact', () => {
     expect((await log.verify('ws')).ok).toBe(true)
   })
 
+  it('gc keeps the tree of the base snapshot, even once that snapshot is pruned: replays from the base still work', async () => {
+    const { log, engine } = await open()
+    const snap = await history(log, engine)
+    const scratch = [...(await engine.replay('ws', { fromScratch: true })).tree.entries()]
+    await log.compact('ws')
+    await log.append('ws', w('later', 9))
+    await engine.snapshot('ws')
+    const pruned = await engine.prune('ws', { keepLast: 1 })
+    expect(pruned.dropped).toContain(snap.snapshotId)
+    await engine.gc({ dryRun: false, graceMs: 0 })
+    const expected = new Map(scratch)
+    expected.set('later', blobOf(9))
+    expect(new Map((await engine.replay('ws', { fromScratch: true })).tree.entries())).toEqual(expected)
+    expect((await engine.resolve('ws@100')).tree.id).toBe(snap.tree)
+  })
+
   it('appends go on after it in the owner that had the workspace open (seqs continue, sidecar kept up)', async () => {
     for (const workers of [0, 1]) {
       const { log, engine } = await open(tempDir(), workers)
