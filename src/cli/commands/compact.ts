@@ -19,7 +19,7 @@ export const spec = command({
     archive: {
       type: 'string',
       value: 'DIR',
-      description: 'keep the replaced lines, compressed, in this folder (outside the root’s own folders)',
+      description: "keep the replaced lines, compressed, in this folder (outside the root's own folders)",
       complete: 'dir',
     },
     'archive-format': {
