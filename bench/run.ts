@@ -334,6 +334,13 @@ async function main(): Promise<void> {
   } finally {
     rmSync(gcDir, { recursive: true, force: true })
   }
+  const { compactBench } = await import('./compact.js')
+  const compactDir = mkdtempSync(join(tmpdir(), 'noa-bench-compact-'))
+  try {
+    rows.push(...(await compactBench({ quick, dir: compactDir })))
+  } finally {
+    rmSync(compactDir, { recursive: true, force: true })
+  }
   // Replication: needs nats-server; NOA_BENCH_NATS_URL names one, else it starts its own.
   const replicate = await import('./replicate.js')
   try {

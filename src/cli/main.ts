@@ -66,6 +66,11 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
     summary: 'cut torn tails and check workspaces',
     load: () => import('./commands/recover.js'),
   },
+  compact: {
+    group: 'store',
+    summary: "replace a workspace log's prefix by a base record naming the snapshot that covers it",
+    load: () => import('./commands/compact.js'),
+  },
   blob: {
     group: 'store',
     summary: 'put a file into the object store, or get a blob out',

@@ -18,6 +18,12 @@ export interface ObjectChecks {
    * `where(i)` names entry i in messages (e.g. `entry 3`, `stdin:7`).
    */
   checkRecords(workspace: string, entries: readonly EntryInput[], where: (i: number) => string): void
+  /**
+   * The last seq that snapshot `snapshotId` of `workspace` covers, when its record and its tree
+   * are stored; null otherwise (another workspace's, unknown, or its tree collected). What
+   * `AgentLog.compact` needs to put a base record in place of the entries up to it.
+   */
+  snapshotCover?(workspace: string, snapshotId: string): number | null
 }
 
 /**

@@ -51,6 +51,9 @@ export const NOA_ERROR_CODES = [
   'NOA_BAD_SOCKET',
   'NOA_SLOW_CONSUMER',
   'NOA_BUSY',
+  // compaction (docs/compaction.md)
+  'NOA_COMPACTED',
+  'NOA_NOT_COVERED',
 ] as const
 
 export type NoaErrorCode = (typeof NOA_ERROR_CODES)[number]
@@ -94,6 +97,8 @@ interface Required {
   NOA_SEQ_MISMATCH: { workspace: string; lastSeq: number; expected: number }
   NOA_BAD_ARCHIVE: { reason: string }
   NOA_BAD_BOUNDARY: { ref: string; kind: 'unknown' | 'consumed' | 'invalid' }
+  NOA_COMPACTED: { file: string; baseSeq: number; snapshotId: string }
+  NOA_NOT_COVERED: { workspace: string }
 }
 
 export type DetailsOf<C extends NoaErrorCode> = C extends keyof Required

@@ -3,7 +3,14 @@
  * verifying them without an owner, the entry line format, atomic file writes, and the addon
  * loader with the interface it is typed by.
  */
-export { AgentLog, type AgentLogOptions, type AppendOptions, DEFAULT_JOURNAL_SIZE } from './agent-log.js'
+export {
+  AgentLog,
+  type AgentLogOptions,
+  type AppendOptions,
+  type CompactOptions,
+  type CompactResult,
+  DEFAULT_JOURNAL_SIZE,
+} from './agent-log.js'
 export {
   type AtomicWriteOptions,
   fsyncDir,

@@ -4,6 +4,7 @@
  */
 import { closeSync, fstatSync, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
+import { byteStart, isCompactTemp, readBase } from './base.js'
 import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
 import { Errors } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
@@ -99,6 +100,7 @@ export function scanLogDir(root: string): LogDirScan {
   const workspaces: string[] = []
   const problems: LogProblem[] = []
   for (const d of readdirSync(dir, { withFileTypes: true })) {
+    if (isCompactTemp(d.name) && d.isFile()) continue
     const file = join(dir, d.name)
     const name = d.name.endsWith('.log') ? d.name.slice(0, -4) : null
     if (name === null || !isWorkspaceName(name)) {
@@ -138,7 +140,17 @@ export async function workspaceInfo(root: string, workspace: string): Promise<Wo
   }
   const { lastSeq, lastTs } = countersOf(file, tail)
   const { entries, bytes } = await countEntries(file)
-  return { workspace, file, entries, bytes, lastSeq, lastTs, tornTailBytes: tail.size - tail.validLength }
+  // A compacted log's base record is a line, not an entry.
+  const based = readBase(file) === null ? 0 : 1
+  return {
+    workspace,
+    file,
+    entries: entries - based,
+    bytes,
+    lastSeq,
+    lastTs,
+    tornTailBytes: tail.size - tail.validLength,
+  }
 }
 
 /** A whole-root listing that goes on past a bad log: each failure reported with its file. */
@@ -226,7 +238,7 @@ export async function* readWorkspaceBytes(
 ): AsyncGenerator<Buffer> {
   const file = existingLog(root, workspace)
   readThroughJournals(root)
-  yield* readChunks(file, { start: fromSeq > 1 ? seekSeq(file, fromSeq) : 0 })
+  yield* readChunks(file, { start: byteStart(file, fromSeq, fromSeq > 1 ? seekSeq(file, fromSeq) : 0) })
 }
 
 export async function verifyWorkspace(

@@ -3,6 +3,7 @@
  * One MessagePort per worker carries both directions, so order is preserved per worker.
  */
 import type { MessagePort } from 'node:worker_threads'
+import type { CompactPlan } from './compact.js'
 import type { SerializedError } from './errors.js'
 import type { QuarantinedJournal } from './journal-recovery.js'
 import type { LocalPort } from './local-port.js'
@@ -132,6 +133,8 @@ export interface ReplicaMsg {
   firstTs: number
   lastSeq: number
   lastTs: number
+  /** The first line is a compacted origin's base record: only an empty log takes it. */
+  base?: boolean
 }
 
 export interface OpenMsg {
@@ -145,6 +148,16 @@ export interface ReleaseMsg {
   id: number
   /** A workspace name, or an absolute file path for raw files. */
   target: string
+}
+
+/**
+ * Compacts a workspace's log (engine/compact.ts): once the workspace is idle, its log is made
+ * complete and closed, then replaced. Replies with a CompactFileReport.
+ */
+export interface CompactMsg {
+  t: 'compact'
+  id: number
+  plan: CompactPlan
 }
 
 export interface StatusMsg {
@@ -220,6 +233,7 @@ export type ToOwner =
   | ReplicaMsg
   | OpenMsg
   | ReleaseMsg
+  | CompactMsg
   | StatusMsg
   | CloseMsg
   | PrepareMsg

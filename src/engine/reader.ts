@@ -6,6 +6,7 @@
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
+import { entryStart } from './base.js'
 import { crc32c } from './crc.js'
 import { type Entry, parseCounters } from './entry.js'
 import { hasReadView, openFile, openFileSync, READ } from './files.js'
@@ -122,8 +123,12 @@ export async function* readEntryBatches(
   options: EntryReadOptions = {},
   tuning: ReadTuning = {},
 ): AsyncGenerator<Entry[]> {
-  const fromSeq = options.fromSeq ?? 1
-  const start = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
+  // A compacted log: past its base record, and never from a seq the base replaced (base.ts).
+  const { start, fromSeq } = entryStart(
+    file,
+    options.fromSeq ?? 1,
+    (options.fromSeq ?? 1) > 1 ? seekSeq(file, options.fromSeq ?? 1) : 0,
+  )
   const parse: ParseOptions = { validate: options.validate ?? true, fromSeq }
   if (options.skipBadLines) parse.onBad = () => undefined
   const end = options.end ?? logSize(file)

@@ -3,6 +3,7 @@
  * last line, take the last seq and ts. `verify` is the full scan.
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
+import { type LogBase, readBaseFd } from './base.js'
 import { parseCounters, parseEntry } from './entry.js'
 import { Errors } from './errors.js'
 import { hasReadView, openFileSync, READ } from './files.js'
@@ -118,6 +119,8 @@ export interface VerifyReport {
   checksummedBytes?: number
   /** Blocks whose bytes do not match their checksum: byte range and seq range of each. */
   damaged?: DamagedBlock[]
+  /** A compacted log's base record: the seqs up to `seq` are in snapshot `snapshotId`. */
+  base?: { seq: number; ts: number; snapshotId: string }
 }
 
 export interface DamagedBlock {
@@ -142,25 +145,60 @@ export async function verifyLog(file: string, options: VerifyOptions = {}): Prom
   const fd = openFileSync(file, READ, { what: 'log' })
   let size: number
   let middle = 0
+  let base: LogBase | null
   try {
     size = fstatSync(fd).size
+    try {
+      base = readBaseFd(fd, file)
+    } catch (err) {
+      const report = joinRanges(file, size, [])
+      report.ok = false
+      report.problem = { line: 1, reason: (err as Error).message }
+      return report
+    }
     if (useThreads(size) && !hasReadView(file)) middle = lineStartFrom(fd, Math.floor(size / 2), size)
   } finally {
     closeSync(fd)
   }
-  const progress = onProgress && ((bytes: number) => onProgress(bytes, size))
-  if (middle > 0 && middle < size) {
+  // A compacted log's base record (base.ts) is checked as its first line: the entries after it
+  // follow its seq and ts; it is reported as the base, not counted as an entry.
+  const start = base?.bytes ?? 0
+  const head: VerifyRangeReport[] = base
+    ? [
+        {
+          lines: 1,
+          entries: 1,
+          firstSeq: base.seq,
+          firstTs: base.ts,
+          firstLineBytes: base.bytes,
+          lastSeq: base.seq,
+          lastTs: base.ts,
+          bytes: base.bytes,
+        },
+      ]
+    : []
+  const progress = onProgress && ((bytes: number) => onProgress(start + bytes, size))
+  let ranges: VerifyRangeReport[]
+  if (middle > start && middle < size) {
     const [first, second] = await Promise.all([
-      verifyRange(file, 0, middle, progress),
+      verifyRange(file, start, middle, progress),
       verifyInThread(file, middle, size),
     ])
     // Without its thread the second half is checked here, after the first.
-    const rest = second ?? (await verifyRange(file, middle, size, progress && ((b) => progress(middle + b))))
-    const report = joinRanges(file, size, [first, rest])
-    if (report.ok) progress?.(report.bytes)
-    return report
+    const rest =
+      second ?? (await verifyRange(file, middle, size, progress && ((b) => progress(middle - start + b))))
+    ranges = [...head, first, rest]
+  } else {
+    ranges = [...head, await verifyRange(file, start, size, progress)]
   }
-  return joinRanges(file, size, [await verifyRange(file, 0, size, progress)])
+  const report = joinRanges(file, size, ranges)
+  if (base) {
+    report.entries--
+    report.firstSeq = ranges.slice(1).find((r) => r.entries > 0)?.firstSeq ?? 0
+    report.base = { seq: base.seq, ts: base.ts, snapshotId: base.snapshotId }
+  }
+  if (report.ok && middle > start && middle < size) progress?.(report.bytes - start)
+  return report
 }
 
 /**

@@ -10,6 +10,7 @@
  * the fdatasync that commits it returns, and only committed entries are delivered.
  */
 import { closeSync, type FSWatcher, fstatSync, watch as fsWatch, readSync } from 'node:fs'
+import { entryStart } from './base.js'
 import { type Entry, parseEntry } from './entry.js'
 import { Errors } from './errors.js'
 import { openFileSync, READ } from './files.js'
@@ -54,8 +55,11 @@ export async function* followLog(
   const fromSeq = options.fromSeq ?? 1
   const pollMs = options.pollMs ?? 250
   const signal = options.signal
-  let offset = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
+  // Where the entries from a seq start: past a compacted log's base record (base.ts).
+  const startOf = (seq: number) => entryStart(file, seq, seq > 1 ? seekSeq(file, seq) : 0).start
+  let offset = startOf(fromSeq)
   let lastSeq = fromSeq - 1
+  let ino = -1
   let watcher: FSWatcher | null = null
   let wake: (() => void) | null = null
   const poke = () => {
@@ -76,7 +80,18 @@ export async function* followLog(
       let blocked = false
       const fd = openFileSync(file, READ, { what: 'workspace log' })
       try {
-        const size = fstatSync(fd).size
+        const st = fstatSync(fd)
+        const size = st.size
+        if (ino !== st.ino) {
+          // Another file at the path since the last look: a compaction replaced the log (its
+          // later lines kept byte for byte at other offsets). Found again by seq; a watcher
+          // behind the new base is refused (NOA_COMPACTED), never handed a gap.
+          if (ino !== -1) {
+            offset = startOf(lastSeq + 1)
+            carry = Buffer.alloc(0)
+          }
+          ino = st.ino
+        }
         if (size < offset) {
           throw Errors.CORRUPT_LOG(`${file} became shorter (${size} bytes) than what was read (${offset})`, {
             file,

@@ -13,6 +13,7 @@
 import { closeSync } from 'node:fs'
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { AgentLog } from '../engine/agent-log.js'
+import { isBaseLine } from '../engine/base.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot } from '../engine/logs.js'
@@ -461,6 +462,14 @@ class Mirror {
       // also pushes it): look at the log's tail again before taking the entry as new.
       this.readTail(st)
       expected = st.last + 1
+    }
+    if (seq > expected && st.last === 0 && !queued && isBaseLine(Buffer.from(m.data).toString('utf8'))) {
+      // A compacted origin: its log starts with a base record at its seq, and so does this one.
+      this.readTail(st)
+      if (st.last === 0) {
+        st.last = seq - 1
+        expected = seq
+      }
     }
     if (seq < expected) {
       await this.checkHave(st, seq, m)

@@ -24,6 +24,7 @@
 import { setMaxListeners } from 'node:events'
 import { closeSync, existsSync, type FSWatcher, watch } from 'node:fs'
 import { type FileHandle, lstat } from 'node:fs/promises'
+import { isBaseLine, type LogBase, parseBase, readBase } from '../engine/base.js'
 import { parseEntry } from '../engine/entry.js'
 import { Errors, isNoaError, NoaError, type NoaErrorCode } from '../engine/errors.js'
 import { checkRoot, openFile, openFileSync, READ } from '../engine/files.js'
@@ -686,7 +687,9 @@ class Publisher {
         let seq: number
         let ts: number
         try {
-          ;({ seq, ts } = parseEntry(buf.toString('utf8', i, nl)))
+          const text = buf.toString('utf8', i, nl)
+          // A compacted log's base record (engine/base.ts) is its first line.
+          ;({ seq, ts } = (at === 0 ? parseBase(text) : null) ?? parseEntry(text))
         } catch (err) {
           throw corrupt(at, (err as Error).message)
         }
@@ -749,6 +752,13 @@ class Publisher {
             st.junction = null
           }
           st.pos.offset = lineEnd
+          continue
+        }
+        if (at === 0 && seq > st.pos.seq + 1 && isBaseLine(line.toString('utf8'))) {
+          // A compacted log: its base record goes first into an empty stream (a mirror starts
+          // its log with it); a stream that ends before the base cannot be continued from here.
+          if (st.pos.seq > 0) throw new LogProblem(this.behindBase(st, baseOf(st.file) as LogBase))
+          if ((await this.publishEntry(st, line, seq, ts, lineEnd)) === 'moved') return true
           continue
         }
         if (seq !== st.pos.seq + 1) {
@@ -881,7 +891,10 @@ class Publisher {
     }
     const localLast = await local(() => this.localLastSeq(st))
     const junction = Math.min(localLast, serverSeq)
-    if (junction > 0) {
+    const base = await local(() => baseOf(st.file))
+    if (base !== null && junction < base.seq) throw new LogProblem(this.behindBase(st, base, serverSeq))
+    if (junction > 0 && base?.seq !== junction) {
+      // (At the base's own seq the stream may hold the entry it stands for: that is no divergence.)
       const mine = await local(() => lineAtSeq(st.file, junction))
       const remote =
         junction === serverSeq ? last.data : ((await this.findEntry(st, junction, last.seq))?.data ?? null)
@@ -940,6 +953,20 @@ class Publisher {
       hiStreamSeq,
       (data) => countersOf(data).seq,
       (what, fn) => this.retry(what, fn),
+    )
+  }
+
+  /** NOA_COMPACTED: the stream ends before this log's base, whose entries the log no longer has. */
+  private behindBase(st: WorkspaceState, base: LogBase, streamLast = st.pos.seq): NoaError {
+    return Errors.COMPACTED(
+      `workspace ${st.ws}: ${st.file} was compacted up to seq ${base.seq} (snapshot ${base.snapshotId}), but ${st.subject} ends at seq ${streamLast}: entries ${streamLast + 1}..${base.seq} are no longer in the log (push before compacting, or push to a new stream); nothing more was published`,
+      {
+        file: st.file,
+        workspace: st.ws,
+        baseSeq: base.seq,
+        snapshotId: base.snapshotId,
+        seq: streamLast + 1,
+      },
     )
   }
 
@@ -1041,5 +1068,15 @@ class Publisher {
     await Promise.all(Array.from({ length: Math.min(8, ids.length) }, worker))
     await scanner.flush()
     this.scanDoneTick = Math.max(this.scanDoneTick, startTick)
+  }
+}
+
+/** A log's base record (engine/base.ts), or null (none, or the log is gone). */
+function baseOf(file: string): LogBase | null {
+  try {
+    return readBase(file)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw err
   }
 }

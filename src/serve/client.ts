@@ -17,6 +17,8 @@ import {
   type AgentLogOptions,
   type AppendOptions,
   abortedError,
+  type CompactOptions,
+  type CompactResult,
   checkAppendOptions,
   checkFiles,
 } from '../engine/agent-log.js'
@@ -24,7 +26,7 @@ import { writeFilesDurably } from '../engine/atomic.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { type Ack, checkWorkspace, type Entry, type EntryInput, encodeBody } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
-import type { WorkspaceInfo } from '../engine/logs.js'
+import { logPath, type WorkspaceInfo } from '../engine/logs.js'
 import type { OpenReport, OwnerStatus, RawAppendOptions } from '../engine/protocol.js'
 import type { EntryReadOptions } from '../engine/reader.js'
 import type { VerifyOptions, VerifyReport } from '../engine/recovery.js'
@@ -445,6 +447,18 @@ export class RemoteAgentLog extends AgentLog {
   override async release(workspace: string): Promise<boolean> {
     checkWorkspace(workspace)
     return (await this.call({ op: 'release', ws: workspace }, workspace)) as boolean
+  }
+
+  /**
+   * Not through the daemon (yet): it owns the root's workspaces, so compacting one from here
+   * would be a second writer. Refused by name; `noa compact` runs where the root is not served.
+   */
+  override async compact(workspace: string, _options: CompactOptions = {}): Promise<CompactResult> {
+    checkWorkspace(workspace)
+    throw Errors.WORKSPACE_LOCKED(
+      `workspace ${workspace} is served by the daemon (noa serve) at ${this.root}, which appends to it: compaction does not go through the daemon; stop it (or compact in its process) first`,
+      { workspace, file: logPath(this.root, workspace) },
+    )
   }
 
   /** The daemon's full scan; `onProgress` is called once, when it is done (progress does not cross the wire). */

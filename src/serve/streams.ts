@@ -11,6 +11,7 @@
  */
 import { statSync } from 'node:fs'
 import type { AgentLog } from '../engine/agent-log.js'
+import { byteStart } from '../engine/base.js'
 import type { Entry } from '../engine/entry.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog } from '../engine/logs.js'
@@ -101,7 +102,7 @@ function bytesSource(req: Request, root: string): StreamSource {
       if (file === null) {
         file = existingLog(root, req.ws as string)
         readThroughJournals(root)
-        pos = fromSeq > 1 ? seekSeq(file, fromSeq) : 0
+        pos = byteStart(file, fromSeq, fromSeq > 1 ? seekSeq(file, fromSeq) : 0)
         end = statSync(file).size
       }
       // A position inside a line (a long line's chunk boundary) is fine: the bytes are the same.

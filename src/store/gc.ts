@@ -34,6 +34,7 @@ import {
 } from 'node:fs'
 import { join } from 'node:path'
 import { fsyncDir } from '../engine/atomic.js'
+import { readBase } from '../engine/base.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
@@ -168,7 +169,9 @@ export async function collectGarbage(engine: SnapshotView, options: GcOptions = 
       const size = logSize(ws)
       if (was && was.size === size) continue
       const lastSeq = lastSeqOf(root, ws)
-      if (!was) {
+      // Shorter than it was: compacted meanwhile (its later lines moved), read again whole.
+      const base = readBase(logPath(root, ws))
+      if (!was || size < was.size || (base !== null && base.seq > was.lastSeq)) {
         await walkWorkspace(engine, ws, sink)
       } else {
         for await (const batch of readEntryBatches(logPath(root, ws), {

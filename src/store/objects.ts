@@ -398,6 +398,17 @@ export class ObjectStore implements ObjectChecks {
     checkRecordEntries(this, workspace, entries, where)
   }
 
+  /**
+   * ObjectChecks: the last seq a snapshot of this workspace covers, when its record and tree are
+   * stored (what a compacted log's base needs: nothing can rebuild that tree any more); null
+   * for a snapshot of another workspace, an unknown one, or one whose tree gc took.
+   */
+  snapshotCover(workspace: string, snapshotId: string): number | null {
+    const record = this.peekSnapshot(snapshotId)
+    if (!record || record.workspace !== workspace) return null
+    return this.has(record.tree) ? record.seq : null
+  }
+
   /** Stores file content; returns its SHA-256. A stream is hashed as it is written to disk. */
   async putBlob(data: BlobSource): Promise<string> {
     if (typeof data === 'string' || data instanceof Uint8Array) {

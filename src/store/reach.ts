@@ -19,6 +19,7 @@
  * grace period covers.
  */
 import { existsSync } from 'node:fs'
+import { readBase } from '../engine/base.js'
 import { NoaError } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
@@ -137,6 +138,18 @@ export async function walkWorkspace(engine: SnapshotView, workspace: string, sin
       continue
     }
     await snapshotObjects(engine, record, sink, from, !info.pruned || record.merged !== undefined)
+  }
+  // A compacted log's base snapshot holds everything before its base: its tree is kept even if
+  // the snapshot was pruned (nothing could rebuild it from the log any more).
+  const base = readBase(logPath(engine.root, workspace))
+  if (base !== null) {
+    const from: Referrer = { workspace, seq: base.seq, snapshot: base.snapshotId }
+    try {
+      await snapshotObjects(engine, await engine.getSnapshot(base.snapshotId), sink, from, true)
+    } catch (err) {
+      if (!(err instanceof NoaError)) throw err
+      sink.missing('record', base.snapshotId.slice(4), from, err)
+    }
   }
   const head = await engine.head(workspace)
   await writesAfter(engine, workspace, head?.pos ?? 0, sink)

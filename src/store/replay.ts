@@ -15,6 +15,7 @@
  * cheaper than a bare JSON.parse), so a snapshot never takes in a line `verify` would refuse.
  */
 import { closeSync, fstatSync, readSync } from 'node:fs'
+import { compactedError, readBase } from '../engine/base.js'
 import { type Entry, parseCounters } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { openFileSync, READ } from '../engine/files.js'
@@ -287,7 +288,12 @@ export async function replaySegment(
   readThroughJournals(root)
   const last = until ?? (onProgress ? lastSeqBefore(root, workspace, options.endByte) : undefined)
   const file = existingLog(root, workspace)
-  const start = since > 0 ? seekSeq(file, since + 1) : 0
+  // A compacted log holds no entry up to its base: a segment from before it is refused by name
+  // (its caller starts from the base's snapshot instead), never replayed with a gap.
+  const logBase = readBase(file)
+  if (logBase !== null && since < logBase.seq) throw compactedError(file, since + 1, logBase, workspace)
+  const start =
+    logBase !== null && since === logBase.seq ? logBase.bytes : since > 0 ? seekSeq(file, since + 1) : 0
   const end = options.endByte ?? logEnd(file)
   const skipped: Skipped[] = []
   const passed = { lastSeq: 0 }

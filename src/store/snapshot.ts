@@ -18,6 +18,7 @@
  * entries passed over are recorded in the next snapshot as having had no effect.
  */
 import type { AgentLog } from '../engine/agent-log.js'
+import { compactedError, readBase } from '../engine/base.js'
 import { STORE_APPEND } from '../engine/checks.js'
 import { nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody } from '../engine/entry.js'
@@ -614,6 +615,20 @@ export class SnapshotEngine implements SnapshotView {
     return tree
   }
 
+  /**
+   * A compacted log's base (engine/base.ts) as a head: the base's snapshot covers every seq up to
+   * it. Null when the log has no base. A state wanted at a seq the base replaced is refused
+   * (NOA_COMPACTED); the base's snapshot has it.
+   */
+  private async baseHead(workspace: string, until?: number): Promise<Head | null> {
+    const file = this.logOf(workspace)
+    const base = readBase(file)
+    if (base === null) return null
+    if (until !== undefined && until < base.seq) throw compactedError(file, until, base, workspace)
+    const record = await this.store.getSnapshot(base.snapshotId)
+    return { record, entrySeq: base.seq, pos: base.seq, own: true }
+  }
+
   /** Finds the head: the newest snapshot entry (at or before `atOrBefore`) that means something. */
   async findHead(
     workspace: string,
@@ -680,10 +695,12 @@ export class SnapshotEngine implements SnapshotView {
   ): Promise<State> {
     const file = this.logOf(workspace)
     const endByte = lengthOfLog(file)
-    const { head, ignored } = await this.findHead(workspace, {
+    const { head: found, ignored } = await this.findHead(workspace, {
       strict: options.strict,
       atOrBefore: options.until,
     })
+    // A compacted log with no snapshot entry at or before `until` starts from its base's snapshot.
+    const head = found ?? (await this.baseHead(workspace, options.until))
     const base = head ? await this.treeOf(head.record) : EMPTY_TREE
     const builder = new TreeBuilder(base)
     const since = head?.pos ?? 0
@@ -717,7 +734,8 @@ export class SnapshotEngine implements SnapshotView {
    * restarts the replay from the newest seen, until a pass meets none newer than its start.
    */
   private async fromScratch(workspace: string, endByte: number, options: ReplayOptions): Promise<State> {
-    let head: Head | null = null
+    // A compacted log's scratch is its base: the entries before it are in the base's snapshot.
+    let head: Head | null = await this.baseHead(workspace)
     const ignored = new Map<number, NoEffect>()
     for (;;) {
       const since = head?.pos ?? 0

@@ -19,6 +19,7 @@ import { dirname, join } from 'node:path'
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads'
 import { tempPath } from '../engine/atomic.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
+import { compactLogFile } from '../engine/compact.js'
 import { crc32c } from '../engine/crc.js'
 import { isOutOfDescriptors, openFileLimit } from '../engine/descriptors.js'
 import { formatLine } from '../engine/entry.js'
@@ -119,7 +120,7 @@ interface Req {
   bodies: string[]
   count: number
   /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
-  replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number }
+  replica?: { firstSeq: number; firstTs: number; lastSeq: number; lastTs: number; base?: boolean }
   /** Part of an appendAtomic batch: built alone and held until the batch commits or aborts. */
   atomic?: number
   /** Compare-and-append: the last seq the workspace must have when this is committed. */
@@ -420,7 +421,7 @@ class Owner {
           id: msg.id,
           bodies: msg.lines,
           count: msg.lines.length,
-          replica: { firstSeq, firstTs, lastSeq, lastTs },
+          replica: { firstSeq, firstTs, lastSeq, lastTs, ...(msg.base ? { base: true } : {}) },
         }
         this.enqueue(this.wsFile(msg.ws), req)
         break
@@ -456,6 +457,29 @@ class Owner {
           if (err) this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
           else this.post({ t: 'reply', id: msg.id, value: true })
         })
+        break
+      }
+      case 'compact': {
+        // Opened first (dead journals replayed, a torn tail cut, the lock taken: another
+        // process appending is refused here), then, once idle, made complete and closed, and
+        // replaced under a lock of the compaction's own (engine/compact.ts).
+        const file = this.wsFile(msg.plan.workspace)
+        try {
+          if (file.fd < 0) this.roomToOpen()
+          this.ensureOpen(file)
+          const failed = this.syncCreated()
+          if (failed !== null) throw failed
+        } catch (err) {
+          this.post({ t: 'reply', id: msg.id, error: serializeError(err) })
+          break
+        }
+        this.whenIdle(file, () =>
+          this.reply(msg.id, () => {
+            const err = this.closeFile(file)
+            if (err) throw err
+            return compactLogFile(this.io, this.init.root, msg.plan)
+          }),
+        )
         break
       }
       case 'status':
@@ -1541,7 +1565,9 @@ class Owner {
       for (const req of reqs) {
         if (req.replica) {
           const r = req.replica
-          if (r.firstSeq !== seq + 1 || r.firstTs <= ts) {
+          // A compacted origin's base record starts an empty log at its seq (engine/base.ts).
+          const follows = r.base ? seq === 0 && file.size === 0 : r.firstSeq === seq + 1 && r.firstTs > ts
+          if (!follows) {
             refused ??= []
             refused.push(req)
             this.fail(

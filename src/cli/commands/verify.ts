@@ -43,7 +43,8 @@ export function mb(bytes: number): string {
 
 export function describe(r: VerifyReport): string {
   if (r.problem) return `${r.file}:${r.problem.line}: ${r.problem.reason}`
-  return `${count(r.entries, 'entry', 'entries')}, seq ${r.firstSeq}..${r.lastSeq}, ${r.bytes} bytes`
+  const base = r.base ? `, after base seq ${r.base.seq} (snapshot ${r.base.snapshotId})` : ''
+  return `${count(r.entries, 'entry', 'entries')}, seq ${r.firstSeq}..${r.lastSeq}${base}, ${r.bytes} bytes`
 }
 
 function storeLine(p: StoreProblem): string {
