@@ -51,7 +51,7 @@ import {
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { objectLogIndex } from './object-logs.js'
-import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
+import { MarkSet, type ReachSink, reachBlob, snapshotObjects, walkWorkspace } from './reach.js'
 import { lastSeqOf } from './records.js'
 import type { SnapshotEngine } from './snapshot.js'
 
@@ -176,7 +176,7 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
           validate: false,
         })) {
           for (const e of batch) {
-            if (e.op === 'write') sink.object('blob', e.blob, { workspace: ws, seq: e.seq })
+            if (e.op === 'write') reachBlob(engine.store, sink, e.blob, { workspace: ws, seq: e.seq })
             else if (e.op === 'snapshot') {
               const record = await engine.getSnapshot(e.snapshot_id).catch(() => null)
               if (record) await snapshotObjects(engine, record, sink, { workspace: ws, seq: e.seq }, true)
