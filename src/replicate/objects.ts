@@ -231,8 +231,7 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
         // Streamed: read through, checked against the id as a whole, never all in memory.
         for await (const _ of store.streamBlob(id)) {
         }
-      }
-      else await store.getTree(id)
+      } else await store.getTree(id)
     } catch (err) {
       throw Errors.CORRUPT_OBJECT(
         `object ${id} (${file}) does not match its hash (${hash}) and is not a tree or a chunked blob the object store can rebuild (${(err as Error).message}): not replicated`,

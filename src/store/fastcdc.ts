@@ -73,11 +73,16 @@ export interface Cutter {
 export function fastcdc(sizes: ChunkSizes): Cutter {
   const { min, avg, max } = sizes
   const level = sizes.level ?? 1
-  if (!(Number.isSafeInteger(min) && min >= 64 && min <= 1 << 20)) throw new RangeError(`min chunk size ${min}: 64 to 1 MiB`)
-  if (!(Number.isSafeInteger(avg) && avg >= 256 && avg <= 4 << 20)) throw new RangeError(`avg chunk size ${avg}: 256 to 4 MiB`)
-  if (!(Number.isSafeInteger(max) && max >= 1024 && max <= 16 << 20)) throw new RangeError(`max chunk size ${max}: 1 KiB to 16 MiB`)
-  if (!(min <= avg && avg <= max)) throw new RangeError(`chunk sizes must be min <= avg <= max, got ${min}, ${avg}, ${max}`)
-  if (!(Number.isInteger(level) && level >= 0 && level <= 3)) throw new RangeError(`normalization level ${level}: 0 to 3`)
+  if (!(Number.isSafeInteger(min) && min >= 64 && min <= 1 << 20))
+    throw new RangeError(`min chunk size ${min}: 64 to 1 MiB`)
+  if (!(Number.isSafeInteger(avg) && avg >= 256 && avg <= 4 << 20))
+    throw new RangeError(`avg chunk size ${avg}: 256 to 4 MiB`)
+  if (!(Number.isSafeInteger(max) && max >= 1024 && max <= 16 << 20))
+    throw new RangeError(`max chunk size ${max}: 1 KiB to 16 MiB`)
+  if (!(min <= avg && avg <= max))
+    throw new RangeError(`chunk sizes must be min <= avg <= max, got ${min}, ${avg}, ${max}`)
+  if (!(Number.isInteger(level) && level >= 0 && level <= 3))
+    throw new RangeError(`normalization level ${level}: 0 to 3`)
   const bits = Math.round(Math.log2(avg))
   const [sHi, sLo] = MASKS[bits + level] as readonly [number, number]
   const [lHi, lLo] = MASKS[bits - level] as readonly [number, number]

@@ -16,21 +16,12 @@
 import { createHash, hash } from 'node:crypto'
 import { closeSync, fstatSync, readFileSync, readSync, renameSync, rmSync, utimesSync } from 'node:fs'
 import { dirname, join, sep } from 'node:path'
-import { fsyncDir, fsyncDirs, mkdirDurable, TempFile, writeTempFile } from '../engine/atomic.js'
+import { fsyncDirs, mkdirDurable, writeTempFile } from '../engine/atomic.js'
 import type { ObjectChecks } from '../engine/checks.js'
 import { checkSnapshotId, type EntryInput, isWorkspaceName, type SnapshotEntry } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
 import { journalFile } from '../engine/journal-view.js'
-import {
-  type Dir,
-  decodePack,
-  encodedPack,
-  PACK_HEADER,
-  PACK2_HEADER,
-  type Pack,
-  packFromSorted,
-} from './dirs.js'
 import {
   blobCutter,
   blobObjects,
@@ -43,6 +34,15 @@ import {
   looksLikeChunkList,
   parseChunkList,
 } from './chunks.js'
+import {
+  type Dir,
+  decodePack,
+  encodedPack,
+  PACK_HEADER,
+  PACK2_HEADER,
+  type Pack,
+  packFromSorted,
+} from './dirs.js'
 import { objectLogIndex } from './object-logs.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, type NoEffectReason, SKIP_REASONS, type Skipped } from './replay.js'

@@ -243,7 +243,8 @@ async function treeObjects(
     return
   }
   if (sink.paths) {
-    for (let i = 0; i < tree.size; i++) reachBlob(engine.store, sink, tree.blobAt(i), { ...from, path: tree.pathAt(i) })
+    for (let i = 0; i < tree.size; i++)
+      reachBlob(engine.store, sink, tree.blobAt(i), { ...from, path: tree.pathAt(i) })
   } else {
     for (let i = 0; i < tree.size; i++) reachBlob(engine.store, sink, tree.blobAt(i), from)
   }

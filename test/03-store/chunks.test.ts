@@ -79,7 +79,9 @@ describe('FastCDC (2016, normalized chunking)', () => {
     const cutter = fastcdc({ min: CHUNK_MIN, avg: 8192, max: CHUNK_MAX })
     const lengths = chunkLengths(cutter, data)
     // Pinned when written: a change to the table, the masks or the cut rule moves these.
-    expect(lengths.slice(0, 12)).toEqual([7050, 13591, 8671, 9608, 7444, 8885, 4510, 9253, 8945, 17384, 14186, 11367])
+    expect(lengths.slice(0, 12)).toEqual([
+      7050, 13591, 8671, 9608, 7444, 8885, 4510, 9253, 8945, 17384, 14186, 11367,
+    ])
     expect(lengths.length).toBe(99)
     expect(lengths.reduce((a, b) => a + b, 0)).toBe(1 << 20)
     expect(Math.min(...lengths.slice(0, -1))).toBeGreaterThanOrEqual(CHUNK_MIN)
@@ -156,7 +158,11 @@ describe('chunk lists', () => {
           const other = new ObjectStore(root2)
           expect(await other.putBlob(Readable.from(parts))).toBe(id)
           expect(other.chunksOf(id)).toEqual(list)
-          expect(objectIds(root2)).toEqual(blobObjects(data).map((o) => o.id).sort())
+          expect(objectIds(root2)).toEqual(
+            blobObjects(data)
+              .map((o) => o.id)
+              .sort(),
+          )
           for (const s of [store, other]) {
             expect((await s.getBlob(id)).equals(data)).toBe(true)
             expect((await streamed(s, id)).equals(data)).toBe(true)
@@ -200,7 +206,11 @@ describe('chunk lists', () => {
         (size, seed, where, added) => {
           const data = pseudoRandom(size, seed)
           const at = Math.floor(size * where)
-          const changed = Buffer.concat([data.subarray(0, at), pseudoRandom(added, seed + 7), data.subarray(at)])
+          const changed = Buffer.concat([
+            data.subarray(0, at),
+            pseudoRandom(added, seed + 7),
+            data.subarray(at),
+          ])
           const before = chunksWithOffsets(data)
           const after = chunkIdsOf(changed)
           const kept = before.filter((c) => c.end <= at).map((c) => c.id)
