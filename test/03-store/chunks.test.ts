@@ -6,7 +6,7 @@
  * missing chunk is named with its blob, and gc keeps chunks exactly as long as a blob lists them.
  */
 import { createHash } from 'node:crypto'
-import { chmodSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import fc from 'fast-check'
@@ -21,6 +21,7 @@ import {
   parseChunkList,
 } from '../../dist/src/store/chunks.js'
 import { chunkLengths, fastcdc } from '../../dist/src/store/fastcdc.js'
+import { ObjectLogIndex } from '../../dist/src/store/object-logs.js'
 import { verifyStore } from '../../dist/src/store/verify.js'
 import { runCli, tempDir } from '../helpers/index.js'
 import { refusal } from '../helpers/snapshot.js'
@@ -372,5 +373,38 @@ describe('a chunked blob in the store', () => {
     expect((await store.getBlob(id2)).equals(v2)).toBe(true)
     expect(await verifyStore(new SnapshotEngine({ root }), 'ws', { objects: true })).toEqual([])
     expect(statSync(store.pathOf(id2)).size).toBeLessThan(10_000)
+  })
+})
+
+describe('gc of object logs holding a chunk list', () => {
+  it('drops a logged list whose chunks the mark did not reach (it read a whole copy), never leaving it without them', async () => {
+    const root = tempDir()
+    const data = pseudoRandom(100_000, 40)
+    const id = hashOf(data)
+    // A whole copy as a file of its own (as stored before chunking): readers take it first.
+    mkdirSync(join(root, 'objects', id.slice(0, 2)), { recursive: true })
+    writeFileSync(join(root, 'objects', id.slice(0, 2), id.slice(2)), data, { mode: 0o444 })
+    // The chunked copy (chunks and list) in an object log, as NoaSaver appends a value.
+    const log = await AgentLog.open({ root, workers: 0 })
+    const files = blobObjects(data).map((o) => ({
+      path: `objects/${o.id.slice(0, 2)}/${o.id.slice(2)}`,
+      data: o.data,
+      readOnly: true,
+      packed: true,
+    }))
+    expect(files.length).toBeGreaterThan(2)
+    await log.append('ws', { op: 'write', path: 'f', blob: id }, { files })
+    await log.close()
+    const engine = new SnapshotEngine({ root })
+    const r = await engine.gc({ dryRun: false, graceMs: 0 })
+    expect(r.missing).toBe(0)
+    // The mark read the whole file, so the logged list (which would name swept chunks) went
+    // with its chunks: no reader can come upon a list without its chunks.
+    const index = new ObjectLogIndex(root)
+    const left = new Set(index.ids())
+    expect(left.has(id)).toBe(false)
+    for (const f of files) expect(left.has(f.path.slice(8).replace('/', ''))).toBe(false)
+    expect((await new ObjectStore(root).getBlob(id)).equals(data)).toBe(true)
+    expect(await verifyStore(new SnapshotEngine({ root }), 'ws', { objects: true })).toEqual([])
   })
 })
