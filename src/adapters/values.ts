@@ -5,7 +5,8 @@
  * checkpoint to the next is stored once.
  */
 import { Errors } from '../engine/errors.js'
-import { type ObjectStore, type StoredObject, sha256 } from '../store/objects.js'
+import { blobObjects } from '../store/chunks.js'
+import type { ObjectStore, StoredObject } from '../store/objects.js'
 
 /** Values above this size are stored as blobs of their own. */
 export const INLINE_MAX = 4096
@@ -21,9 +22,11 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
 export function encodeValue(type: string, data: Uint8Array | string, objects: StoredObject[]): StoredValue {
   const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data
   if (bytes.length > INLINE_MAX) {
-    const id = sha256(bytes)
-    objects.push({ id, data: bytes, exact: true })
-    return { type, blob: id }
+    // A large value is stored in content-defined chunks (store/chunks.ts): a list that grew at
+    // its end since the last checkpoint costs its new chunks, not its whole bytes again.
+    const parts = blobObjects(bytes)
+    objects.push(...parts)
+    return { type, blob: (parts[parts.length - 1] as StoredObject).id }
   }
   if (typeof data === 'string') return { type, text: data }
   try {

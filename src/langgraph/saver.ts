@@ -51,6 +51,7 @@ import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { looksLikeChunkList, parseChunkList } from '../store/chunks.js'
 import { type KeyedMutex, mutexFor } from '../store/mutex.js'
 import {
   encodeSnapshotRecord,
@@ -257,6 +258,8 @@ class Thread {
   private opened = false
   /** Whether the workspace's name is a hash of the thread id (`lgh.`), not the id itself. */
   readonly hashed: boolean
+  /** Chunk ids of chunked values lately in the tree, by value blob (see heldChunks). */
+  private readonly chunkLists = new LruMap<string[]>(64)
 
   constructor(
     readonly saver: NoaSaver,
@@ -390,6 +393,9 @@ class Thread {
       return rejectAll(err)
     }
     if (state === null) return null
+    // Chunks the thread's tree reaches now, through its large values: stored, and kept by gc
+    // (the head reaches them until this commit's tree does), so not appended again.
+    const held = this.heldChunks(state)
     const pending: Pending = { records: new Map(), writes: new Map() }
     for (const op of batch) {
       const e: EntryInput[] = []
@@ -414,6 +420,10 @@ class Thread {
       for (const op of done) op.resolve()
     }
     if (entries.length === 0) return resolveDone
+    if (held.size > 0) {
+      const all = objects.splice(0)
+      for (const o of all) if (!(o.exact && held.has(o.id))) objects.push(o)
+    }
     try {
       const first = state.lastSeq + 1
       let acks: Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
@@ -443,6 +453,14 @@ class Thread {
         )
         for (const id of trees) saver.store.stored(id)
       }
+      for (const o of objects) {
+        if (!o.exact && looksLikeChunkList(o.data)) {
+          this.chunkLists.set(
+            o.id,
+            parseChunkList(o.id, Buffer.from(o.data), o.id).chunks.map((c) => c.id),
+          )
+        }
+      }
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
@@ -467,6 +485,29 @@ class Thread {
       }
     }
     return resolveDone
+  }
+
+  /**
+   * The chunks of the chunked values in the thread's tree (store/chunks.ts). A value that grew
+   * at its end since the last checkpoint (a message list) shares all but its last chunks with
+   * the one in the tree: only the new ones are appended. Lists are read once per value.
+   */
+  private heldChunks(state: TreeState): Set<string> {
+    const held = new Set<string>()
+    for (const [path, blob] of state.files) {
+      if (parsePath(path)?.kind !== 'value') continue
+      let chunks = this.chunkLists.get(blob)
+      if (chunks === undefined) {
+        try {
+          chunks = this.saver.store.chunksOf(blob)?.chunks.map((c) => c.id) ?? []
+        } catch {
+          chunks = [] // unreadable here: its chunks are appended again, which is only larger
+        }
+        this.chunkLists.set(blob, chunks)
+      }
+      for (const c of chunks) held.add(c)
+    }
+    return held
   }
 
   /**

@@ -12,7 +12,9 @@
  * against it on both sides. A tree may be stored as a delta against another tree (its file
  * does not hash to its name): the publisher checks it by rebuilding it through the object
  * store, and marks it `Noa-Object-Exact: 0`; the mirror stores its bytes as they are, and the
- * object store checks the rebuilt tree whenever it is read, as on the origin.
+ * object store checks the rebuilt tree whenever it is read, as on the origin. A blob stored in
+ * chunks (store/chunks.ts) travels the same way: each chunk is an object of its own, and its
+ * chunk list, under the blob's id, is checked by reading the blob through it and sent as not exact.
  */
 import { createHash } from 'node:crypto'
 import { closeSync, lstatSync, readdirSync, writeSync } from 'node:fs'
@@ -221,13 +223,18 @@ export async function publishObject(ctx: ObjectPublishContext, root: string, id:
     : await hashFile(file)
   const exact = hash === id
   if (!exact) {
-    // Not named by its own bytes: a tree stored as a delta, which the store can rebuild and
-    // check, or a damaged object.
+    // Not named by its own bytes: a tree stored as a delta or a blob stored as a chunk list,
+    // which the store can rebuild and check, or a damaged object.
+    const store = new ObjectStore(root)
     try {
-      await new ObjectStore(root).getTree(id)
+      if (store.chunksOf(id) !== null) {
+        // Streamed: read through, checked against the id as a whole, never all in memory.
+        for await (const _ of store.streamBlob(id)) {
+        }
+      } else await store.getTree(id)
     } catch (err) {
       throw Errors.CORRUPT_OBJECT(
-        `object ${id} (${file}) does not match its hash (${hash}) and is not a tree the object store can rebuild (${(err as Error).message}): not replicated`,
+        `object ${id} (${file}) does not match its hash (${hash}) and is not a tree or a chunked blob the object store can rebuild (${(err as Error).message}): not replicated`,
         { file, id },
       )
     }

@@ -19,7 +19,7 @@
  * A gc killed between the two leaves both logs (the same objects twice); a temp file it left
  * goes once it is older than the grace period.
  */
-import { randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import {
   closeSync,
   constants,
@@ -51,8 +51,9 @@ import {
 } from '../engine/object-log.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { readEntryBatches } from '../engine/reader.js'
+import { CHUNK_HEADER_LENGTH, looksLikeChunkList, parseChunkList } from './chunks.js'
 import { objectLogIndex } from './object-logs.js'
-import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
+import { MarkSet, type ReachSink, reachBlob, snapshotObjects, walkWorkspace } from './reach.js'
 import { lastSeqOf } from './records.js'
 import type { SnapshotView } from './view.js'
 
@@ -179,7 +180,7 @@ export async function collectGarbage(engine: SnapshotView, options: GcOptions = 
           validate: false,
         })) {
           for (const e of batch) {
-            if (e.op === 'write') sink.object('blob', e.blob, { workspace: ws, seq: e.seq })
+            if (e.op === 'write') reachBlob(engine.store, sink, e.blob, { workspace: ws, seq: e.seq })
             else if (e.op === 'snapshot') {
               const record = await engine.getSnapshot(e.snapshot_id).catch(() => null)
               if (record) await snapshotObjects(engine, record, sink, { workspace: ws, seq: e.seq }, true)
@@ -349,6 +350,7 @@ async function collectObjectLogs(
         const m = OBJECT_NAME_RE.exec(r.name)
         const id = m === null ? '' : `${m[1]}${m[2]}`
         if (m === null || !marks.has(id) || kept.has(id)) continue
+        if (r.length > CHUNK_HEADER_LENGTH && listWithoutChunks(readAt, r, id, marks)) continue
         kept.add(id)
         keep.push(r)
       }
@@ -380,6 +382,30 @@ async function collectObjectLogs(
     } finally {
       closeSync(fd)
     }
+  }
+}
+
+/**
+ * Whether a logged object is a chunk list some of whose chunks the mark did not reach: then
+ * the mark read the blob from another copy (a whole one, stored before it was chunked, or in
+ * another log), and this copy would name chunks that are gone once they are swept. Such a copy
+ * goes; the copy the mark read stays.
+ */
+function listWithoutChunks(
+  readAt: ReturnType<typeof fdReader>,
+  r: ObjectRecord,
+  id: string,
+  marks: MarkSet,
+): boolean {
+  const head = Buffer.alloc(CHUNK_HEADER_LENGTH)
+  if (readAt(head, head.length, r.offset) < head.length || !looksLikeChunkList(head)) return false
+  const bytes = Buffer.allocUnsafe(r.length)
+  if (readAt(bytes, r.length, r.offset) < r.length) return false
+  if (hash('sha256', bytes, 'hex') === id) return false
+  try {
+    return parseChunkList(id, bytes, '').chunks.some((c) => !marks.has(c.id))
+  } catch {
+    return false // damaged: kept for whoever repairs it, as any reachable object
   }
 }
 

@@ -9,6 +9,7 @@
  *   `snapshot prune` keeps its record but not its tree: that tree can be rebuilt from its
  *   parent's and the log, which is never pruned (a merge's tree cannot, so it is always kept);
  * - the blobs of the `write` entries after the head (not yet in any snapshot).
+ * A blob stored in chunks (chunks.ts) reaches the chunks its list names (reachBlob).
  * Records reached only through history, whose workspace log is gone, keep their trees (nothing
  * could rebuild them).
  *
@@ -24,11 +25,12 @@ import { NoaError } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { logPath, workspaceNames } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
-import type { SnapshotRecord } from './objects.js'
+import { CHUNK_THRESHOLD } from './chunks.js'
+import type { ObjectStore, SnapshotRecord } from './objects.js'
 import { lastSeqOf } from './records.js'
 import type { SnapshotView } from './view.js'
 
-export type ObjectKind = 'record' | 'tree' | 'blob'
+export type ObjectKind = 'record' | 'tree' | 'blob' | 'chunk'
 
 /** Where a reference to an object was found. */
 export interface Referrer {
@@ -38,6 +40,8 @@ export interface Referrer {
   /** The snapshot whose tree holds it. */
   snapshot?: string
   path?: string
+  /** For a chunk: the blob whose chunk list names it. */
+  blob?: string
 }
 
 export interface ReachSink {
@@ -168,7 +172,7 @@ export async function writesAfter(
     validate: false,
   })) {
     for (const e of batch) {
-      if (e.op === 'write') sink.object('blob', e.blob, { workspace, seq: e.seq, path: e.path })
+      if (e.op === 'write') reachBlob(engine.store, sink, e.blob, { workspace, seq: e.seq, path: e.path })
     }
   }
 }
@@ -248,8 +252,37 @@ async function treeObjects(
     return
   }
   if (sink.paths) {
-    for (let i = 0; i < tree.size; i++) sink.object('blob', tree.blobAt(i), { ...from, path: tree.pathAt(i) })
+    for (let i = 0; i < tree.size; i++)
+      reachBlob(engine.store, sink, tree.blobAt(i), { ...from, path: tree.pathAt(i) })
   } else {
-    for (let i = 0; i < tree.size; i++) sink.object('blob', tree.blobAt(i), from)
+    for (let i = 0; i < tree.size; i++) reachBlob(engine.store, sink, tree.blobAt(i), from)
+  }
+}
+
+/**
+ * Gives a blob to the sink and, the first time, the chunks its chunk list names when it is
+ * stored in chunks. A chunk larger than CHUNK_THRESHOLD may itself be stored as a list (its
+ * bytes are also a chunked blob): its chunks are reached too. A blob that is not stored reaches
+ * nothing (verify names it; gc has nothing to keep); a list that cannot be read is `missing`.
+ */
+export function reachBlob(store: ObjectStore, sink: ReachSink, id: string, from: Referrer): void {
+  if (sink.object('blob', id, from)) reachChunks(store, sink, id, from, 0)
+}
+
+function reachChunks(store: ObjectStore, sink: ReachSink, id: string, from: Referrer, depth: number): void {
+  let list: ReturnType<ObjectStore['chunksOf']>
+  try {
+    list = store.chunksOf(id)
+  } catch (err) {
+    if (!(err instanceof NoaError) || err.code === 'NOA_NOT_FOUND') return
+    sink.missing(depth === 0 ? 'blob' : 'chunk', id, from, err)
+    return
+  }
+  if (list === null) return
+  const at: Referrer = { ...from, blob: from.blob ?? id }
+  for (const c of list.chunks) {
+    if (sink.object('chunk', c.id, at) && c.length > CHUNK_THRESHOLD && depth < 4) {
+      reachChunks(store, sink, c.id, at, depth + 1)
+    }
   }
 }
