@@ -482,7 +482,7 @@ export const MUTANTS = [
     edits: [
       {
         file: 'store/reach.js',
-        from: "if (e.op === 'write')\n                sink.object('blob', e.blob, { workspace, seq: e.seq, path: e.path });",
+        from: "if (e.op === 'write')\n                reachBlob(engine.store, sink, e.blob, { workspace, seq: e.seq, path: e.path });",
         to: 'if (false)\n                ;',
       },
     ],
@@ -764,7 +764,7 @@ export const MUTANTS = [
     test: 'test/03-store/hostile.test.ts',
     name: 'get streams a large blob byte for byte, and a damaged one yields no bytes',
     mutant: 'a large blob is read out without being hashed first',
-    edits: [{ file: 'store/objects.js', from: "this.checkHash(id, first.digest('hex'), what);", to: ';' }],
+    edits: [{ file: 'store/objects.js', from: 'this.checkHash(id, actual, what);', to: ';' }],
   },
   {
     id: 'H-9',

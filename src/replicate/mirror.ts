@@ -25,26 +25,12 @@ import {
   type PullPosition,
   saveCheckpoint,
 } from './checkpoint.js'
+import type { EventSink, ProgressSink } from './events.js'
+import { asNoaError, Backoff, describeError, isTransient, replicationError, sleep } from './failures.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
+import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { ObjectSink } from './objects.js'
-import {
-  Aborted,
-  asNoaError,
-  Backoff,
-  checkKnownOptions,
-  closeLink,
-  describeError,
-  type EventSink,
-  isTransient,
-  type Link,
-  type NatsTarget,
-  openLink,
-  type ProgressSink,
-  replicationError,
-  resolveStream,
-  type StreamRef,
-  sleep,
-} from './stream.js'
+import { resolveStream, type StreamRef } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,

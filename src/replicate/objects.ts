@@ -36,8 +36,10 @@ import {
 import { objectLogIndex } from '../store/object-logs.js'
 import { ObjectStore } from '../store/objects.js'
 import { ensureReplicationDir, readReplicationFile, replicationDir } from './checkpoint.js'
+import { isWrongLastSequence, replicationError } from './failures.js'
 import { sameBytes } from './lines.js'
-import { isWrongLastSequence, type Link, lastOnSubject, messageAt, replicationError } from './stream.js'
+import type { Link } from './link.js'
+import { lastOnSubject, messageAt } from './stream.js'
 import {
   HDR_OBJECT_EXACT,
   HDR_OBJECT_OFFSET,

@@ -38,30 +38,20 @@ import {
   type PushPosition,
   saveCheckpoint,
 } from './checkpoint.js'
-import { countersOf, lineAtSeq, sameBytes } from './lines.js'
-import { ObjectScanner, objectFile, publishObject } from './objects.js'
+import type { EventSink, ProgressSink } from './events.js'
 import {
-  Aborted,
   asNoaError,
   Backoff,
-  checkKnownOptions,
-  closeLink,
   describeError,
-  type EventSink,
-  findEntryOnSubject,
   isTransient,
   isWrongLastSequence,
-  type Link,
-  lastOnSubject,
-  messageAt,
-  type NatsTarget,
-  openLink,
-  type ProgressSink,
   replicationError,
-  resolveStream,
-  type StreamRef,
   sleep,
-} from './stream.js'
+} from './failures.js'
+import { countersOf, lineAtSeq, sameBytes } from './lines.js'
+import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
+import { ObjectScanner, objectFile, publishObject } from './objects.js'
+import { findEntryOnSubject, lastOnSubject, messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, DEFAULT_PREFIX, entryMsgId, isSubjectSafe, workspaceSubject } from './subjects.js'
 
 export interface PushOptions {

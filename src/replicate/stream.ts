@@ -296,17 +296,3 @@ export async function findEntryOnSubject(
   }
   return null
 }
-
-// Names that publisher.ts, mirror.ts, objects.ts and the CLI import from here, kept while those
-// files are being changed on other branches: new code imports them from the file that holds them.
-export type { EventSink, ProgressSink, ReplicationEvent, ReplicationProgress } from './events.js'
-export {
-  asNoaError,
-  Backoff,
-  describeError,
-  isTransient,
-  isWrongLastSequence,
-  replicationError,
-  sleep,
-} from './failures.js'
-export { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'

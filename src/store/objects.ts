@@ -34,16 +34,13 @@ import {
   looksLikeChunkList,
   parseChunkList,
 } from './chunks.js'
-import {
-  type Dir,
-  decodePack,
-  encodedPack,
-  PACK_HEADER,
-  PACK2_HEADER,
-  type Pack,
-  packFromSorted,
-} from './dirs.js'
 import { objectLogIndex } from './object-logs.js'
+import type { Dir, Pack } from './pack.js'
+import { encodedPack } from './pack-build.js'
+import { decodePack } from './pack-decode.js'
+import { PACK_HEADER } from './pack-v1.js'
+import { PACK2_HEADER } from './pack-v2.js'
+import { packFromSorted } from './pack-walk.js'
 import { checkRecordEntries } from './records.js'
 import { NO_EFFECT_REASONS, SKIP_REASONS, type Skipped } from './replay.js'
 import type {
@@ -822,7 +819,7 @@ export class ObjectStore implements ObjectChecks {
 
   /**
    * How to store a tree just built by `built` (its changes over its base): the folders on the
-   * changed paths, in one pack named by the new root (dirs.ts). `bytes`, the flat listing, is
+   * changed paths, in one pack named by the new root (pack-build.ts). `bytes`, the flat listing, is
    * only used when there is no builder (every folder is new then).
    */
   treeObject(bytes: Buffer | null, built?: TreeBuilder): StoredObject {

@@ -1,8 +1,9 @@
 import { getPriority, setPriority } from 'node:os'
+import type { ReplicationEvent, ReplicationProgress } from '../../replicate/events.js'
 import { replicatePull } from '../../replicate/mirror.js'
 import { replicatePush } from '../../replicate/publisher.js'
 import { replicationStatus } from '../../replicate/status.js'
-import { initStream, type ReplicationEvent, type ReplicationProgress } from '../../replicate/stream.js'
+import { initStream } from '../../replicate/stream.js'
 import { checkPrefix, DEFAULT_PREFIX } from '../../replicate/subjects.js'
 import {
   existingRootOf,
