@@ -74,10 +74,11 @@ function gc(root: string): void {
 async function expectLoads(saver: Saver, thread: string, ids: string[]): Promise<void> {
   for (const id of ids) {
     const t = await saver.getTuple({ configurable: { thread_id: thread, checkpoint_id: id } })
-    expect(t?.checkpoint.id).toBe(id)
-    const step = (t?.metadata as { step: number }).step
-    expect(t?.checkpoint.channel_values.n).toBe(step)
-    expect((t?.checkpoint.channel_values.messages as string[]).length).toBe(step + 1)
+    if (!t) throw new Error(`checkpoint ${id} is not there`)
+    expect(t.checkpoint.id).toBe(id)
+    const step = (t.metadata as { step: number }).step
+    expect(t.checkpoint.channel_values.n).toBe(step)
+    expect((t.checkpoint.channel_values.messages as string[]).length).toBe(step + 1)
   }
 }
 
