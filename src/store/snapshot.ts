@@ -55,7 +55,7 @@ export interface SnapshotEngineOptions {
 }
 
 const OPTION_KEYS = new Set(['log', 'root', 'store'])
-const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty', 'skipDamaged'])
+const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty', 'skipDamaged', 'dropOlder'])
 const REPLAY_KEYS = new Set(['fromScratch', 'onProgress', 'strict', 'skipDamaged'])
 
 export interface ReplayOptions {
@@ -103,6 +103,13 @@ export interface SnapshotOptions {
    * can go on. The damaged bytes stay in the log.
    */
   skipDamaged?: boolean
+  /**
+   * The record also drops (lists in `pruned`, as `prune` does) the workspace's earlier snapshots
+   * not dropped yet, but forks and merges: retention that keeps only the state now (NoaSession's).
+   * The search stops at the newest snapshot that dropped some itself: what came before it was
+   * dropped or kept then.
+   */
+  dropOlder?: boolean
 }
 
 /** A blob a tree names that is not in the object store, with the entry that wrote it. */
@@ -406,6 +413,13 @@ export class SnapshotEngine {
           entry: null,
         }
       }
+      const pruned: string[] = []
+      if (options.dropOlder) {
+        for await (const info of this.snapshots(workspace)) {
+          if (info.kind === 'snapshot' && !info.pruned) pruned.push(info.snapshotId)
+          if (info.prunes.length > 0) break
+        }
+      }
       // The tree is built at once and its objects' fsyncs run in the pool while the blobs the
       // replay took in are looked up: the report of missing ones does not wait for the disk.
       const storing = this.storeSnapshot(
@@ -416,6 +430,7 @@ export class SnapshotEngine {
           seq: s.seq,
           noEffect: recorded(s.noEffect),
           ...(s.skipped.length > 0 ? { skipped: s.skipped } : {}),
+          ...(pruned.length > 0 ? { pruned } : {}),
           message,
           ts: nowMicros(),
         },
