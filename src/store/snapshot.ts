@@ -184,9 +184,11 @@ export interface PruneOptions {
   /** Keep snapshots made within this many milliseconds. */
   keepWithinMs?: number
   message?: string
+  /** Say what would be dropped and write nothing (no log needed; `created` is false). */
+  dryRun?: boolean
 }
 
-const PRUNE_KEYS = new Set(['keepLast', 'keepWithinMs', 'message'])
+const PRUNE_KEYS = new Set(['keepLast', 'keepWithinMs', 'message', 'dryRun'])
 const CHECKOUT_KEYS = new Set(['force', 'caseInsensitive'])
 
 export interface PruneResult {
@@ -514,7 +516,7 @@ export class SnapshotEngine {
    */
   async prune(workspace: string, options: PruneOptions): Promise<PruneResult> {
     checkOptionKeys(options, PRUNE_KEYS, 'prune')
-    const log = this.requireLog('prune')
+    const log = options.dryRun ? undefined : this.requireLog('prune')
     checkWorkspace(workspace)
     const { keepLast, keepWithinMs } = options
     if (keepLast === undefined && keepWithinMs === undefined) {
@@ -534,7 +536,7 @@ export class SnapshotEngine {
     }
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
-      await log.openWorkspace(workspace)
+      await log?.openWorkspace(workspace)
       // Prune snapshots themselves are neither counted nor dropped: they hold the record of what was.
       const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned && s.prunes.length === 0)
       const now = nowMicros()
@@ -549,7 +551,7 @@ export class SnapshotEngine {
         ),
       ].filter((id) => !keep.has(id))
       const kept = alive.filter((s) => !dropped.includes(s.snapshotId)).map((s) => s.snapshotId)
-      if (dropped.length === 0)
+      if (dropped.length === 0 || options.dryRun)
         return { created: false, snapshotId: null, dropped, kept: [...new Set(kept)], entry: null }
       const s = await this.computeState(workspace, {})
       const message =
