@@ -137,7 +137,7 @@ describe('noa du', () => {
     expect(p1?.dropped).toEqual([s1.snapshotId])
     cli(['gc', '--yes', '--grace', '0', '--root', root])
     const after = await du(root)
-    const record = objectSize(root, (p1?.snapshotId as string).slice(4))
+    const record = objectSize(root, String(p1?.snapshotId).slice(4))
     expect(after.reachable.bytes).toBe(d.reachable.bytes - d.free.prune + record)
     expect(after.total).toBe(filesUnder(root))
     expect(after.free.gc).toBe(0)
