@@ -203,7 +203,10 @@ export class ThreadIndex {
     const entries = await readLog(file, opts.end ?? Number.MAX_SAFE_INTEGER)
     let lastSeq = 0
     for (const [i, e] of entries.entries()) {
-      if (opts.until !== undefined && e.seq > opts.until) break
+      if (opts.until !== undefined && e.seq > opts.until) {
+        if (depth > 0) await this.laterDrops(store, entries.slice(i))
+        break
+      }
       if (i === 0 && e.op === 'snapshot' && depth < MAX_LINEAGE) {
         const record = await store.getSnapshot(e.snapshot_id)
         const own = record.workspace === workspace && record.seq < e.seq
@@ -216,6 +219,21 @@ export class ThreadIndex {
       lastSeq = e.seq
     }
     return lastSeq
+  }
+
+  /**
+   * What the base of a fork dropped after the fork (its retention, a prune): those of its
+   * checkpoints the fork inherited are gone too once gc ran. The fork's own base checkpoint is
+   * not among them: the fork's first entry keeps its snapshot (and no snapshot is known for it here).
+   */
+  private async laterDrops(store: ObjectStore, entries: Entry[]): Promise<void> {
+    for (const [i, e] of entries.entries()) {
+      if (e.op !== 'snapshot') continue
+      const before = entries[i - 1]
+      const put =
+        before?.op === 'write' && parsePath(before.path)?.kind === 'checkpoint' && before.seq === e.seq - 1
+      if (!put || e.message.includes(RETENTION_MARK)) await this.dropsOf(store, e.snapshot_id)
+    }
   }
 
   /** Applies entries read from the log (another writer's), reading the records that may drop. */

@@ -178,6 +178,30 @@ describe('NoaSaver retention', () => {
     }
   })
 
+  it('a fork of a thread forgets what its base drops after the fork: it lists and loads after gc', async () => {
+    const root = join(tempDir('noa-lg-ret-'), 'noa')
+    const saver = await NoaSaver.open({ root, retention: { keepLast: 3 } })
+    let base: string[]
+    try {
+      base = await steps(saver, 'base', 4)
+      await saver.fork({ configurable: { thread_id: 'base', checkpoint_id: base[3] } }, 'child')
+      expect(await listed(saver, 'child')).toEqual(base.slice(1).reverse())
+      base.push(...(await steps(saver, 'base', 5, 4)))
+    } finally {
+      await saver.close()
+    }
+    gc(root)
+    const again = await NoaSaver.open({ root })
+    try {
+      // The base kept its last three; the child keeps the checkpoint it was forked at.
+      expect(await listed(again, 'base')).toEqual(base.slice(-3).reverse())
+      expect(await listed(again, 'child')).toEqual([base[3]])
+      await expectLoads(again, 'child', [base[3] as string])
+    } finally {
+      await again.close()
+    }
+  })
+
   it('refuses a bad policy by name, before anything is opened', async () => {
     const root = join(tempDir('noa-lg-ret-'), 'noa')
     for (const [retention, field] of [
