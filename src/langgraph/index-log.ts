@@ -58,14 +58,11 @@ export class ThreadIndex {
    * writes against one of them is a late writer's, refused instead of bringing the thread back.
    */
   readonly tombstones = new Set<string>()
-  /** How many deleteThread the log holds. */
-  deletions = 0
   private last: { ref: CheckpointRef; seq: number; ns: string; id: string } | null = null
 
   reset(): void {
     this.forgetAll()
     this.tombstones.clear()
-    this.deletions = 0
   }
 
   private forgetAll(): void {
@@ -181,7 +178,6 @@ export class ThreadIndex {
         return false
       case 'deleted':
         for (const [ns, m] of this.checkpoints) for (const id of m.keys()) this.tombstones.add(`${ns}\0${id}`)
-        this.deletions++
         this.forgetAll()
         return false
     }
