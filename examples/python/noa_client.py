@@ -10,7 +10,7 @@
         for entry in c.watch("agent-1", from_seq=ack["seq"] + 1):        # blocks, follows new commits
             print(entry)
 
-The protocol (newline-delimited JSON, version 1) is described in noa's README, section
+The protocol (newline-delimited JSON, version 1) is described in noa's docs/serve.md, section
 "Wire protocol". Requests are pipelined: `append_many_pipelined` sends many appends before it
 reads any answer. A failed request raises NoaError with the daemon's `code` ("NOA_SEQ_MISMATCH",
 "NOA_BAD_ENTRY", …), `message` and `details` (NOA_SEQ_MISMATCH carries details["lastSeq"]).

@@ -41,6 +41,7 @@ const COPIED = [
   'scripts',
   'package.json',
   'README.md',
+  'docs',
   'vitest.config.ts',
   'tsconfig.json',
 ]

@@ -991,7 +991,7 @@ export const MUTANTS = [
   ...SERVE_MUTANTS,
 ]
 
-/** Each guarantee in the README's words (docs/guarantees.md's second column). */
+/** Each guarantee in the words of the README and docs/ (docs/guarantees.md's second column). */
 export const CLAIMS = {
   ...SERVE_CLAIMS,
   'D-1':

@@ -55,7 +55,7 @@ export interface LeaseOptions {
    * step at a time per thread, each awaited. Measured with bench:adapters, a serial step costs
    * less without the hand-off to a worker and back (1,091 against 757 steps/s with two workers),
    * and 100 threads stepping at once do about as well (within the machine's swing across runs;
-   * README, adapter figures).
+   * docs/adapters.md, figures).
    */
   workers?: number
 }

@@ -1,5 +1,5 @@
 /**
- * The wire protocol of `noa serve`, version 1, shared by the daemon and its clients (the README
+ * The wire protocol of `noa serve`, version 1, shared by the daemon and its clients (docs/serve.md
  * describes it for clients in other languages; examples/python has one).
  *
  * Newline-delimited JSON over a unix stream socket (or TCP): every message is one UTF-8 JSON

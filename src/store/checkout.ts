@@ -29,7 +29,7 @@ import { checkPath } from '../engine/entry.js'
 import { Errors, type NoaError } from '../engine/errors.js'
 import { existingLog } from '../engine/logs.js'
 import { writeSeqs } from './records.js'
-import type { ResolvedRef, SnapshotEngine } from './snapshot.js'
+import type { ResolvedRef, SnapshotView } from './view.js'
 
 export interface CheckoutOptions {
   /** Write into a folder that is not empty (files of the tree are replaced; others are left). */
@@ -54,7 +54,7 @@ function refuse(message: string, details: Record<string, unknown> = {}): NoaErro
 }
 
 export async function checkout(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   ref: string,
   dir: string,
   options: CheckoutOptions = {},
@@ -208,7 +208,7 @@ function isCaseInsensitive(dir: string): boolean {
 }
 
 /** Refuses a tree with blobs that are not stored, naming each with the seq that wrote it. */
-async function checkBlobsStored(engine: SnapshotEngine, resolved: ResolvedRef): Promise<void> {
+async function checkBlobsStored(engine: SnapshotView, resolved: ResolvedRef): Promise<void> {
   const { tree } = resolved
   const missing: Array<{ path: string; blob: string }> = []
   const checked = new Map<string, boolean>()

@@ -5,8 +5,8 @@
  */
 import { structuredPatch } from 'diff'
 import type { ObjectStore } from './objects.js'
-import type { SnapshotEngine } from './snapshot.js'
 import { diffTrees } from './tree.js'
+import type { SnapshotView } from './view.js'
 
 export type DiffStatus = 'added' | 'removed' | 'changed'
 
@@ -34,7 +34,7 @@ export interface DiffResult {
   changed: number
 }
 
-export async function diffRefs(engine: SnapshotEngine, a: string, b: string): Promise<DiffResult> {
+export async function diffRefs(engine: SnapshotView, a: string, b: string): Promise<DiffResult> {
   const ra = await engine.resolve(a)
   const rb = await engine.resolve(b)
   const changes: DiffEntry[] = diffTrees(ra.tree, rb.tree).map((c) => ({

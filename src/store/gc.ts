@@ -53,7 +53,7 @@ import { readEntryBatches } from '../engine/reader.js'
 import { objectLogIndex } from './object-logs.js'
 import { MarkSet, type ReachSink, snapshotObjects, walkWorkspace } from './reach.js'
 import { lastSeqOf } from './records.js'
-import type { SnapshotEngine } from './snapshot.js'
+import type { SnapshotView } from './view.js'
 
 export const DEFAULT_GRACE_MS = 60 * 60 * 1000
 
@@ -121,7 +121,7 @@ const SHARD_RE = /^[0-9a-f]{2}$/
 const REST_RE = /^[0-9a-f]{62}$/
 const TEMP_RE = /^\.(?:obj|blob|tmp)-[0-9a-f]+\.tmp$|^\..*\.tmp$/
 
-export async function collectGarbage(engine: SnapshotEngine, options: GcOptions = {}): Promise<GcResult> {
+export async function collectGarbage(engine: SnapshotView, options: GcOptions = {}): Promise<GcResult> {
   checkOptionKeys(options, GC_KEYS, 'gc')
   const dryRun = options.dryRun ?? true
   const graceMs = options.graceMs ?? DEFAULT_GRACE_MS
@@ -293,7 +293,7 @@ export async function collectGarbage(engine: SnapshotEngine, options: GcOptions 
 
 /** The object-log part of a sweep (see the top of this file). */
 async function collectObjectLogs(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   marks: MarkSet,
   result: GcResult,
   now: number,

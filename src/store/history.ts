@@ -5,7 +5,7 @@
 import { NoaError } from '../engine/errors.js'
 import type { MergeConflict, SnapshotRecord } from './objects.js'
 import type { Skipped } from './replay.js'
-import type { SnapshotEngine } from './snapshot.js'
+import type { SnapshotView } from './view.js'
 
 export type HistoryKind = 'snapshot' | 'fork' | 'merge' | 'prune'
 
@@ -36,7 +36,7 @@ export interface HistoryNode {
   missing?: boolean
 }
 
-export async function historyOf(engine: SnapshotEngine, workspace: string): Promise<HistoryNode[]> {
+export async function historyOf(engine: SnapshotView, workspace: string): Promise<HistoryNode[]> {
   const roots: SnapshotRecord[] = []
   const forks = new Set<string>()
   for await (const s of engine.snapshots(workspace)) {

@@ -25,7 +25,7 @@ import { logPath, workspaceNames } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import type { SnapshotRecord } from './objects.js'
 import { lastSeqOf } from './records.js'
-import type { SnapshotEngine } from './snapshot.js'
+import type { SnapshotView } from './view.js'
 
 export type ObjectKind = 'record' | 'tree' | 'blob'
 
@@ -112,7 +112,7 @@ export interface WalkResult {
 
 /** Walks every root of the store (see the top of this file). */
 export async function walkRoots(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   sink: ReachSink,
   onWorkspace?: (workspace: string) => void,
 ): Promise<WalkResult> {
@@ -126,11 +126,7 @@ export async function walkRoots(
 }
 
 /** One workspace's roots: its snapshots and the writes after its head. */
-export async function walkWorkspace(
-  engine: SnapshotEngine,
-  workspace: string,
-  sink: ReachSink,
-): Promise<void> {
+export async function walkWorkspace(engine: SnapshotView, workspace: string, sink: ReachSink): Promise<void> {
   for await (const info of engine.snapshots(workspace)) {
     const from: Referrer = { workspace, seq: info.entry.seq, snapshot: info.snapshotId }
     let record: SnapshotRecord
@@ -148,7 +144,7 @@ export async function walkWorkspace(
 
 /** The blobs of `write` entries after `since`. */
 export async function writesAfter(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   workspace: string,
   since: number,
   sink: ReachSink,
@@ -170,7 +166,7 @@ export async function writesAfter(
  * of the tree format changes only this and the object store.
  */
 export async function snapshotObjects(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   record: SnapshotRecord,
   sink: ReachSink,
   from: Referrer,
@@ -209,7 +205,7 @@ export async function snapshotObjects(
 const walkedTrees = new WeakMap<ReachSink, Set<string>>()
 
 async function treeObjects(
-  engine: SnapshotEngine,
+  engine: SnapshotView,
   record: SnapshotRecord,
   sink: ReachSink,
   from: Referrer,
@@ -230,7 +226,7 @@ async function treeObjects(
   for (const id of chain) sink.object('tree', id, from)
   if (walked.has(record.tree)) return
   walked.add(record.tree)
-  let tree: Awaited<ReturnType<SnapshotEngine['treeOf']>>
+  let tree: Awaited<ReturnType<SnapshotView['treeOf']>>
   try {
     tree = await engine.treeOf(record)
   } catch (err) {

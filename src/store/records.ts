@@ -25,7 +25,18 @@ import { readThroughJournals } from '../engine/journal-view.js'
 import { existingLog, logPath } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { countersOf, inspectTail } from '../engine/recovery.js'
-import type { ObjectStore, SnapshotRecord } from './objects.js'
+import type { SnapshotRecord } from './snapshot-record.js'
+
+/** What the record rules read of the object store (ObjectStore is one). */
+export interface RecordStore {
+  /** The root the store belongs to. */
+  readonly root: string
+  /** The objects folder, for messages. */
+  readonly dir: string
+  has(id: string): boolean
+  /** The snapshot record stored under `id`, or null when there is none. */
+  peekSnapshot(id: string): SnapshotRecord | null
+}
 
 /** Last seq of a workspace's log (0 when it has none). */
 export function lastSeqOf(root: string, workspace: string): number {
@@ -45,7 +56,7 @@ function refuse(where: string, why: string, details: Record<string, unknown> = {
 }
 
 /** A record, or a NOA_BAD_ENTRY naming the field when there is none. */
-function recordFor(store: ObjectStore, id: string, where: string, field: string): SnapshotRecord {
+function recordFor(store: RecordStore, id: string, where: string, field: string): SnapshotRecord {
   const record = store.peekSnapshot(id)
   if (!record) {
     throw refuse(where, `${field} ${id} names no snapshot record in ${store.dir}`, { field })
@@ -58,7 +69,7 @@ function recordFor(store: ObjectStore, id: string, where: string, field: string)
  * name this workspace's records (the rules at the top of this file).
  */
 export function checkRecordEntries(
-  store: ObjectStore,
+  store: RecordStore,
   workspace: string,
   entries: readonly EntryInput[],
   where: (i: number) => string,
@@ -88,7 +99,7 @@ export function checkRecordEntries(
 }
 
 function checkSnapshotEntry(
-  store: ObjectStore,
+  store: RecordStore,
   workspace: string,
   e: SnapshotEntry,
   before: number,
@@ -118,7 +129,7 @@ function checkSnapshotEntry(
 }
 
 function checkMergeEntry(
-  store: ObjectStore,
+  store: RecordStore,
   workspace: string,
   e: MergeEntry,
   snap: SnapshotEntry,
@@ -169,7 +180,7 @@ export interface RecordScanOptions {
  * Reads the log once; problems in seq order.
  */
 export async function scanRecords(
-  store: ObjectStore,
+  store: RecordStore,
   workspace: string,
   options: RecordScanOptions = {},
 ): Promise<RecordProblem[]> {
@@ -285,7 +296,7 @@ export async function scanRecords(
   return problems
 }
 
-function safePeek(store: ObjectStore, id: string): SnapshotRecord | null {
+function safePeek(store: RecordStore, id: string): SnapshotRecord | null {
   try {
     return store.peekSnapshot(id)
   } catch {

@@ -44,6 +44,7 @@ import {
 import { lastSeqOf, writeSeqs } from './records.js'
 import { type ChangeMark, type NoEffect, type ReplayProgress, replaySegment, type Skipped } from './replay.js'
 import { EMPTY_TREE, Tree, TreeBuilder } from './tree.js'
+import type { ResolvedRef, SnapshotInfo, SnapshotView } from './view.js'
 
 export interface SnapshotEngineOptions {
   /** The AgentLog that appends snapshot, fork and merge entries. Without it, the engine only reads. */
@@ -150,32 +151,7 @@ export interface ForkResult {
   entry: Ack
 }
 
-export type SnapshotKind = 'snapshot' | 'fork' | 'merge'
-
-export interface SnapshotInfo {
-  snapshotId: string
-  kind: SnapshotKind
-  /** Workspace whose history the record belongs to (another one for a fork base). */
-  workspace: string
-  tree: string
-  parent: string | null
-  /** Last seq covered (of `workspace`'s log). */
-  seq: number
-  message: string
-  /** When the record was made, unix µs. */
-  ts: number
-  /** The snapshot entry in the listed workspace's log. */
-  entry: Ack
-  /** Entries of its replay that changed nothing. */
-  noEffect: RecordedNoEffect[]
-  /** Damaged parts of the log its replay left out. */
-  skipped: Skipped[]
-  /** Dropped by a later `snapshot prune` of this workspace (its tree is left for gc). */
-  pruned: boolean
-  /** Snapshots this one dropped (a prune). */
-  prunes: string[]
-}
-
+export type { ResolvedRef, SnapshotInfo, SnapshotKind, SnapshotView } from './view.js'
 export type { Head }
 
 export interface PruneOptions {
@@ -219,24 +195,12 @@ interface State {
   skipped: Skipped[]
 }
 
-/** Where a ref (`noa_…`, `ws`, `ws@seq`) points. */
-export interface ResolvedRef {
-  ref: string
-  tree: Tree
-  /** The snapshot named, or the head the state was replayed from (null: from empty). */
-  snapshotId: string | null
-  /** Workspace of a `ws` / `ws@seq` ref, or of the snapshot's record. */
-  workspace: string
-  /** Last seq the state covers (a snapshot's record seq). */
-  seq: number
-}
-
 /** Blobs whose last write a snapshot keeps while it replays (past this, it reads again). */
 const WRITES_KEPT = 100_000
 
 const REF_RE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:@(\d+))?$/
 
-export class SnapshotEngine {
+export class SnapshotEngine implements SnapshotView {
   readonly root: string
   readonly store: ObjectStore
   readonly log: AgentLog | undefined

@@ -96,9 +96,9 @@ describe('NoaError codes', () => {
     expect(others).toEqual([])
   })
 
-  it("the README's table lists every code, once, in the order of NOA_ERROR_CODES", () => {
-    const readme = readFileSync(join(ROOT_DIR, 'README.md'), 'utf8')
-    const rows = [...readme.matchAll(/^\| `(NOA_[A-Z_]+)` \|/gm)].map((m) => m[1])
+  it("docs/api.md's table lists every code, once, in the order of NOA_ERROR_CODES", () => {
+    const doc = readFileSync(join(ROOT_DIR, 'docs', 'api.md'), 'utf8')
+    const rows = [...doc.matchAll(/^\| `(NOA_[A-Z_]+)` \|/gm)].map((m) => m[1])
     expect(rows).toEqual([...NOA_ERROR_CODES])
   })
 })

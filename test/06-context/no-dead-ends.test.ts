@@ -1,7 +1,7 @@
 /**
  * The context paths a user takes, followed to their end: a rebuild never replaces a state it
  * cannot reproduce, audit lists archives no block points at, view shows the refs compress takes,
- * and the README's example runs as written.
+ * and the example of docs/layers.md runs as written.
  */
 import { spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -224,10 +224,10 @@ describe('view shows the refs compress takes', () => {
   })
 })
 
-describe("the README's context example", () => {
+describe("docs/layers.md's context example", () => {
   it('runs as written, on the data it sets up', () => {
-    const readme = readFileSync(join(ROOT_DIR, 'README.md'), 'utf8')
-    const block = /<!-- example: context -->\n```sh\n([\s\S]*?)```/.exec(readme)?.[1]
+    const doc = readFileSync(join(ROOT_DIR, 'docs', 'layers.md'), 'utf8')
+    const block = /<!-- example: context -->\n```sh\n([\s\S]*?)```/.exec(doc)?.[1]
     expect(block).toBeDefined()
     const dir = tempDir()
     const bin = join(dir, 'bin')

@@ -4,7 +4,7 @@
  * `surface/<entry>.txt`. Adding, removing or renaming a public name shows up as a diff of that file
  * (update it with `npx vitest run test/09-package/exports.test.ts -u`).
  */
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import ts from 'typescript'
@@ -99,8 +99,15 @@ describe('the export map', () => {
     ])
   })
 
-  it("the README's imports name only what each entry hands out", () => {
-    const readme = readFileSync(join(ROOT_DIR, 'README.md'), 'utf8')
+  it('the imports of the README and docs/ name only what each entry hands out', () => {
+    const readme = [
+      'README.md',
+      ...readdirSync(join(ROOT_DIR, 'docs'))
+        .filter((f) => f.endsWith('.md'))
+        .map((f) => `docs/${f}`),
+    ]
+      .map((f) => readFileSync(join(ROOT_DIR, f), 'utf8'))
+      .join('\n')
     const byEntry = new Map(
       entries.map(([key, t]) => {
         const names = declarations.get(join(ROOT_DIR, t.types))

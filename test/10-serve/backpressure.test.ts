@@ -18,9 +18,9 @@ import { commitGate, LineClient, until } from '../helpers/serve.js'
  * the client.
  */
 const BURST = 16 * Number(readFileSync('/proc/sys/net/core/wmem_default', 'utf8'))
-/** The bookkeeping each request in flight is counted with against --max-pending-bytes (README, Limits). */
+/** The bookkeeping each request in flight is counted with against --max-pending-bytes (docs/serve.md, Limits). */
 const REQUEST_OVERHEAD = 512
-/** The answers held for one connection past which it is read no further (README, Limits). */
+/** The answers held for one connection past which it is read no further (docs/serve.md, Limits). */
 const OUTPUT_HIGH = 1 << 20
 
 /** Appends to `ws` of about 1 KB each, ids from 0: BURST bytes of them, or `count`. */

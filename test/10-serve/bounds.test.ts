@@ -12,7 +12,7 @@ import { tempDir } from '../helpers/index.js'
 import { LineClient, memoryOf, startDaemon } from '../helpers/serve.js'
 
 /**
- * What clients can make a daemon with the default limits hold, as the README states it (under
+ * What clients can make a daemon with the default limits hold, as docs/serve.md states it (under
  * "Bounded memory"): 256 MiB of buffered data, 64 MiB of requests in flight, and per connection
  * about 9 KiB plus 4 KiB for each of its 64 streams.
  */

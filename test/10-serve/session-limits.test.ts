@@ -23,7 +23,7 @@ async function daemon(
   return d
 }
 
-/** The bookkeeping each request in flight is counted with against --max-pending-bytes (README, Limits). */
+/** The bookkeeping each request in flight is counted with against --max-pending-bytes (docs/serve.md, Limits). */
 const REQUEST_OVERHEAD = 512
 
 const append = (id: number, ws = 'w') => ({ id, op: 'append', ws, entry: { op: 'delete', path: `p${id}` } })

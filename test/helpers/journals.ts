@@ -1,7 +1,7 @@
 /**
  * Planted commit journals for the trust tests (test/02-engine/journal-trust*.test.ts): a root
  * with acknowledged entries, journals valid in every byte noa checks, and the cases that each
- * break one of the README's trust rules.
+ * break one of the trust rules of docs/on-disk.md.
  */
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
@@ -234,7 +234,7 @@ export const CASES: Case[] = [
 ]
 
 /**
- * More of the README's rules, checked in process only (the commands go through the same replay,
+ * More of docs/on-disk.md's rules, checked in process only (the commands go through the same replay,
  * which the cases above show end to end).
  */
 export const MORE_CASES: Case[] = [
