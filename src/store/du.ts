@@ -25,7 +25,7 @@ import { snapshotEntriesBackward } from './heads.js'
 import { objectLogIndex } from './object-logs.js'
 import type { SnapshotRecord } from './objects.js'
 import { type ReachSink, snapshotObjects, writesAfter } from './reach.js'
-import type { SnapshotEngine } from './snapshot.js'
+import type { SnapshotView } from './view.js'
 
 export interface DuCategories {
   /** agent-logs/: the workspace logs. */
@@ -99,7 +99,7 @@ function fileSize(file: string): number {
   return st?.isFile() ? st.size : 0
 }
 
-export async function diskUsage(engine: SnapshotEngine): Promise<DuResult> {
+export async function diskUsage(engine: SnapshotView): Promise<DuResult> {
   const root = engine.root
   const categories: DuCategories = { logs: 0, checksums: 0, objects: 0, packs: 0, journals: 0, other: 0 }
   let names: string[] = []
@@ -216,7 +216,7 @@ export async function diskUsage(engine: SnapshotEngine): Promise<DuResult> {
 }
 
 /** Each object's bytes: its own file's size, else its record's length in an object log (-1: neither). */
-function objectSizes(engine: SnapshotEngine, ids: Iterable<string>): Map<string, number> {
+function objectSizes(engine: SnapshotView, ids: Iterable<string>): Map<string, number> {
   const out = new Map<string, number>()
   const logs = objectLogIndex(engine.root)
   for (const id of ids) {
