@@ -4,7 +4,7 @@
  *
  * Each item is a file, `items/<12-digit position>`, whose blob is the item's JSON: `addItems`
  * appends `write` entries (one commit for the call), `popItem` a `delete` of the last one,
- * `clearSession` a `delete` of each. So `noa log` shows the history as it happened, and
+ * `clearSession` a `delete` of each and a `write` of `cleared` (a tombstone, see clearSession). So `noa log` shows the history as it happened, and
  * `noa snapshot` + `noa tree`/`noa blob get` show it as it stands; `noa fork` copies a session.
  * Every change resolves once its blobs are fsynced and its entries are covered by an
  * fdatasync. An item JSON cannot give back as it is is refused before anything is written
