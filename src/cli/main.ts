@@ -121,6 +121,16 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
     summary: 'remove objects no log reaches (a dry run without --yes)',
     load: () => import('./commands/gc.js'),
   },
+  prune: {
+    group: 'store',
+    summary: "drop every workspace's older snapshots by a retention policy (a dry run without --yes)",
+    load: () => import('./commands/prune-root.js'),
+  },
+  du: {
+    group: 'store',
+    summary: 'bytes on disk per workspace and thread, and what gc, prune and compact would free',
+    load: () => import('./commands/du.js'),
+  },
   transcript: {
     group: 'agent files',
     summary: 'show, resume, append to and account for session transcripts (Norma JSONL)',

@@ -9,6 +9,7 @@
  */
 import { readLog } from '../adapters/follow.js'
 import type { Entry } from '../engine/entry.js'
+import { NoaError } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
 import { logPath } from '../engine/logs.js'
 import type { ObjectStore } from '../store/objects.js'
@@ -19,7 +20,16 @@ export interface CheckpointRef {
   blob: string
   /** The snapshot appended with it (the entry right after its write). */
   snapshot?: string
+  /** When its record was written (the write entry's ts, unix µs): what a retention age counts from. */
+  ts: number
 }
+
+/**
+ * A put's snapshot message says so when its record drops older checkpoints (`pruned`): the
+ * index reads the records of such snapshot entries, and of any snapshot entry that does not
+ * follow a checkpoint write (`noa prune`, `noa snapshot prune`, a fork), to forget what they drop.
+ */
+export const RETENTION_MARK = '; retention dropped '
 
 /** Forks of forks are followed this deep at most (a cycle cannot be made, this is a guard). */
 const MAX_LINEAGE = 64
@@ -41,9 +51,22 @@ export class ThreadIndex {
    * instead of every record of the thread again at each step.
    */
   readonly misses = new Map<string, number>()
-  private last: { ref: CheckpointRef; seq: number } | null = null
+  /** Snapshot id → the checkpoint made with it (what a record's `pruned` names). */
+  readonly bySnapshot = new Map<string, { ns: string; id: string }>()
+  /**
+   * `ns NUL id` of every checkpoint the thread had when it was deleted (deleteThread): a put or
+   * writes against one of them is a late writer's, refused instead of bringing the thread back.
+   */
+  readonly tombstones = new Set<string>()
+  private last: { ref: CheckpointRef; seq: number; ns: string; id: string } | null = null
 
   reset(): void {
+    this.forgetAll()
+    this.tombstones.clear()
+  }
+
+  private forgetAll(): void {
+    this.bySnapshot.clear()
     this.checkpoints.clear()
     this.latest.clear()
     this.writes.clear()
@@ -66,15 +89,58 @@ export class ThreadIndex {
     return this.writes.get(`${ns}\0${id}`)
   }
 
-  apply(e: Entry): void {
-    if (e.op === 'snapshot') {
-      if (this.last && this.last.seq === e.seq - 1) this.last.ref.snapshot = e.snapshot_id
-      this.last = null
-      return
+  /**
+   * Forgets the checkpoints made with these snapshots (a record's `pruned`: retention, `noa
+   * prune`), and their pending writes. gc frees what only they held.
+   */
+  drop(snapshotIds: Iterable<string>): void {
+    for (const sid of snapshotIds) {
+      const c = this.bySnapshot.get(sid)
+      if (!c) continue
+      this.bySnapshot.delete(sid)
+      const m = this.checkpoints.get(c.ns)
+      if (m?.get(c.id)?.snapshot !== sid) continue
+      m.delete(c.id)
+      this.writes.delete(`${c.ns}\0${c.id}`)
+      const order = this.applied.get(c.ns)
+      if (order) {
+        this.applied.set(
+          c.ns,
+          order.filter((id) => id !== c.id),
+        )
+        this.misses.clear()
+      }
+      if (this.latest.get(c.ns) === c.id) {
+        let newest: string | undefined
+        for (const id of m.keys()) if (newest === undefined || id > newest) newest = id
+        if (newest === undefined) this.latest.delete(c.ns)
+        else this.latest.set(c.ns, newest)
+      }
     }
-    if (e.op !== 'write') return
+  }
+
+  /** Whether a checkpoint id is from before a deleteThread (and not put again since). */
+  tombstoned(ns: string, id: string): boolean {
+    return this.tombstones.has(`${ns}\0${id}`) && this.get(ns, id) === undefined
+  }
+
+  /**
+   * Applies an entry. True for a snapshot entry whose record may drop checkpoints (see
+   * RETENTION_MARK): the caller reads the record and calls `drop` with its `pruned`.
+   */
+  apply(e: Entry): boolean {
+    if (e.op === 'snapshot') {
+      const own = this.last !== null && this.last.seq === e.seq - 1
+      if (own && this.last) {
+        this.last.ref.snapshot = e.snapshot_id
+        this.bySnapshot.set(e.snapshot_id, { ns: this.last.ns, id: this.last.id })
+      }
+      this.last = null
+      return !own || e.message.includes(RETENTION_MARK)
+    }
+    if (e.op !== 'write') return false
     const p = parsePath(e.path)
-    if (!p) return
+    if (!p) return false
     switch (p.kind) {
       case 'checkpoint': {
         let m = this.checkpoints.get(p.ns)
@@ -82,7 +148,7 @@ export class ThreadIndex {
           m = new Map()
           this.checkpoints.set(p.ns, m)
         }
-        const ref: CheckpointRef = { blob: e.blob }
+        const ref: CheckpointRef = { blob: e.blob, ts: e.ts }
         m.set(p.id, ref)
         let order = this.applied.get(p.ns)
         if (!order) {
@@ -92,8 +158,8 @@ export class ThreadIndex {
         order.push(p.id)
         const latest = this.latest.get(p.ns)
         if (latest === undefined || p.id > latest) this.latest.set(p.ns, p.id)
-        this.last = { ref, seq: e.seq }
-        return
+        this.last = { ref, seq: e.seq, ns: p.ns, id: p.id }
+        return false
       }
       case 'writes': {
         const key = `${p.ns}\0${p.id}`
@@ -103,16 +169,17 @@ export class ThreadIndex {
           this.writes.set(key, m)
         }
         m.set(p.task, e.blob)
-        return
+        return false
       }
       case 'value':
-        return
+        return false
       case 'thread':
         this.threadBlob = e.blob
-        return
+        return false
       case 'deleted':
-        this.reset()
-        return
+        for (const [ns, m] of this.checkpoints) for (const id of m.keys()) this.tombstones.add(`${ns}\0${id}`)
+        this.forgetAll()
+        return false
     }
   }
 
@@ -132,7 +199,10 @@ export class ThreadIndex {
     const entries = await readLog(file, opts.end ?? Number.MAX_SAFE_INTEGER)
     let lastSeq = 0
     for (const [i, e] of entries.entries()) {
-      if (opts.until !== undefined && e.seq > opts.until) break
+      if (opts.until !== undefined && e.seq > opts.until) {
+        if (depth > 0) await this.laterDrops(store, entries.slice(i))
+        break
+      }
       if (i === 0 && e.op === 'snapshot' && depth < MAX_LINEAGE) {
         const record = await store.getSnapshot(e.snapshot_id)
         const own = record.workspace === workspace && record.seq < e.seq
@@ -141,9 +211,44 @@ export class ThreadIndex {
           this.last = null
         }
       }
-      this.apply(e)
+      if (this.apply(e) && e.op === 'snapshot') await this.dropsOf(store, e.snapshot_id)
       lastSeq = e.seq
     }
     return lastSeq
+  }
+
+  /**
+   * What the base of a fork dropped after the fork (its retention, a prune): those of its
+   * checkpoints the fork inherited are gone too once gc ran. The fork's own base checkpoint is
+   * not among them: the fork's first entry keeps its snapshot (and no snapshot is known for it here).
+   */
+  private async laterDrops(store: ObjectStore, entries: Entry[]): Promise<void> {
+    for (const [i, e] of entries.entries()) {
+      if (e.op !== 'snapshot') continue
+      const before = entries[i - 1]
+      const put =
+        before?.op === 'write' && parsePath(before.path)?.kind === 'checkpoint' && before.seq === e.seq - 1
+      if (!put || e.message.includes(RETENTION_MARK)) await this.dropsOf(store, e.snapshot_id)
+    }
+  }
+
+  /** Applies entries read from the log (another writer's), reading the records that may drop. */
+  async applyAll(store: ObjectStore, entries: Iterable<Entry>): Promise<void> {
+    for (const e of entries) {
+      if (this.apply(e) && e.op === 'snapshot') await this.dropsOf(store, e.snapshot_id)
+    }
+  }
+
+  /** Forgets what a snapshot record drops. A record that cannot be read drops nothing (verify names it). */
+  private async dropsOf(store: ObjectStore, snapshotId: string): Promise<void> {
+    if (this.size === 0) return
+    let pruned: string[] | undefined
+    try {
+      pruned = (await store.getSnapshot(snapshotId)).pruned
+    } catch (err) {
+      if (err instanceof NoaError) return
+      throw err
+    }
+    if (pruned) this.drop(pruned)
   }
 }

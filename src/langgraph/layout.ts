@@ -8,7 +8,8 @@
  *     writes/[<ns>/]<checkpoint id>/<task>  a task's pending writes against that checkpoint
  *     values/<sha-256>                      a value too large for its record (the blob itself)
  *     thread                                the thread id, for a thread whose name is a hash
- *     deleted                               written by deleteThread: history before it is gone
+ *     deleted                               written by deleteThread: history before it is gone, and
+ *                                           a put against a checkpoint from before it is refused
  *
  * Each `put` appends, in one commit, a `write` of the checkpoint's record, `delete`s of the
  * files of the previous checkpoint, and a `snapshot` entry: the tree of each snapshot is the

@@ -42,6 +42,7 @@ import {
   type NameScheme,
   workspaceFor,
 } from '../adapters/names.js'
+import { checkRetention, droppedBy, type Retention } from '../adapters/retention.js'
 import { BlobCache, encodeValue, type StoredValue, valueData } from '../adapters/values.js'
 import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
@@ -64,7 +65,7 @@ import {
 } from '../store/objects.js'
 import { recorded, SnapshotEngine } from '../store/snapshot.js'
 import { TreeBuilder } from '../store/tree.js'
-import { type CheckpointRef, ThreadIndex } from './index-log.js'
+import { type CheckpointRef, RETENTION_MARK, ThreadIndex } from './index-log.js'
 import {
   CHECKPOINT_FORMAT,
   type CheckpointRecord,
@@ -97,9 +98,14 @@ export interface NoaSaverOptions {
   workers?: number
   /** LangGraph serializer (default: LangGraph's JsonPlusSerializer). */
   serde?: SerializerProtocol
+  /**
+   * Keep only some checkpoints of each thread and namespace (default: all): each put drops
+   * those the policy no longer keeps (adapters/retention.ts); `noa gc` then frees their bytes.
+   */
+  retention?: Retention
 }
 
-const OPTION_KEYS = new Set(['root', 'log', 'workers', 'serde'])
+const OPTION_KEYS = new Set(['root', 'log', 'workers', 'serde', 'retention'])
 const RECORD_CACHE = 4096
 /**
  * How long a commit through a daemon goes on trying while other clients' commits to the same
@@ -159,6 +165,8 @@ interface TreeState {
 interface Pending {
   records: Map<string, { blob: string; record: CheckpointRecord }>
   writes: Map<string, { blob: string; record: WritesRecord }>
+  /** Snapshots (of checkpoints) the batch's puts drop by retention. */
+  dropped: Set<string>
 }
 
 class LruMap<V> {
@@ -306,7 +314,7 @@ class Thread {
       await this.readLog()
       return
     }
-    for (const e of change.entries) this.index.apply(e)
+    await this.index.applyAll(this.saver.store, change.entries)
   }
 
   /** Resolves once every operation queued so far is settled. */
@@ -396,7 +404,7 @@ class Thread {
     // Chunks the thread's tree reaches now, through its large values: stored, and kept by gc
     // (the head reaches them until this commit's tree does), so not appended again.
     const held = this.heldChunks(state)
-    const pending: Pending = { records: new Map(), writes: new Map() }
+    const pending: Pending = { records: new Map(), writes: new Map(), dropped: new Set() }
     for (const op of batch) {
       const e: EntryInput[] = []
       const o: StoredObject[] = []
@@ -405,7 +413,7 @@ class Thread {
         else if (op.kind === 'writes') await this.buildWrites(op, state, pending, e, o)
         else this.buildDelete(state, e, o)
         if (op.kind !== 'writes' && e.length > 0) {
-          this.snapshotInto(state, e, o, trees, entries.length, op)
+          this.snapshotInto(state, e, o, trees, entries.length, op, pending)
         }
       } catch (err) {
         // The tree state may be half changed by this operation: nothing of the batch is written.
@@ -464,6 +472,7 @@ class Thread {
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
       for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
+      this.index.drop(pending.dropped)
       if (saver.viaDaemon) this.follower.acceptAppended(last)
       // The owner says where our last line ends: what the follower has accounted for.
       else this.follower.accept(last, acks[LOG_END] ?? this.follower.size(), acks[LOG_HELD])
@@ -602,6 +611,9 @@ class Thread {
     o: StoredObject[],
   ): Promise<void> {
     const saver = this.saver
+    if (op.parent !== undefined && !pending.records.has(nsKey(op.ns, op.parent))) {
+      this.refuseDeleted(op.ns, op.parent, 'a put')
+    }
     const parent = op.parent === undefined ? undefined : await saver.record(this, op.ns, op.parent, pending)
     const channels: Record<string, StoredChannel> = {}
     for (const [ch, version] of Object.entries(op.versions)) {
@@ -685,6 +697,7 @@ class Thread {
     o: StoredObject[],
   ): Promise<void> {
     const saver = this.saver
+    if (!pending.records.has(nsKey(op.ns, op.id))) this.refuseDeleted(op.ns, op.id, 'writes')
     const key = `${nsKey(op.ns, op.id)}\0${op.task}`
     const before = pending.writes.get(key)?.record ?? (await saver.writesRecord(this, op.ns, op.id, op.task))
     const byIdx = new Map<number, StoredWrite>()
@@ -719,6 +732,20 @@ class Thread {
     saver.writeRecords.set(blob, record)
   }
 
+  /**
+   * The tombstone: a checkpoint from before a deleteThread is gone for good, so a put or writes
+   * against it (a late writer that read the thread before the delete) is refused rather than
+   * bringing the thread back. A put with no parent starts the thread anew.
+   */
+  private refuseDeleted(ns: string, id: string, what: string): void {
+    if (!this.index.tombstoned(ns, id)) return
+    const name = checkpointName(this.threadId ?? this.workspace, ns, id)
+    throw Errors.CONFLICT(
+      `${what} against ${name} refused: the thread was deleted (deleteThread) after that checkpoint, and a deleted thread is not brought back by a late writer; a put with no parent checkpoint starts it anew`,
+      { workspace: this.workspace, checkpoint: id, deleted: true },
+    )
+  }
+
   private buildDelete(state: TreeState, e: EntryInput[], o: StoredObject[]): void {
     if (this.index.size === 0 && this.index.writes.size === 0) return
     for (const path of [...state.files.keys()]) {
@@ -729,6 +756,32 @@ class Thread {
     const blob = sha256(bytes)
     o.push({ id: blob, data: bytes, exact: true })
     this.change(state, e, DELETED_FILE, blob)
+  }
+
+  /**
+   * The snapshots of the checkpoints of op's namespace that the saver's retention no longer
+   * keeps once op's checkpoint is put. The put's snapshot record lists them in `pruned` (as
+   * `noa snapshot prune` does): gc then keeps neither their trees nor what only those held, and
+   * the index forgets them (here after the commit; on a later read from that record).
+   */
+  private retentionDrops(op: Extract<Op, { kind: 'put' }>, pending: Pending): string[] {
+    const policy = this.saver.retention
+    const m = this.index.checkpoints.get(op.ns)
+    if (!policy || !m) return []
+    const nowUs = nowMicros()
+    const items: Array<{ id: string; ts: number; snapshot: string | undefined }> = [
+      { id: op.id, ts: nowUs, snapshot: undefined },
+    ]
+    for (const [id, ref] of m) if (id !== op.id) items.push({ id, ts: ref.ts, snapshot: ref.snapshot })
+    // Checkpoint ids are uuid6: their order is their time order (as `latest` has it).
+    items.sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
+    const out: string[] = []
+    for (const d of droppedBy(policy, items, nowUs)) {
+      if (d.snapshot === undefined || d.id === op.id || pending.dropped.has(d.snapshot)) continue
+      pending.dropped.add(d.snapshot)
+      out.push(d.snapshot)
+    }
+    return out
   }
 
   /**
@@ -743,6 +796,7 @@ class Thread {
     trees: string[],
     offset: number,
     op: Op,
+    pending: Pending,
   ): void {
     const store = this.saver.store
     // A thread's tree is small (its checkpoint, the writes since, their values): built whole,
@@ -755,10 +809,11 @@ class Thread {
     }
     const tree = store.treeObject(null, builder)
     const seq = state.lastSeq + offset + e.length
+    const pruned = op.kind === 'put' ? this.retentionDrops(op, pending) : []
     const message =
-      op.kind === 'put'
+      (op.kind === 'put'
         ? `checkpoint ${op.id}${op.ns === '' ? '' : ` in ${op.ns}`} (step ${String(op.step)}, ${String(op.source)})`
-        : 'deleteThread'
+        : 'deleteThread') + (pruned.length === 0 ? '' : `${RETENTION_MARK}${pruned.length}`)
     const input = {
       workspace: this.workspace,
       tree: tree.id,
@@ -766,6 +821,7 @@ class Thread {
       since: state.headPos,
       seq,
       ...(state.noEffect.length === 0 ? {} : { noEffect: state.noEffect }),
+      ...(pruned.length === 0 ? {} : { pruned }),
       message,
       ts: nowMicros(),
     }
@@ -796,12 +852,15 @@ export class NoaSaver extends BaseCheckpointSaver {
   private readonly byId = new Map<string, Thread>()
   /** @internal Whether the log is a daemon's client (adapters/logs.ts, viaDaemon). */
   readonly viaDaemon: boolean
+  /** @internal The retention policy, or undefined (keep every checkpoint). */
+  readonly retention: Retention | undefined
   private readonly lease: LogLease
   private closed = false
   private released = false
 
-  private constructor(lease: LogLease, serde?: SerializerProtocol) {
+  private constructor(lease: LogLease, serde?: SerializerProtocol, retention?: Retention) {
     super(serde)
+    this.retention = retention
     this.lease = lease
     this.viaDaemon = lease.viaDaemon
     this.root = lease.log.root
@@ -815,10 +874,11 @@ export class NoaSaver extends BaseCheckpointSaver {
   static async open(options: NoaSaverOptions = {}): Promise<NoaSaver> {
     checkOptionKeys(options, OPTION_KEYS, 'NoaSaver')
     if (options.log !== undefined) checkLog(options.log)
+    const retention = checkRetention(options.retention, 'NoaSaver')
     const lease = options.log
       ? borrowedLog(options.log)
       : await leaseLog({ root: options.root, workers: options.workers })
-    return new NoaSaver(lease, options.serde)
+    return new NoaSaver(lease, options.serde, retention)
   }
 
   /** @internal */

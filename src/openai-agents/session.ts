@@ -4,18 +4,20 @@
  *
  * Each item is a file, `items/<12-digit position>`, whose blob is the item's JSON: `addItems`
  * appends `write` entries (one commit for the call), `popItem` a `delete` of the last one,
- * `clearSession` a `delete` of each. So `noa log` shows the history as it happened, and
+ * `clearSession` a `delete` of each and a `write` of `cleared` (a tombstone, see clearSession). So `noa log` shows the history as it happened, and
  * `noa snapshot` + `noa tree`/`noa blob get` show it as it stands; `noa fork` copies a session.
  * Every change resolves once its blobs are fsynced and its entries are covered by an
  * fdatasync. An item JSON cannot give back as it is is refused before anything is written
  * (items.ts).
  */
 import type { AgentInputItem, Session } from '@openai/agents'
-import { LogFollower } from '../adapters/follow.js'
+import { LogFollower, readLog } from '../adapters/follow.js'
 import { borrowedLog, type LogLease, leaseLog } from '../adapters/logs.js'
 import { checkId, decodeWorkspace, describe, type NameScheme, workspaceFor } from '../adapters/names.js'
+import { checkRetention, droppedBy, type Retention } from '../adapters/retention.js'
 import type { AgentLog } from '../engine/agent-log.js'
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
+import { nowMicros } from '../engine/clock.js'
 import type { Ack, Entry, EntryInput } from '../engine/entry.js'
 import { Errors, isNoaError, NoaError, rewrap } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
@@ -38,11 +40,20 @@ export interface NoaSessionOptions {
   log?: AgentLog
   /** Owner worker threads, when the session starts the root's pool (default 0: the owner on the caller's thread). */
   workers?: number
+  /**
+   * Keep only some items (default: all): after each addItems the oldest items the policy no
+   * longer keeps are deleted and a snapshot drops the session's earlier snapshots, so `noa gc`
+   * frees them (adapters/retention.ts; an item's age is that of its write).
+   */
+  retention?: Retention
 }
 
-const OPTION_KEYS = new Set(['root', 'sessionId', 'log', 'workers'])
+const OPTION_KEYS = new Set(['root', 'sessionId', 'log', 'workers', 'retention'])
 const ITEM_RE = /^items\/(\d{12})$/
 const SESSION_FILE = 'session'
+/** Written by clearSession (its blob says when): a session object that read before it is a late writer. */
+const CLEARED_FILE = 'cleared'
+const CLEARED_FORMAT = 'noa-agents-cleared 1'
 /**
  * How long a change through a daemon goes on trying while other clients' changes to the same
  * session keep going in first (each lost try means one of theirs went in).
@@ -63,6 +74,9 @@ export class NoaSession implements Session {
   /** Position → blob of the items now, in order. */
   private items = new Map<number, string>()
   private files = new Map<string, string>()
+  /** Position → ts (unix µs) of its write, for a retention age (read from the log when loaded). */
+  private itemTs = new Map<number, number>()
+  private readonly retention: Retention | undefined
   private readonly values = new Map<string, AgentInputItem>()
   private loaded = false
   private lease: Promise<LogLease> | null = null
@@ -75,6 +89,7 @@ export class NoaSession implements Session {
 
   constructor(options: NoaSessionOptions = {}) {
     checkOptionKeys(options, OPTION_KEYS, 'NoaSession')
+    this.retention = checkRetention(options.retention, 'NoaSession')
     this.options = options
     this.sessionId = checkId(options.sessionId ?? crypto.randomUUID(), 'sessionId')
     this.workspace = workspaceFor(SESSIONS, this.sessionId)
@@ -126,6 +141,42 @@ export class NoaSession implements Session {
       }
       return { objects, entries }
     })
+    if (this.retention) await this.retain(this.retention)
+  }
+
+  /**
+   * Deletes the items the policy no longer keeps, then snapshots the session dropping its
+   * earlier snapshots (SnapshotOptions.dropOlder): gc keeps only what the snapshot's tree and
+   * later writes name.
+   */
+  private async retain(policy: Retention): Promise<void> {
+    let dropped = 0
+    await this.write(async () => {
+      if (this.retention?.keepWithinMs !== undefined) await this.readItemTimes()
+      const items = [...this.items.keys()]
+        .reverse()
+        .map((n) => ({ n, ts: this.itemTs.get(n) ?? Number.MAX_SAFE_INTEGER }))
+      const drop = droppedBy(policy, items, nowMicros())
+      dropped = drop.length
+      return { objects: [], entries: drop.map(({ n }): EntryInput => ({ op: 'delete', path: itemPath(n) })) }
+    })
+    if (dropped === 0) return
+    const { log } = await this.log()
+    // Under the workspace's mutex (the engine takes the one of this log), after this session's writes.
+    await new SnapshotEngine({ log, store: this.store }).snapshot(this.workspace, {
+      message: `retention: dropped ${dropped} item${dropped === 1 ? '' : 's'}`,
+      dropOlder: true,
+    })
+  }
+
+  /** The ts of each item's write, from the log (a replay gives the items but not when they came). */
+  private async readItemTimes(): Promise<void> {
+    if ([...this.items.keys()].every((n) => this.itemTs.has(n))) return
+    for (const e of await readLog(this.follower.file, this.follower.size())) {
+      if (e.op !== 'write') continue
+      const m = ITEM_RE.exec(e.path)
+      if (m && this.items.get(Number(m[1])) === e.blob) this.itemTs.set(Number(m[1]), e.ts)
+    }
   }
 
   /** Removes the most recent item and returns it (undefined when there is none). */
@@ -141,11 +192,27 @@ export class NoaSession implements Session {
     return popped
   }
 
+  /**
+   * Deletes every item and leaves a tombstone (a `cleared` file): another session object (in
+   * this process or another) that read the items before the clear has its next addItems or
+   * popItem refused instead of going on from the cleared history; read them again (getItems)
+   * to start the session anew.
+   */
   async clearSession(): Promise<void> {
-    await this.write(async () => ({
-      objects: [],
-      entries: [...this.items.keys()].map((n): EntryInput => ({ op: 'delete', path: itemPath(n) })),
-    }))
+    const bytes = Buffer.from(
+      `${JSON.stringify({ format: CLEARED_FORMAT, cleared_at: new Date().toISOString() })}\n`,
+      'utf8',
+    )
+    await this.write(
+      async () => ({
+        objects: [{ id: sha256(bytes), data: bytes, exact: true }],
+        entries: [
+          ...[...this.items.keys()].map((n): EntryInput => ({ op: 'delete', path: itemPath(n) })),
+          { op: 'write', path: CLEARED_FILE, blob: sha256(bytes) },
+        ],
+      }),
+      true,
+    )
   }
 
   /** Waits for changes in flight, then releases the root's AgentLog (closing it if this opened it). */
@@ -204,6 +271,7 @@ export class NoaSession implements Session {
    */
   private async write(
     build: () => Promise<{ objects: StoredObject[]; entries: EntryInput[] }>,
+    clearing = false,
   ): Promise<void> {
     const { log, mutex, viaDaemon } = await this.log()
     await mutex.run([this.workspace], async () => {
@@ -212,10 +280,19 @@ export class NoaSession implements Session {
       if (!viaDaemon || !this.opened) await log.openWorkspace(this.workspace)
       this.opened = true
       this.writing = true
+      // What this object read last: a clear since (by another writer) makes this one a late writer.
+      const readCleared = this.loaded ? (this.files.get(CLEARED_FILE) ?? null) : undefined
       try {
         const started = performance.now()
         for (let attempt = 1; ; attempt++) {
           await this.refresh(true)
+          const cleared = this.files.get(CLEARED_FILE) ?? null
+          if (!clearing && readCleared !== undefined && cleared !== readCleared) {
+            throw Errors.CONFLICT(
+              `session ${this.sessionId} was cleared (clearSession) by another writer since this session object read it: its change, built on the items before the clear, is refused; call getItems() to start from the cleared session`,
+              { workspace: this.workspace, cleared: true },
+            )
+          }
           const { objects, entries } = await build()
           if (entries.length === 0) return
           let acks: Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
@@ -296,8 +373,11 @@ export class NoaSession implements Session {
   }
 
   private apply(e: Entry): void {
-    if (e.op === 'write') this.setFile(e.path, e.blob)
-    else if (e.op === 'delete') this.setFile(e.path, null)
+    if (e.op === 'write') {
+      this.setFile(e.path, e.blob)
+      const m = ITEM_RE.exec(e.path)
+      if (m) this.itemTs.set(Number(m[1]), e.ts)
+    } else if (e.op === 'delete') this.setFile(e.path, null)
     else if (e.op === 'rename') {
       const blob = this.files.get(e.from)
       this.setFile(e.from, null)

@@ -54,6 +54,12 @@ export function objectLogIndex(root: string): ObjectLogIndex {
   return index
 }
 
+/** A new index of the logs under `root`, in place of what this process knew (a log it knew is gone). */
+export function resetObjectLogIndex(root: string): ObjectLogIndex {
+  indexes.delete(root)
+  return objectLogIndex(root)
+}
+
 export class ObjectLogIndex {
   readonly dir: string
   private readonly where = new Map<string, LoggedObject>()

@@ -34,7 +34,7 @@ import {
   looksLikeChunkList,
   parseChunkList,
 } from './chunks.js'
-import { objectLogIndex } from './object-logs.js'
+import { objectLogIndex, resetObjectLogIndex } from './object-logs.js'
 import type { Dir, Pack } from './pack.js'
 import { encodedPack } from './pack-build.js'
 import { decodePack } from './pack-decode.js'
@@ -1306,9 +1306,16 @@ export class ObjectStore implements ObjectChecks {
 
   /** The bytes of an object that is in an object log and not a file of its own (unchecked), or null. */
   private logged(id: string): Buffer | null {
-    const index = objectLogIndex(this.root)
-    const loc = index.find(id)
-    if (loc !== null) return index.read(loc)
+    const loc = objectLogIndex(this.root).find(id)
+    if (loc !== null) {
+      const bytes = objectLogIndex(this.root).read(loc)
+      if (bytes !== null) return bytes
+      // Its log is gone: gc wrote the log again, elsewhere, with the objects still reachable
+      // (gc.ts). What this process knew of the logs is stale: learn them again.
+      const fresh = resetObjectLogIndex(this.root)
+      const again = fresh.find(id)
+      if (again !== null) return fresh.read(again)
+    }
     // A power cut can leave an object only in a dead process's commit journal until a writer
     // replays it: a reader reads it from there (journal-view.ts), writing nothing.
     return journalFile(this.root, `objects/${id.slice(0, 2)}/${id.slice(2)}`)

@@ -57,7 +57,7 @@ export interface SnapshotEngineOptions {
 }
 
 const OPTION_KEYS = new Set(['log', 'root', 'store'])
-const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty', 'skipDamaged'])
+const SNAPSHOT_KEYS = new Set(['message', 'onProgress', 'strict', 'allowEmpty', 'skipDamaged', 'dropOlder'])
 const REPLAY_KEYS = new Set(['fromScratch', 'onProgress', 'strict', 'skipDamaged'])
 
 export interface ReplayOptions {
@@ -105,6 +105,13 @@ export interface SnapshotOptions {
    * can go on. The damaged bytes stay in the log.
    */
   skipDamaged?: boolean
+  /**
+   * The record also drops (lists in `pruned`, as `prune` does) the workspace's earlier snapshots
+   * not dropped yet, but forks and merges: retention that keeps only the state now (NoaSession's).
+   * The search stops at the newest snapshot that dropped some itself: what came before it was
+   * dropped or kept then.
+   */
+  dropOlder?: boolean
 }
 
 /** A blob a tree names that is not in the object store, with the entry that wrote it. */
@@ -154,9 +161,11 @@ export interface PruneOptions {
   /** Keep snapshots made within this many milliseconds. */
   keepWithinMs?: number
   message?: string
+  /** Say what would be dropped and write nothing (no log needed; `created` is false). */
+  dryRun?: boolean
 }
 
-const PRUNE_KEYS = new Set(['keepLast', 'keepWithinMs', 'message'])
+const PRUNE_KEYS = new Set(['keepLast', 'keepWithinMs', 'message', 'dryRun'])
 const CHECKOUT_KEYS = new Set(['force', 'caseInsensitive'])
 
 export interface PruneResult {
@@ -371,6 +380,13 @@ export class SnapshotEngine implements SnapshotView {
           entry: null,
         }
       }
+      const pruned: string[] = []
+      if (options.dropOlder) {
+        for await (const info of this.snapshots(workspace)) {
+          if (info.kind === 'snapshot' && !info.pruned) pruned.push(info.snapshotId)
+          if (info.prunes.length > 0) break
+        }
+      }
       // The tree is built at once and its objects' fsyncs run in the pool while the blobs the
       // replay took in are looked up: the report of missing ones does not wait for the disk.
       const storing = this.storeSnapshot(
@@ -381,6 +397,7 @@ export class SnapshotEngine implements SnapshotView {
           seq: s.seq,
           noEffect: recorded(s.noEffect),
           ...(s.skipped.length > 0 ? { skipped: s.skipped } : {}),
+          ...(pruned.length > 0 ? { pruned } : {}),
           message,
           ts: nowMicros(),
         },
@@ -464,7 +481,7 @@ export class SnapshotEngine implements SnapshotView {
    */
   async prune(workspace: string, options: PruneOptions): Promise<PruneResult> {
     checkOptionKeys(options, PRUNE_KEYS, 'prune')
-    const log = this.requireLog('prune')
+    const log = options.dryRun ? undefined : this.requireLog('prune')
     checkWorkspace(workspace)
     const { keepLast, keepWithinMs } = options
     if (keepLast === undefined && keepWithinMs === undefined) {
@@ -484,7 +501,7 @@ export class SnapshotEngine implements SnapshotView {
     }
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
-      await log.openWorkspace(workspace)
+      await log?.openWorkspace(workspace)
       // Prune snapshots themselves are neither counted nor dropped: they hold the record of what was.
       const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned && s.prunes.length === 0)
       const now = nowMicros()
@@ -499,7 +516,7 @@ export class SnapshotEngine implements SnapshotView {
         ),
       ].filter((id) => !keep.has(id))
       const kept = alive.filter((s) => !dropped.includes(s.snapshotId)).map((s) => s.snapshotId)
-      if (dropped.length === 0)
+      if (dropped.length === 0 || options.dryRun)
         return { created: false, snapshotId: null, dropped, kept: [...new Set(kept)], entry: null }
       const s = await this.computeState(workspace, {})
       const message =
