@@ -218,4 +218,23 @@ describe('NoaSaver retention', () => {
       ).rejects.toMatchObject({ code: 'NOA_BAD_OPTION', details: { field } })
     }
   })
+
+  it("noa compact refuses a thread's workspace, which the saver reads whole, and changes nothing", async () => {
+    const root = join(tempDir(), 'noa')
+    const saver = await NoaSaver.open({ root })
+    const ids = await steps(saver, 't', 3)
+    await saver.close()
+    const ws = NoaSaver.workspaceOf('t')
+    const before = runCli(['log', ws, '--root', root]).stdout
+    const r = runCli(['compact', ws, '--root', root])
+    expect(r.status).toBe(2)
+    expect(r.stderr).toContain(`workspace ${ws} holds a LangGraph thread`)
+    expect(runCli(['log', ws, '--root', root]).stdout).toBe(before)
+    const again = await NoaSaver.open({ root })
+    try {
+      expect(await listed(again, 't')).toEqual([...ids].reverse())
+    } finally {
+      await again.close()
+    }
+  })
 })

@@ -1,3 +1,4 @@
+import { decodeWorkspace } from '../../adapters/names.js'
 import { AgentLog, type CompactResult } from '../../engine/agent-log.js'
 import { checkWorkspace } from '../../engine/entry.js'
 import { ObjectStore } from '../../store/objects.js'
@@ -49,9 +50,20 @@ export const spec = command({
   },
 })
 
+/** LangGraph threads' workspaces (langgraph/saver.ts THREADS; the CLI does not load the adapter). */
+const THREADS = { prefix: 'lg', what: 'thread id' }
+
 export async function run(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseCommand(args, spec)
   const workspace = checkWorkspace(positionals[0])
+  if (decodeWorkspace(THREADS, workspace) !== null) {
+    // NoaSaver lists a thread's checkpoints from the write entries of its whole log (layout.ts):
+    // behind a base, every checkpoint before it would vanish from list() and getTuple().
+    throw new UsageError(
+      `workspace ${workspace} holds a LangGraph thread, whose saver reads its checkpoints from the whole log: compacting it would hide them; bound a thread with NoaSaver's retention (keepLast, keepWithinMs) and noa gc instead`,
+      spec.usage,
+    )
+  }
   const root = rootOf(values)
   let before: string | number | undefined = values.before
   if (before !== undefined && !before.startsWith('noa_')) {
