@@ -88,7 +88,29 @@ describe('the README', () => {
   })
 
   it('has a quick start for each main job', () => {
-    expect([...BLOCKS.keys()]).toEqual(['cli', 'library', 'serve', 'langgraph', 'agents', 'replicate'])
+    expect([...BLOCKS.keys()]).toEqual([
+      'cli',
+      'library',
+      'serve',
+      'langgraph',
+      'agents',
+      'replicate',
+      'growth',
+    ])
+  })
+
+  it('quick start, a bounded disk: du, prune, gc and compact, and the log starts at its base', () => {
+    const r = run('growth')
+    expect(r.status, r.stderr).toBe(0)
+    expect(r.stdout).toMatch(
+      /^workspace +log +checksums +own objects +shared objects +prunable +compactable$/m,
+    )
+    expect(r.stdout).toMatch(/^main\tdropped noa_[0-9a-f]{64}$/m)
+    expect(r.stdout).toMatch(/^freed \d+ B: 4 unreachable objects/m)
+    expect(r.stdout).toMatch(/^main: compacted up to seq 6 \(snapshot noa_[0-9a-f]{64}\)/m)
+    expect(r.stdout).toMatch(
+      /^\{"seq":6,"op":"base","snapshot_id":"noa_[0-9a-f]{64}","ts":\d+\}\n\{"seq":7,"op":"snapshot",/m,
+    )
   })
 
   it('quick start, the command line: blob put, append, snapshot, fork, merge, checkout, diff', () => {
