@@ -4,10 +4,13 @@
  * are interleaved round by round; figures are medians with min–max, and ratios against noa
  * from the same rounds.
  *
- * Then a long chat's bytes on disk (chat.ts): a 200-turn LangGraph chat through each saver.
+ * Then a long chat's bytes on disk (chat.ts): a 200-turn LangGraph chat through each saver, and
+ * through NoaSaver with retention: { keepLast: 10 } and without, gc after (retention.ts).
  *
  *   node dist/bench/adapters/run.js [--quick] [--rounds N] [--seconds S] [--chat-only] [--turns N]
  */
+
+import { spawnSync } from 'node:child_process'
 import { cpus, release, tmpdir } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -17,6 +20,7 @@ import { requirePeer } from './peer.js'
 
 const CASE = fileURLToPath(new URL('./case.js', import.meta.url))
 const CHAT = fileURLToPath(new URL('./chat.js', import.meta.url))
+const RETENTION = fileURLToPath(new URL('./retention.js', import.meta.url))
 const CONTENDERS = ['noa', 'noa-workers', 'sqlite', 'sqlite-full']
 const LABEL: Record<string, string> = {
   noa: 'NoaSaver',
@@ -88,6 +92,21 @@ function chatTable(turns: number): string[] {
   return out
 }
 
+/** The same chat through NoaSaver with and without `retention: { keepLast: 10 }`, gc after (retention.ts). */
+function retentionTable(turns: number): string[] {
+  process.stderr.write(`the ${turns}-turn chat with retention\n`)
+  const r = spawnSync(process.execPath, [RETENTION, '--turns', String(turns)], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  if (r.status !== 0) throw new Error(`retention.js exited ${r.status}`)
+  return [
+    `The ${turns}-turn chat through NoaSaver, with and without retention: { keepLast: 10 }, each mark followed by gc (grace 0):`,
+    '',
+    ...r.stdout.trimEnd().split('\n'),
+  ]
+}
+
 function main(): void {
   const { values } = parseArgs({
     options: {
@@ -153,7 +172,7 @@ function main(): void {
     )
     for (const id of CONTENDERS) lines.push(`- ${LABEL[id]}: ${how.get(id) ?? '?'}`)
   }
-  lines.push('', ...chatTable(turns))
+  lines.push('', ...chatTable(turns), '', ...retentionTable(turns))
   lines.push(
     '',
     `Command: npm run bench:adapters${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
