@@ -502,17 +502,29 @@ export class SnapshotEngine implements SnapshotView {
     existingLog(this.root, workspace)
     return this.mutex.run([workspace], async () => {
       await log?.openWorkspace(workspace)
-      // Prune snapshots themselves are neither counted nor dropped: they hold the record of what was.
-      const alive = (await this.listSnapshots(workspace)).filter((s) => !s.pruned && s.prunes.length === 0)
+      // Snapshots that dropped others (a prune's, a retention put's) are not counted: their
+      // records keep what was dropped, whatever becomes of their trees.
+      const listed = await this.listSnapshots(workspace)
+      const alive = listed.filter((s) => !s.pruned && s.prunes.length === 0)
       const now = nowMicros()
       const keep = new Set<string>()
       for (const s of alive.slice(0, Math.max(1, keepLast ?? 0))) keep.add(s.snapshotId)
       if (keepWithinMs !== undefined) {
         for (const s of alive) if (now - s.ts <= keepWithinMs * 1000) keep.add(s.snapshotId)
       }
+      // Those older than every snapshot kept go too (their trees hold states older than any
+      // kept), or each prune that dropped something would keep one more tree for ever. Newer
+      // ones stay: a retention put's snapshot is a checkpoint of its thread.
+      const keptAt = alive.filter((s) => keep.has(s.snapshotId)).map((s) => s.entry.seq)
+      const oldestKept = keptAt.length > 0 ? Math.min(...keptAt) : 0
+      const stale = listed.filter(
+        (s) => s.kind === 'snapshot' && !s.pruned && s.prunes.length > 0 && s.entry.seq < oldestKept,
+      )
       const dropped = [
         ...new Set(
-          alive.filter((s) => s.kind === 'snapshot' && !keep.has(s.snapshotId)).map((s) => s.snapshotId),
+          [...alive, ...stale]
+            .filter((s) => s.kind === 'snapshot' && !keep.has(s.snapshotId))
+            .map((s) => s.snapshotId),
         ),
       ].filter((id) => !keep.has(id))
       const kept = alive.filter((s) => !dropped.includes(s.snapshotId)).map((s) => s.snapshotId)

@@ -214,6 +214,34 @@ describe('gc', () => {
     expect(runCli(['snapshot', 'prune', 'ws', '--root', root]).status).toBe(2)
   })
 
+  it("pruning again and again keeps no tree for ever: an earlier prune's snapshot goes once every kept one is newer", async () => {
+    const ctx = await setup()
+    const { engine } = ctx
+    const snap = async (i: number) => {
+      await write(ctx, 'ws', { f: `v${i}` })
+      return (await engine.snapshot('ws', { message: `s${i}` })).snapshotId as string
+    }
+    const s0 = await snap(0)
+    await snap(1)
+    await write(ctx, 'ws', { f: 'v-prune-1' }) // the first prune's snapshot holds a state of its own
+    const p1 = await engine.prune('ws', { keepLast: 1 })
+    expect(p1.dropped).toEqual([s0])
+    // Nothing new: nothing to drop, the prune's snapshot stays (it is the head).
+    expect((await engine.prune('ws', { keepLast: 1 })).dropped).toEqual([])
+    const s2 = await snap(2)
+    const p2 = await engine.prune('ws', { keepLast: 1 })
+    expect(p2.dropped).toContain(p1.snapshotId)
+    const listed = await engine.listSnapshots('ws')
+    const byId = new Map(listed.map((s) => [s.snapshotId, s]))
+    expect(byId.get(p1.snapshotId as string)?.pruned).toBe(true)
+    expect(byId.get(s0)?.pruned).toBe(true) // what the first prune dropped stays dropped
+    expect(byId.get(s2)?.pruned).toBe(false)
+    const tree = byId.get(p1.snapshotId as string)?.tree as string
+    await engine.gc({ dryRun: false, graceMs: 0 })
+    expect(engine.store.has(tree)).toBe(false)
+    expect(await contents(engine, s2)).toEqual({ f: 'v2' })
+  })
+
   it('property: after any workload and gc, every snapshot still referenced has the same files', async () => {
     const ctx = await setup()
     const { log, engine } = ctx
