@@ -41,7 +41,7 @@ export const MUTANTS = [
     mutant: "the inline round's journal fdatasync taken out",
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'stamp(PHASE.pwritten);\n            this.io.fdatasync(j.fd);',
         to: 'stamp(PHASE.pwritten);',
       },
@@ -54,7 +54,7 @@ export const MUTANTS = [
     mutant: 'a pool round written without its fdatasync (sync mode 0)',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'place.offset, SYNC_FDATASYNC, taken.map',
         to: 'place.offset, 0, taken.map',
       },
@@ -67,7 +67,7 @@ export const MUTANTS = [
     mutant: 'the inline round acknowledged before its bytes are written to the logs',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: '        if (error === null) {\n            round.batches.forEach((batch, i) => {',
         to: '        this.roundDone(round, error, null);\n        this.flushAcks();\n        if (error === null) {\n            round.batches.forEach((batch, i) => {',
       },
@@ -80,7 +80,7 @@ export const MUTANTS = [
     mutant: "a file-by-file commit on the owner's thread without its fdatasync",
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'this.io.write(batch.file.fd, batch.data);\n            this.io.fdatasync(batch.file.fd);',
         to: 'this.io.write(batch.file.fd, batch.data);',
       },
@@ -93,7 +93,7 @@ export const MUTANTS = [
     mutant: 'a file-by-file commit on the pool without its fdatasync (sync mode 0)',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: "this.submit({ kind: 'files', batches: [batch] }, batch.file.fd, batch.data, SYNC_FDATASYNC);",
         to: "this.submit({ kind: 'files', batches: [batch] }, batch.file.fd, batch.data, 0);",
       },
@@ -106,7 +106,7 @@ export const MUTANTS = [
     name: 'EIO on the journal fdatasync rejects the round and poisons its workspaces, and only them',
     mutant: 'a failed sync does not poison the workspace',
     edits: [
-      { file: 'workers/owner.js', from: 'if (failedSync || cutFailed !== null) {', to: 'if (false) {' },
+      { file: 'workers/owner-batch.js', from: 'if (failedSync || cutFailed !== null) {', to: 'if (false) {' },
     ],
   },
   {
@@ -115,7 +115,7 @@ export const MUTANTS = [
     name: 'a failed fdatasync (EIO) rejects its batch, poisons the workspace until it is reopened (inline)',
     mutant: 'a failed sync does not poison the workspace',
     edits: [
-      { file: 'workers/owner.js', from: 'if (failedSync || cutFailed !== null) {', to: 'if (false) {' },
+      { file: 'workers/owner-batch.js', from: 'if (failedSync || cutFailed !== null) {', to: 'if (false) {' },
     ],
   },
   {
@@ -126,7 +126,7 @@ export const MUTANTS = [
       'a committed round whose log write failed is not written again from the journal (unapplied not set)',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: '        this.finish(batch, null);\n        file.unapplied = true;',
         to: '        this.finish(batch, null);',
       },
@@ -139,7 +139,7 @@ export const MUTANTS = [
     mutant: 'a failed checkpoint fdatasync counts as synced',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'syncDone(file, lsn, err) {\n        file.syncing = false;',
         to: 'syncDone(file, lsn, err) {\n        err = null;\n        file.syncing = false;',
       },
@@ -151,7 +151,9 @@ export const MUTANTS = [
     test: 'test/02-engine/agent-log.test.ts',
     name: 'cuts a torn tail at every byte offset of the last line and continues the seq',
     mutant: 'a torn tail is not cut when a workspace is opened',
-    edits: [{ file: 'workers/owner.js', from: 'if (tail.validLength < tail.size) {', to: 'if (false) {' }],
+    edits: [
+      { file: 'workers/owner-files.js', from: 'if (tail.validLength < tail.size) {', to: 'if (false) {' },
+    ],
   },
   {
     id: 'D-11',
@@ -554,7 +556,7 @@ export const MUTANTS = [
     mutant: 'ifLastSeq is not compared',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-batch.js',
         from: 'if (req.expect !== undefined && req.expect !== seq) {',
         to: 'if (false) {',
       },
@@ -567,12 +569,12 @@ export const MUTANTS = [
     mutant: "a workspace's log is opened without its flock",
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-files.js',
         from: 'file.fd = this.io.openAppend(file.path, false, lock);',
         to: 'file.fd = this.io.openAppend(file.path, false, false);',
       },
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-files.js',
         from: 'file.fd = this.io.openAppend(file.path, true, lock);',
         to: 'file.fd = this.io.openAppend(file.path, true, false);',
       },
@@ -585,7 +587,7 @@ export const MUTANTS = [
     mutant: 'maxOpenFiles is not a bound (there is always room to open)',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-files.js',
         from: 'const over = this.lru.size + n - max;',
         to: 'const over = 0;',
       },
@@ -621,7 +623,7 @@ export const MUTANTS = [
     mutant: 'the owner never answers through the slot',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-batch.js',
         from: 'if (this.answerSlot(ACK_SLOT.ack)) {',
         to: 'if (false) {',
       },
@@ -634,7 +636,7 @@ export const MUTANTS = [
     mutant: "the slot carries a seq one past the commit's",
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-batch.js',
         from: 'd[1] = batch.acks[i + 1];',
         to: 'd[1] = batch.acks[i + 1] + 1;',
       },

@@ -85,10 +85,10 @@ export const MODULES = [
   },
   {
     slug: 'owner-commit',
-    name: "owner's commit: inlineRound, roundDone, and the checkpoint's header (writeHeader, headerDone) (src/workers/owner.ts)",
+    name: "owner's commit: inlineRound, roundDone, and the checkpoint's header (writeHeader, headerDone) (src/workers/owner-commit.ts)",
     mutate: [
-      span('src/workers/owner.ts', 'private inlineRound(', 'private committedUnwritten('),
-      span('src/workers/owner.ts', 'private writeHeader(', 'private checkpointDone('),
+      span('src/workers/owner-commit.ts', 'protected inlineRound(', 'protected committedUnwritten('),
+      span('src/workers/owner-commit.ts', 'protected override writeHeader(', 'protected checkpointDone('),
     ],
     tests: [
       'test/02-engine/journal-acks.test.ts',

@@ -97,7 +97,7 @@ const MUTANTS: Mutant[] = [
     name: 'no wrap marker at the old head',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'this.io.pwrite(j.fd, wrapFrame(j.id, j.nextLsn).pieces, place.wrapAt);',
         to: ';',
       },
@@ -107,7 +107,7 @@ const MUTANTS: Mutant[] = [
     name: 'the header naming the new tail is not fdatasynced before the space is reused',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'HEADER_SLOTS[generation % 2], SYNC_FDATASYNC, [], []);',
         to: 'HEADER_SLOTS[generation % 2], 0, [], []);',
       },
@@ -127,7 +127,7 @@ const MUTANTS: Mutant[] = [
     name: 'a new log is not fsynced into its folder',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-files.js',
         from: 'if (created)\n            this.dirUnsynced.add(file.key);',
         to: '',
       },
@@ -150,7 +150,7 @@ const MUTANTS: Mutant[] = [
     name: 'a checkpoint frees frames whose files written beside entries are not synced',
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-place.js',
         from: 'while (fs.inFlight < FILE_SYNCS_IN_FLIGHT && fs.queue.length > 0) {',
         to: 'fs.queue.length = 0;\n        while (fs.inFlight < FILE_SYNCS_IN_FLIGHT && fs.queue.length > 0) {',
       },
@@ -165,7 +165,7 @@ const MUTANTS: Mutant[] = [
     name: "a checkpoint's one syncfs of many logs syncs nothing",
     edits: [
       {
-        file: 'workers/owner.js',
+        file: 'workers/owner-commit.js',
         from: 'this.submit(job, this.logDirFd, EMPTY, SYNC_SYNCFS);',
         to: 'this.submit(job, this.logDirFd, EMPTY, 0);',
       },
@@ -173,7 +173,7 @@ const MUTANTS: Mutant[] = [
   },
   {
     name: 'a close (or making room) marks many logs durable without their syncfs',
-    edits: [{ file: 'workers/owner.js', from: 'this.io.syncfs(this.logDirFd);', to: ';' }],
+    edits: [{ file: 'workers/owner-files.js', from: 'this.io.syncfs(this.logDirFd);', to: ';' }],
   },
 ]
 

@@ -1,5 +1,5 @@
 /**
- * The owner's commit round and its checkpoint header (src/workers/owner.ts: inlineRound,
+ * The owner's commit round and its checkpoint header (src/workers/owner-commit.ts: inlineRound,
  * roundDone, writeHeader, headerDone), each at a step the other journal tests pass through
  * without looking: a lone round whose journal fdatasync fails on the worker thread, an atomic
  * batch whose round fails, the frame of an atomic batch held until the other owner's logs are
