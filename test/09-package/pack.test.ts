@@ -97,6 +97,13 @@ describe('the packed package', () => {
     expect(pkg.license).toBe('MIT')
   })
 
+  it('holds every file the README links to, so its links work from the installed package', () => {
+    const readme = readFileSync(join(ROOT_DIR, 'README.md'), 'utf8')
+    const linked = [...readme.matchAll(/\]\(((?:docs|bench)\/[^)#\s]+)/g)].map((m) => m[1] as string)
+    expect(linked.filter((l) => l.startsWith('docs/')).length).toBeGreaterThan(3)
+    expect(linked.filter((l) => !files.includes(l))).toEqual([])
+  })
+
   it('installs with scripts disabled; AgentLog appends and reads through the prebuilt addon', () => {
     expect(quiet.status, quiet.stderr).toBe(0)
     const dir = join(base, 'quiet')
