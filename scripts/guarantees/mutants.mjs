@@ -448,7 +448,7 @@ export const MUTANTS = [
     test: 'test/03-store/gc.test.ts',
     name: 'keeps an aged object a writer stores again (found, not written: freshened) within the grace period',
     mutant: 'an object found already stored is not freshened',
-    edits: [{ file: 'store/objects.js', from: 'utimesSync(this.pathOf(id), now, now);', to: ';' }],
+    edits: [{ file: 'store/object-files.js', from: 'utimesSync(this.pathOf(id), now, now);', to: ';' }],
   },
   {
     id: 'G-2',
@@ -766,7 +766,7 @@ export const MUTANTS = [
     test: 'test/03-store/hostile.test.ts',
     name: 'get streams a large blob byte for byte, and a damaged one yields no bytes',
     mutant: 'a large blob is read out without being hashed first',
-    edits: [{ file: 'store/objects.js', from: 'this.checkHash(id, actual, what);', to: ';' }],
+    edits: [{ file: 'store/object-blobs.js', from: 'this.checkHash(id, actual, what);', to: ';' }],
   },
   {
     id: 'H-9',
@@ -969,7 +969,7 @@ export const MUTANTS = [
     mutant: "a snapshot record's since and seq written in the other order",
     edits: [
       {
-        file: 'store/objects.js',
+        file: 'store/snapshot-codec.js',
         from: '    o.since = r.since;\n    o.seq = r.seq;',
         to: '    o.seq = r.seq;\n    o.since = r.since;',
       },
