@@ -119,11 +119,11 @@ export const MODULES = [
   },
   {
     slug: 'langgraph-commit',
-    name: "NoaSaver's commit: attempt (src/langgraph/saver.ts)",
+    name: "NoaSaver's commit: attempt (src/langgraph/thread.ts)",
     // A getter: stryker.config.mjs reads it in the checkout; the vitest config in Stryker's sandbox
     // reads only the tests, and there the files are instrumented: the spans' lines are gone.
     get mutate() {
-      return [span('src/langgraph/saver.ts', 'private async attempt(batch: Op[])', '/**')]
+      return [span('src/langgraph/thread.ts', 'private async attempt(batch: Op[])', '/**')]
     },
     tests: [
       'test/10-adapters/langgraph-commit.test.ts',
