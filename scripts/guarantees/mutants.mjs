@@ -861,7 +861,9 @@ export const MUTANTS = [
     test: 'test/10-adapters/langgraph-saver.test.ts',
     name: 'keeps the first regular writes of a retried task, replaces special ones, and writes nothing for a pure retry',
     mutant: "a retried task's regular writes replace the first ones",
-    edits: [{ file: 'langgraph/thread-build.js', from: 'if (w.idx >= 0 && byIdx.has(w.idx))', to: 'if (false)' }],
+    edits: [
+      { file: 'langgraph/thread-build.js', from: 'if (w.idx >= 0 && byIdx.has(w.idx))', to: 'if (false)' },
+    ],
   },
   {
     id: 'A-3',
