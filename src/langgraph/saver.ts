@@ -13,6 +13,10 @@
  * record is exactly what SnapshotEngine.snapshot would make at that point, without a second
  * round of fsyncs. Through a daemon (`noa serve`) nothing is locked here: the seqs are known only
  * if nobody appends first, so the append is a compare-and-append, built again when it lost.
+ *
+ * Here: the BaseCheckpointSaver methods and the threads by id. Reading history is the layer of
+ * the class below (saver-read.ts); a thread's commits are thread.ts, built on thread-build.ts and
+ * thread-state.ts.
  */
 import { statSync } from 'node:fs'
 import type { RunnableConfig } from '@langchain/core/runnables'
@@ -65,6 +69,7 @@ export interface NoaSaverOptions {
 }
 
 const OPTION_KEYS = new Set(['root', 'log', 'workers', 'serde', 'retention'])
+
 /**
  * Each put appends a snapshot entry naming a record the saver wrote, and a log lets such an
  * entry through only when its `objects` vouch for the record: refused here, before any commit.
