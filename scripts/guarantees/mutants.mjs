@@ -448,7 +448,7 @@ export const MUTANTS = [
     test: 'test/03-store/gc.test.ts',
     name: 'keeps an aged object a writer stores again (found, not written: freshened) within the grace period',
     mutant: 'an object found already stored is not freshened',
-    edits: [{ file: 'store/objects.js', from: 'utimesSync(this.pathOf(id), now, now);', to: ';' }],
+    edits: [{ file: 'store/object-files.js', from: 'utimesSync(this.pathOf(id), now, now);', to: ';' }],
   },
   {
     id: 'G-2',
@@ -766,7 +766,7 @@ export const MUTANTS = [
     test: 'test/03-store/hostile.test.ts',
     name: 'get streams a large blob byte for byte, and a damaged one yields no bytes',
     mutant: 'a large blob is read out without being hashed first',
-    edits: [{ file: 'store/objects.js', from: 'this.checkHash(id, actual, what);', to: ';' }],
+    edits: [{ file: 'store/object-blobs.js', from: 'this.checkHash(id, actual, what);', to: ';' }],
   },
   {
     id: 'H-9',
@@ -850,7 +850,7 @@ export const MUTANTS = [
     mutant: 'put and putWrites resolve when queued, before their commit',
     edits: [
       {
-        file: 'langgraph/saver.js',
+        file: 'langgraph/thread.js',
         from: 'enqueue(op) {\n        this.queue.push(op);',
         to: 'enqueue(op) {\n        op.resolve();\n        this.queue.push(op);',
       },
@@ -861,7 +861,9 @@ export const MUTANTS = [
     test: 'test/10-adapters/langgraph-saver.test.ts',
     name: 'keeps the first regular writes of a retried task, replaces special ones, and writes nothing for a pure retry',
     mutant: "a retried task's regular writes replace the first ones",
-    edits: [{ file: 'langgraph/saver.js', from: 'if (w.idx >= 0 && byIdx.has(w.idx))', to: 'if (false)' }],
+    edits: [
+      { file: 'langgraph/thread-build.js', from: 'if (w.idx >= 0 && byIdx.has(w.idx))', to: 'if (false)' },
+    ],
   },
   {
     id: 'A-3',
@@ -883,7 +885,7 @@ export const MUTANTS = [
     mutant: "the serializer's error on a stored value is not named (raw error)",
     edits: [
       {
-        file: 'langgraph/saver.js',
+        file: 'langgraph/saver-read.js',
         from: '            return await this.serde.loadsTyped(v.type, data);\n        }\n        catch (err) {\n',
         to: '            return await this.serde.loadsTyped(v.type, data);\n        }\n        catch (err) {\n            throw err;\n',
       },
@@ -896,7 +898,7 @@ export const MUTANTS = [
     mutant: "the large values a task's writes name are not files of the thread's tree",
     edits: [
       {
-        file: 'langgraph/saver.js',
+        file: 'langgraph/thread-build.js',
         from: '        for (const v of valueBlobs(record)) {\n            if (!state.files.has(valuePath(v)))\n                this.change(state, e, valuePath(v), v);\n        }',
         to: '',
       },
@@ -969,7 +971,7 @@ export const MUTANTS = [
     mutant: "a snapshot record's since and seq written in the other order",
     edits: [
       {
-        file: 'store/objects.js',
+        file: 'store/snapshot-codec.js',
         from: '    o.since = r.since;\n    o.seq = r.seq;',
         to: '    o.seq = r.seq;\n    o.since = r.since;',
       },

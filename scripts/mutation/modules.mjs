@@ -100,30 +100,30 @@ export const MODULES = [
   },
   {
     slug: 'gc',
-    name: 'gc: logs read again, the sweep (src/store/gc.ts), and freshening (src/store/objects.ts)',
+    name: 'gc: logs read again, the sweep (src/store/gc.ts), and freshening (src/store/object-files.ts)',
     // A getter: stryker.config.mjs reads it in the checkout; the vitest config in Stryker's sandbox
     // reads only the tests, and there the files are instrumented: the spans' lines are gone.
     get mutate() {
       return [
         span('src/store/gc.ts', 'const refresh = async () => {', '/** The object-log part of a sweep'),
-        span('src/store/objects.ts', "id = hash.digest('hex')", 'async getBlob('),
+        span('src/store/object-blobs.ts', "id = hash.digest('hex')", 'async getBlob('),
         span(
-          'src/store/objects.ts',
+          'src/store/object-files.ts',
           'async write(objects: readonly StoredObject[])',
           'const temps: string[]',
         ),
-        span('src/store/objects.ts', 'private freshen(id: string)'),
+        span('src/store/object-files.ts', 'protected freshen(id: string)'),
       ]
     },
     tests: ['test/03-store/gc-sweep.test.ts', 'test/03-store/gc.test.ts', 'test/03-store/objects.test.ts'],
   },
   {
     slug: 'langgraph-commit',
-    name: "NoaSaver's commit: attempt (src/langgraph/saver.ts)",
+    name: "NoaSaver's commit: attempt (src/langgraph/thread.ts)",
     // A getter: stryker.config.mjs reads it in the checkout; the vitest config in Stryker's sandbox
     // reads only the tests, and there the files are instrumented: the spans' lines are gone.
     get mutate() {
-      return [span('src/langgraph/saver.ts', 'private async attempt(batch: Op[])', '/**')]
+      return [span('src/langgraph/thread.ts', 'private async attempt(batch: Op[])', '/**')]
     },
     tests: [
       'test/10-adapters/langgraph-commit.test.ts',
