@@ -58,8 +58,9 @@ export const threadStats = { slots: 0, bails: 0, verifiedRanges: 0 }
 export function useThreads(bytes: number): boolean {
   if (bytes < policy.minBytes) return false
   const cores = availableParallelism()
-  // The 1-minute load average counts runnable threads: below cores - 1, a core is idle.
-  return cores > 1 && (policy.whenBusy || (loadavg()[0] ?? 0) <= cores - 1)
+  // The 1-minute load average counts runnable threads: below cores - 1, a core is idle (on one
+  // core none ever is).
+  return policy.whenBusy || (cores > 1 && (loadavg()[0] ?? 0) <= cores - 1)
 }
 
 /** Messages from a worker, awaited one at a time; an error or exit ends the stream. */
