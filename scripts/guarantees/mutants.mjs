@@ -530,7 +530,7 @@ export const MUTANTS = [
     mutant: 'maxPendingBytes never holds an append back',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-outbox.js',
         from: 'if (queued || (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes)) {',
         to: 'if (false) {',
       },
@@ -543,7 +543,7 @@ export const MUTANTS = [
     mutant: 'an abort is not listened to',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-outbox.js',
         from: "signal.addEventListener('abort', onAbort, { once: true });",
         to: ';',
       },
@@ -649,7 +649,7 @@ export const MUTANTS = [
     mutant: 'a caller that stops waiting does not take the slot back (the owner answers an ack nobody reads)',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-acks.js',
         from: 'v = Atomics.compareExchange(slot, 0, tag, 0);',
         to: 'v = tag;',
       },
@@ -662,7 +662,7 @@ export const MUTANTS = [
     mutant: 'a wait that ran out changes nothing (every lone append waits again)',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-acks.js',
         from: 'owner.slotSkip = LONE_SKIP_AFTER_MISS;',
         to: ';',
       },
