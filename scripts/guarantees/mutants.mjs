@@ -530,7 +530,7 @@ export const MUTANTS = [
     mutant: 'maxPendingBytes never holds an append back',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-outbox.js',
         from: 'if (queued || (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes)) {',
         to: 'if (false) {',
       },
@@ -543,7 +543,7 @@ export const MUTANTS = [
     mutant: 'an abort is not listened to',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-outbox.js',
         from: "signal.addEventListener('abort', onAbort, { once: true });",
         to: ';',
       },
@@ -649,7 +649,7 @@ export const MUTANTS = [
     mutant: 'a caller that stops waiting does not take the slot back (the owner answers an ack nobody reads)',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-acks.js',
         from: 'v = Atomics.compareExchange(slot, 0, tag, 0);',
         to: 'v = tag;',
       },
@@ -662,7 +662,7 @@ export const MUTANTS = [
     mutant: 'a wait that ran out changes nothing (every lone append waits again)',
     edits: [
       {
-        file: 'engine/agent-log.js',
+        file: 'engine/agent-log-acks.js',
         from: 'owner.slotSkip = LONE_SKIP_AFTER_MISS;',
         to: ';',
       },
@@ -794,7 +794,7 @@ export const MUTANTS = [
     test: 'test/07-replicate/replicate.test.ts',
     name: 'a second publisher for a workspace is refused: by the duplicate check, then by the expected sequence',
     mutant: 'a duplicate acknowledgement is not checked against the stored message',
-    edits: [{ file: 'replicate/publisher.js', from: 'if (ack.duplicate) {', to: 'if (false) {' }],
+    edits: [{ file: 'replicate/publisher-exact.js', from: 'if (ack.duplicate) {', to: 'if (false) {' }],
   },
   {
     id: 'R-3',
@@ -808,7 +808,7 @@ export const MUTANTS = [
     test: 'test/07-replicate/replicate.test.ts',
     name: 'fdatasyncs each log before it publishes what it read from it',
     mutant: 'the publisher does not fdatasync a log before publishing from it',
-    edits: [{ file: 'replicate/publisher.js', from: 'await local(() => handle.datasync());', to: ';' }],
+    edits: [{ file: 'replicate/publisher-tail.js', from: 'await local(() => handle.datasync());', to: ';' }],
   },
   {
     id: 'R-5',
@@ -831,12 +831,12 @@ export const MUTANTS = [
       'a restarted publisher never reads where the stream is (neither before its first publish nor when the expected sequence refuses it)',
     edits: [
       {
-        file: 'replicate/publisher.js',
+        file: 'replicate/publisher-tail.js',
         from: '            if (!st.reconciled)\n                await this.reconcile(st, null);\n            // Every line about to be published',
         to: '            // Every line about to be published',
       },
       {
-        file: 'replicate/publisher.js',
+        file: 'replicate/publisher-exact.js',
         from: 'await this.reconcile(st, { seq, expected: st.pos.streamSeq });',
         to: 'throw err;',
       },

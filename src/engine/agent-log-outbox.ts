@@ -1,0 +1,181 @@
+/**
+ * Queueing appends for their owner: each goes into the owner's outbox for this turn (flushed at
+ * its end), or waits its turn while more than maxPendingBytes are not yet acknowledged
+ * (backpressure); an abort drops or asks back an append not yet committed; an append that
+ * settled lets waiting ones move up. And a request to an owner, sent after its queued appends.
+ */
+
+import type { MessagePort } from 'node:worker_threads'
+import {
+  type AppendOptions,
+  abortedError,
+  checkAppendOptions,
+  checkFiles,
+  closedError,
+} from './agent-log-options.js'
+import { AgentLogOwners } from './agent-log-owners.js'
+import type { Owner, Pending } from './agent-log-state.js'
+import type { LocalPort } from './local-port.js'
+import { PHASE, stamp } from './phases.js'
+import type { ToOwner } from './protocol.js'
+
+export abstract class AgentLogOutbox extends AgentLogOwners {
+  protected abstract flush(owner: Owner, turnEnd?: boolean): void
+
+  /**
+   * Queues bodies (one, or an appendMany's array) for the owner; flushed at the end of the turn.
+   * Past maxPendingBytes not yet acknowledged, the append waits its turn first.
+   */
+  protected submit(
+    workspace: string,
+    bodies: string | string[],
+    count: number,
+    options?: AppendOptions,
+  ): Promise<unknown> {
+    if (this.closing) return Promise.reject(closedError())
+    const owner = this.ownerOf(workspace)
+    if (owner.failed) return Promise.reject(owner.failed)
+    const expect = checkAppendOptions(options)
+    const files = checkFiles(options?.files)
+    const signal = options?.signal
+    if (signal?.aborted) return Promise.reject(abortedError(workspace, signal))
+    let bytes = 0
+    if (typeof bodies === 'string') bytes = bodies.length
+    else for (const b of bodies) bytes += b.length
+    if (files) for (const f of files) bytes += f.data.length
+    return new Promise((resolve, reject) => {
+      const p: Pending = { resolve, reject, count, owner, bytes, workspace }
+      if (files) p.files = files
+      const queued = this.waitingHead < this.waiting.length // FIFO: nobody overtakes a waiting append
+      if (queued || (this.pendingBytes > 0 && this.pendingBytes + bytes > this.maxPendingBytes)) {
+        p.bodies = bodies
+        p.expect = expect
+        this.waiting.push(p)
+        if (signal) this.listen(p, signal, () => this.dropWaiter(p))
+        return
+      }
+      if (signal) this.listen(p, signal, null)
+      this.enqueueAppend(p, workspace, bodies, expect)
+    })
+  }
+
+  protected enqueueAppend(p: Pending, workspace: string, bodies: string | string[], expect: number): void {
+    if (this.closing) {
+      this.settle(-1, p)
+      p.reject(closedError())
+      return
+    }
+    const owner = p.owner
+    const id = this.nextId++
+    this.pendingBytes += p.bytes ?? 0
+    this.pending.set(id, p)
+    p.id = id
+    const out = owner.outbox
+    out.ids.push(id)
+    out.ws.push(workspace)
+    if (expect >= 0 || out.expects) {
+      out.expects ??= new Array(out.ids.length - 1).fill(-1)
+      out.expects.push(expect)
+    }
+    if (p.files || out.files) {
+      out.files ??= new Array(out.ids.length - 1).fill(null)
+      out.files.push(p.files ?? null)
+    }
+    if (typeof bodies === 'string') {
+      out.counts.push(1)
+      out.bodies.push(bodies)
+    } else {
+      out.counts.push(bodies.length)
+      for (const b of bodies) out.bodies.push(b)
+    }
+    if (!owner.scheduled) {
+      owner.scheduled = true
+      queueMicrotask(() => this.flush(owner, true))
+    }
+    stamp(PHASE.queued)
+  }
+
+  /**
+   * On abort: an append still waiting (backpressure) or still in this thread's outbox is simply
+   * dropped; one already with its owner is asked back, and fails only if the owner had not yet
+   * taken it into a commit.
+   */
+  protected listen(p: Pending, signal: AbortSignal, waitingDrop: (() => boolean) | null): void {
+    const onAbort = () => {
+      if (waitingDrop?.()) {
+        p.unlisten?.()
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      const id = p.id
+      if (id === undefined || !this.pending.has(id)) return
+      if (this.removeFromOutbox(p.owner, id)) {
+        this.pending.delete(id)
+        this.settle(id, p)
+        p.reject(abortedError(p.workspace as string, signal))
+        return
+      }
+      p.owner.port?.postMessage({ t: 'cancel', ws: p.workspace as string, id } satisfies ToOwner)
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+    p.unlisten = () => signal.removeEventListener('abort', onAbort)
+  }
+
+  protected dropWaiter(waiter: Pending): boolean {
+    const i = this.waiting.indexOf(waiter, this.waitingHead)
+    if (i < 0) return false
+    this.waiting[i] = null
+    return true
+  }
+
+  protected removeFromOutbox(owner: Owner, id: number): boolean {
+    const out = owner.outbox
+    const i = out.ids.indexOf(id)
+    if (i < 0) return false
+    let b = 0
+    for (let k = 0; k < i; k++) b += out.counts[k] as number
+    out.bodies.splice(b, out.counts[i] as number)
+    out.ids.splice(i, 1)
+    out.ws.splice(i, 1)
+    out.counts.splice(i, 1)
+    out.expects?.splice(i, 1)
+    out.files?.splice(i, 1)
+    return true
+  }
+
+  /** An append settled: its bytes no longer count, its listener goes, and waiting appends move up. */
+  protected override settle(_id: number, p: Pending): void {
+    p.unlisten?.()
+    if (p.bytes !== undefined && p.id !== undefined) {
+      this.pendingBytes -= p.bytes
+      p.bytes = undefined
+    }
+    while (this.waitingHead < this.waiting.length) {
+      const next = this.waiting[this.waitingHead]
+      if (next === null || next === undefined) {
+        this.waitingHead++
+        continue
+      }
+      if (this.pendingBytes > 0 && this.pendingBytes + (next.bytes ?? 0) > this.maxPendingBytes) break
+      this.waiting[this.waitingHead++] = null
+      const { bodies, expect } = next
+      next.bodies = undefined
+      this.enqueueAppend(next, next.workspace as string, bodies as string | string[], expect ?? -1)
+    }
+    // A queue with a moving head: compacted once the head has passed half of it.
+    if (this.waitingHead > 1024 && this.waitingHead * 2 > this.waiting.length) {
+      this.waiting = this.waiting.slice(this.waitingHead)
+      this.waitingHead = 0
+    }
+  }
+
+  protected request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
+    if (this.closing && !closing) return Promise.reject(closedError())
+    if (owner.failed) return Promise.reject(owner.failed)
+    this.flush(owner) // keep order: earlier appends go first
+    const id = this.nextId++
+    const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
+    ;(owner.port as MessagePort | LocalPort).postMessage(make(id))
+    return p
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * Starting owners: the worker pool (made with the first worker owner), an owner's start (its
+ * channel, descriptor table and ack slot, its init; in this thread with `workers: 0`), which
+ * owner a name belongs to, and an owner whose worker died. The owner module is named here only.
+ */
+import { closeSync } from 'node:fs'
+import { MessageChannel, type MessagePort } from 'node:worker_threads'
+import type { Piscina } from 'piscina'
+import { AgentLogState, type Owner, type Pending } from './agent-log-state.js'
+import { Errors } from './errors.js'
+import { LocalPort } from './local-port.js'
+import { logDirOf } from './logs.js'
+import { phaseStamps } from './phases.js'
+import { ACK_SLOT, type FromOwner, type OwnerInit, type OwnerStatus } from './protocol.js'
+
+const OWNER_MODULE = new URL('../workers/owner.js', import.meta.url).href
+
+/** A worker owner's channel: port1 stays here, port2 goes to the worker. */
+function channel(): [MessagePort, MessagePort] {
+  const { port1, port2 } = new MessageChannel()
+  return [port1, port2]
+}
+
+/**
+ * What an in-thread owner posts, as a MessagePort would deliver it: a reply's value (an open's
+ * report, a status) cloned, so that the caller owns what it gets; acks and failures are made
+ * fresh for each message and pass as they are.
+ */
+function copyReply(msg: unknown): unknown {
+  const m = msg as FromOwner
+  if (m.t === 'reply' && typeof m.value === 'object' && m.value !== null) {
+    return { ...m, value: structuredClone(m.value) }
+  }
+  return msg
+}
+
+/**
+ * A serial writer's next append comes one hop after its ack. A worker that went back to sleep
+ * in its event loop is woken for it by the kernel, which on a virtual machine costs tens of µs
+ * (an idle vCPU is halted); polling its port for a little longer than a hop saves that wake.
+ */
+const SPIN_MICROS = 150
+
+/**
+ * Room in a worker's descriptor table beyond its open logs: the root lock, its journal (and one
+ * being allocated), a sidecar or log being appended to through a descriptor of its own, object logs.
+ */
+const FD_TABLE_SLACK = 64
+
+/** FNV-1a: a stable owner for a name, the same in every run. */
+export function ownerIndex(name: string, n: number): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < name.length; i++) {
+    h ^= name.charCodeAt(i)
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0) % n
+}
+
+export abstract class AgentLogOwners extends AgentLogState {
+  protected abstract onMessage(msg: FromOwner, from?: Owner): void
+  protected abstract settle(_id: number, p: Pending): void
+  protected abstract partsApplied(batch: number, from: Owner, ok: boolean): void
+  protected abstract forgetBatch(batch: number): void
+
+  /** The worker pool, made when the first owner worker starts (piscina is loaded then too). */
+  protected async pool(): Promise<Piscina> {
+    this.piscina ??= import('piscina').then(
+      ({ Piscina }) =>
+        new Piscina({
+          filename: OWNER_MODULE,
+          minThreads: 0,
+          maxThreads: this.options.workers,
+          concurrentTasksPerWorker: 1,
+          idleTimeout: Number.POSITIVE_INFINITY,
+        }),
+    )
+    return this.piscina
+  }
+
+  /** The owner, started if it is not running. */
+  protected started(owner: Owner): Owner {
+    if (owner.port !== null || owner.failed !== null) return owner
+    const o = this.options
+    const inThread = o.workers === 0
+    const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply, true) : channel()
+    owner.fds = inThread
+      ? null
+      : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + FD_TABLE_SLACK))).fill(-1)
+    const ackSlot = inThread ? null : new SharedArrayBuffer(ACK_SLOT.bytes)
+    owner.slot = ackSlot ? new Int32Array(ackSlot, 0, 1) : null
+    owner.slotData = ackSlot ? new Float64Array(ackSlot, ACK_SLOT.dataOffset, ACK_SLOT.dataWords) : null
+    const init: OwnerInit = {
+      port: port2,
+      index: owner.index,
+      root: o.root,
+      logDir: logDirOf(o.root),
+      maxOpenFiles: this.perWorker,
+      syncThreads: o.syncThreads,
+      inlineCommit: o.inlineCommit,
+      spinMicros: inThread ? 0 : SPIN_MICROS,
+      durability: o.durability,
+      journalSize: o.journalSize,
+      journalName: owner.generation === 0 ? this.journalBase : `${this.journalBase}.${owner.generation}`,
+      fds: owner.fds,
+      closes: owner.closes,
+      ...(phaseStamps() ? { phases: phaseStamps() as Float64Array } : {}),
+      ...(ackSlot ? { ackSlot } : {}),
+      ioModule: this.ioModule,
+      ioOptions: this.ioOptions,
+    }
+    owner.generation++
+    owner.startedAt = performance.now()
+    owner.port = port1
+    port1.on('message', (msg: unknown) => this.onMessage(msg as FromOwner, owner))
+    // Each task runs for the owner's life, so with one task per worker each lands on its own thread.
+    const task = inThread
+      ? // A literal specifier (the module OWNER_MODULE names), so the CLI's bundle carries the owner
+        // instead of loading a second copy of the engine beside its own.
+        (import('../workers/owner.js').then((m: { default: (init: OwnerInit) => Promise<OwnerStatus> }) =>
+          m.default(init),
+        ) as Promise<OwnerStatus>)
+      : (this.pool().then((pool) =>
+          pool.run(init, { transferList: [port2 as MessagePort] }),
+        ) as Promise<OwnerStatus>)
+    owner.task = task
+    task.catch((err: unknown) => this.ownerFailed(owner, port1, err))
+    return owner
+  }
+
+  protected get perWorker(): number {
+    return Math.max(1, Math.floor(this.options.maxOpenFiles / Math.max(1, this.options.workers)))
+  }
+
+  protected ownerOf(workspace: string): Owner {
+    return this.started(this.owners[ownerIndex(workspace, this.owners.length)] as Owner)
+  }
+
+  /**
+   * An owner worker died (an addon fault, out of memory in the worker): what was in flight on it
+   * fails with NOA_WORKER_FAILED, the descriptors it held are closed (releasing their locks, and
+   * its journal's), and the next use starts a new one, whose first open replays that journal as
+   * a dead process's. One that keeps dying at once is not started again.
+   */
+  protected ownerFailed(owner: Owner, port: MessagePort | LocalPort, err: unknown): void {
+    if (owner.port !== port) return
+    const failed = Errors.WORKER_FAILED(
+      `owner worker ${owner.index} failed: ${(err as Error)?.message ?? String(err)}; what was in flight on it was not committed`,
+      {},
+      { cause: err },
+    )
+    for (const [id, p] of this.pending) {
+      if (p.owner !== owner) continue
+      this.pending.delete(id)
+      this.settle(id, p)
+      p.reject(failed)
+    }
+    port.close()
+    owner.port = null
+    owner.task = null
+    owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
+    owner.scheduled = false
+    // Its descriptors close now (from here, or they closed with its thread): no lock is held.
+    Atomics.add(owner.closes, 0, 1)
+    if (owner.fds) {
+      for (let i = 0; i < owner.fds.length; i++) {
+        const fd = Atomics.exchange(owner.fds, i, -1)
+        if (fd >= 0) {
+          try {
+            closeSync(fd)
+          } catch {
+            // already closed
+          }
+        }
+      }
+    }
+    owner.quickDeaths = performance.now() - owner.startedAt < 1000 ? owner.quickDeaths + 1 : 0
+    if (owner.quickDeaths >= 3 || this.closing) {
+      owner.failed = Errors.WORKER_FAILED(
+        `owner worker ${owner.index} keeps failing (${failed.message}); its workspaces refuse appends`,
+        {},
+        { cause: err },
+      )
+    }
+    // It will not answer for the atomic batches it had parts of (nor unpin those it committed).
+    for (const [batch, c] of [...this.coordinators]) {
+      if (c.owner === owner) this.forgetBatch(batch)
+      else this.partsApplied(batch, owner, false)
+    }
+  }
+}
