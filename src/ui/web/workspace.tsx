@@ -78,7 +78,8 @@ export function LogView({ ws, seq }: { ws: string; seq: number | null }) {
     loading.current.add(page)
     try {
       const r = await getJson<LogPage>(`/api/ws/${enc(ws)}/log?from=${start}&limit=${PAGE}`)
-      keep(page, r.entries)
+      // Live entries may have filled the page further meanwhile: keep the longer.
+      if ((pages.current.get(page)?.length ?? 0) < r.entries.length) keep(page, r.entries)
       bump()
     } catch (err) {
       setError((err as Error).message)
@@ -100,12 +101,14 @@ export function LogView({ ws, seq }: { ws: string; seq: number | null }) {
         lastRef.current = r.lastSeq
         setFirst(r.firstSeq)
         setLast(r.lastSeq)
+        const fresh = new Map<number, Entry[]>()
         for (const e of r.entries) {
           const p = pageOf(e.seq)
-          const got = pages.current.get(p) ?? []
-          if (!pages.current.has(p)) keep(p, got)
+          const got = fresh.get(p) ?? []
+          fresh.set(p, got)
           got.push(e)
         }
+        for (const [p, got] of fresh) if ((pages.current.get(p)?.length ?? 0) < got.length) keep(p, got)
         // A tail that starts mid-page leaves that page incomplete: fetch it whole when it is seen.
         const head = r.entries[0]
         if (head && (head.seq - r.firstSeq) % PAGE !== 0) pages.current.delete(pageOf(head.seq))
