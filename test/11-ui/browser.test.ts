@@ -82,7 +82,7 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
       { op: 'write', path: HOSTILE_PATH, blob: await put(`${HOSTILE}\n`) },
     ])
     const first = await engine.snapshot('main', { message: 'first' })
-    await engine.fork('feature', first.snapshotId, { message: 'try a feature' })
+    await engine.fork('feature', first.snapshotId as string, { message: 'try a feature' })
     await log.appendMany('feature', [
       { op: 'write', path: 'notes.md', blob: await put('# notes\n') },
       { op: 'write', path: 'README.md', blob: await put('# demo\n\nfrom the feature\n') },
@@ -92,7 +92,7 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
       { op: 'delete', path: HOSTILE_PATH },
     ])
     const merged = await engine.merge('main', ['feature'], { message: 'take the notes' })
-    snapshots = { first: first.snapshotId, merge: merged.snapshotId }
+    snapshots = { first: first.snapshotId as string, merge: merged.snapshotId as string }
 
     // Agent files with hostile text: a transcript, a memory note, a compressed context block.
     const transcripts = join(root, 'transcripts')

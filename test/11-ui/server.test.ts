@@ -41,7 +41,8 @@ describe('noa ui: the server', () => {
     const log = await AgentLog.open({ root, objects: store })
     blob = await store.putBlob('hello\n')
     await log.append('main', { op: 'write', path: 'a.txt', blob })
-    snapshot = (await new SnapshotEngine({ log, store }).snapshot('main', { message: 'one' })).snapshotId
+    snapshot = (await new SnapshotEngine({ log, store }).snapshot('main', { message: 'one' }))
+      .snapshotId as string
     await log.close()
     ui = await startUi(['ui', '--root', root, '--port', '0'])
   })
@@ -181,7 +182,7 @@ describe('noa ui: the server', () => {
     const served = tempDir('noa-ui-serve-')
     const daemon = await startDaemon(served, ['--ui', '--ui-port', '0'])
     try {
-      const url = new URL(String(daemon.info.ui))
+      const url = new URL(String((daemon.info as Record<string, unknown>).ui))
       const base = `${url.protocol}//${url.host}`
       const token = url.searchParams.get('token') as string
       expect((await fetch(`${base}/api/workspaces`)).status).toBe(401)
