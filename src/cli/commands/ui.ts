@@ -16,7 +16,7 @@ export const spec = command({
     listen: {
       type: 'string',
       value: 'ADDR',
-      description: 'address to listen on; one that is not loopback needs --token-file',
+      description: 'address to listen on (one that is not loopback needs a token file)',
       defaultText: '127.0.0.1',
     },
     'token-file': {
