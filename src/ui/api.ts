@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { encodeState, loadState } from '../context/state-file.js'
 import { checkWorkspace } from '../engine/entry.js'
 import { Errors } from '../engine/errors.js'
-import { existingLog, scanWorkspaces } from '../engine/logs.js'
+import { existingLog, scanLogDir, scanWorkspaces } from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { parseCheckpointRecord, parsePath } from '../langgraph/layout.js'
 import { MemoryStore } from '../memory/store.js'
@@ -53,6 +53,14 @@ export class UiApi {
     readonly dirs: AgentDirs,
   ) {
     this.engine = new SnapshotEngine({ root })
+  }
+
+  /**
+   * The names alone (one readdir): what the overview paints first on a root of many workspaces,
+   * before the full listing (which reads each log's tail and counts its entries) arrives.
+   */
+  workspaceNames() {
+    return { workspaces: scanLogDir(this.root).workspaces }
   }
 
   /** `noa workspaces --json`, plus each log's lock holder (a writer has it open). */

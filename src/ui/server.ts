@@ -221,7 +221,7 @@ export class UiServer {
       case 'info':
         return { root: this.root, dirs: this.api.dirs }
       case 'workspaces':
-        return this.api.workspaces()
+        return q.get('names') === '1' ? this.api.workspaceNames() : this.api.workspaces()
       case 'ws':
         if (b === undefined) return undefined
         if (c === 'log') return this.api.log(b, q)

@@ -179,14 +179,15 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
     }[]
     await go('#/')
     await page.locator('[data-ws]').first().waitFor()
-    const rows = await page
-      .locator('[data-ws]')
-      .evaluateAll((els) =>
-        els.map((el) => [...el.querySelectorAll('.cell')].map((c) => c.textContent ?? '')),
-      )
-    expect(rows.map((r) => [r[0], Number(r[1]), Number(r[2])])).toEqual(
-      expected.map((w) => [w.workspace, w.entries, w.lastSeq]),
-    )
+    // The names come first, the figures when the full listing arrives.
+    const rows = () =>
+      page
+        .locator('[data-ws]')
+        .evaluateAll((els) =>
+          els.map((el) => [...el.querySelectorAll('.cell')].map((c) => c.textContent ?? '')),
+        )
+        .then((all) => all.map((r) => [r[0], Number(r[1]), Number(r[2])]))
+    await expect.poll(rows).toEqual(expected.map((w) => [w.workspace, w.entries, w.lastSeq]))
     await shot('overview')
     // Filtering and sorting are in the URL.
     await page.getByLabel('filter').fill('agent')

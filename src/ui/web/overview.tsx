@@ -55,10 +55,32 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
   const [error, setError] = useState<string | null>(null)
   const [now, setNow] = useState(Date.now())
   const [text, setText] = useState(filter)
+  const [counted, setCounted] = useState(false)
 
   useEffect(() => {
     let stop = false
     let timer = 0
+    // The names first (one readdir on the server): a root of many workspaces paints at once,
+    // and the figures fill in when the full listing (every log's tail and count) arrives.
+    getJson<{ workspaces: string[] }>('/api/workspaces?names=1').then(
+      (r) => {
+        if (!stop)
+          setList(
+            (l) =>
+              l ??
+              r.workspaces.map((workspace) => ({
+                workspace,
+                entries: Number.NaN,
+                bytes: Number.NaN,
+                lastSeq: Number.NaN,
+                lastTs: 0,
+                tornTailBytes: 0,
+                locked: false,
+              })),
+          )
+      },
+      () => undefined,
+    )
     const poll = async () => {
       const t0 = performance.now()
       try {
@@ -70,6 +92,7 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
         const t = Date.now()
         record(r.workspaces, t)
         setList(r.workspaces)
+        setCounted(true)
         setProblems(r.problems)
         setNow(t)
         setError(null)
@@ -139,6 +162,7 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
         <span class="muted" data-testid="ws-count">
           {shown.length} of {list.length} workspaces
         </span>
+        {counted ? null : <span class="muted">counting entries…</span>}
         {error ? <span class="bad">{error}</span> : null}
       </div>
       <div class="grid">
@@ -164,10 +188,10 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
                 <div class="cell grow">
                   <a href={`#/ws/${encodeURIComponent(w.workspace)}`}>{w.workspace}</a>
                 </div>
-                <div class="cell num w90">{w.entries}</div>
-                <div class="cell num w90">{w.lastSeq}</div>
-                <div class="cell num w70">{age(w.lastTs, now)}</div>
-                <div class="cell num w90">{bytes(w.bytes)}</div>
+                <div class="cell num w90">{counted ? w.entries : '…'}</div>
+                <div class="cell num w90">{counted ? w.lastSeq : '…'}</div>
+                <div class="cell num w70">{counted ? age(w.lastTs, now) : '…'}</div>
+                <div class="cell num w90">{counted ? bytes(w.bytes) : '…'}</div>
                 <div class="cell w150">
                   <Spark values={r} /> <span class="muted">{(r.at(-1) ?? 0).toFixed(0)}</span>
                 </div>
