@@ -61,6 +61,7 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), 'noa-ui-'))
     mkdirSync(join(root, 'shots'))
+    if (SHOTS) mkdirSync(SHOTS, { recursive: true })
     const store = new ObjectStore(root)
     const log = await AgentLog.open({ root, objects: store })
     const engine = new SnapshotEngine({ log, store })
