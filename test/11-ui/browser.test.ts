@@ -10,6 +10,7 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Annotation, END, START, StateGraph } from '@langchain/langgraph'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ContextSession } from '../../dist/src/context/index.js'
@@ -20,7 +21,9 @@ import {
   transcriptPath,
 } from '../../dist/src/entries/transcript.js'
 import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { NoaSaver } from '../../dist/src/langgraph/index.js'
 import { MemoryStore } from '../../dist/src/memory/index.js'
+import { NoaSession } from '../../dist/src/openai-agents/index.js'
 import { CHROMIUM_INSTALL, chromiumBinary, startUi, type UiProcess } from '../helpers/browser.js'
 import { ROOT_DIR, runCli } from '../helpers/index.js'
 
@@ -44,6 +47,8 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
   const dialogs: string[] = []
   const requests: string[] = []
   let snapshots: { first: string; merge: string }
+  let checkpointIds: string[]
+  let items: unknown[]
 
   const cli = (args: string[]) => {
     const r = runCli([...args, '--json'])
@@ -149,6 +154,31 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
     ])
     expect(c.result.errors).toEqual([])
     await log.close()
+
+    // A LangGraph thread and an Agents session, through the adapters.
+    const State = Annotation.Root({
+      steps: Annotation<string[]>({ reducer: (a, b) => a.concat(b), default: () => [] }),
+    })
+    const saver = await NoaSaver.open({ root })
+    const graph = new StateGraph(State)
+      .addNode('plan', () => ({ steps: [`plan ${IMG}`] }))
+      .addNode('act', () => ({ steps: ['act'] }))
+      .addEdge(START, 'plan')
+      .addEdge('plan', 'act')
+      .addEdge('act', END)
+      .compile({ checkpointer: saver })
+    const thread = { configurable: { thread_id: 'chat-1' } }
+    await graph.invoke({ steps: ['start'] }, thread)
+    checkpointIds = []
+    for await (const t of saver.list(thread)) checkpointIds.push(t.checkpoint.id)
+    await saver.close()
+    const agents = new NoaSession({ root, sessionId: 'customer-42' })
+    await agents.addItems([
+      { role: 'user', content: `My order is late ${HOSTILE}` },
+      { role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'Let me check.' }] },
+    ] as never)
+    items = await agents.getItems()
+    await agents.close()
 
     ui = await startUi(['ui', '--root', root, '--port', '0'])
     browser = await chromium.launch({ executablePath: CHROMIUM as string, args: ['--no-sandbox'] })
@@ -297,6 +327,20 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
     await shot('context')
   })
 
+  it('a LangGraph thread as its checkpoints, an Agents session as its items, as the adapters give them', async () => {
+    await go('#/ws/lg.chat-1/langgraph')
+    await page.getByTestId('checkpoint').first().waitFor()
+    const ids = await page.getByTestId('checkpoint').locator('b.mono').allTextContents()
+    // The saver lists newest first; the view shows the timeline oldest first.
+    expect(ids).toEqual(checkpointIds.slice().reverse())
+    await shot('langgraph')
+    await go('#/ws/oa.customer-42/agents')
+    await page.getByTestId('item').first().waitFor()
+    const shown = await page.getByTestId('item').locator('pre').allTextContents()
+    expect(shown.map((t) => JSON.parse(t))).toEqual(items)
+    expect(shown[0]).toContain(HOSTILE)
+  })
+
   it('strings carrying HTML are shown as text: no dialog, no request leaves the page', async () => {
     const before = requests.length
     const views: [string, string][] = [
@@ -306,6 +350,8 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
       ['#/context/xss-session', HOSTILE],
       [`#/tree/${snapshots.first}/${encodeURIComponent(HOSTILE_PATH)}`, HOSTILE],
       ['#/ws/main', HOSTILE_PATH],
+      ['#/ws/lg.chat-1/langgraph', IMG],
+      ['#/ws/oa.customer-42/agents', SCRIPT],
     ]
     for (const [hash, text] of views) {
       await go(hash)
