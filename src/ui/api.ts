@@ -10,7 +10,16 @@ import { join } from 'node:path'
 import { encodeState, loadState } from '../context/state-file.js'
 import { checkWorkspace } from '../engine/entry.js'
 import { Errors } from '../engine/errors.js'
-import { existingLog, scanLogDir, scanWorkspaces } from '../engine/logs.js'
+import { journalDir } from '../engine/journal-recovery.js'
+import { readThroughJournals } from '../engine/journal-view.js'
+import {
+  existingLog,
+  logPath,
+  problemOf,
+  scanLogDir,
+  type WorkspaceInfo,
+  workspaceInfo,
+} from '../engine/logs.js'
 import { readEntryBatches } from '../engine/reader.js'
 import { parseCheckpointRecord, parsePath } from '../langgraph/layout.js'
 import { MemoryStore } from '../memory/store.js'
@@ -47,6 +56,8 @@ export function agentDirsOf(root: string): AgentDirs {
 
 export class UiApi {
   readonly engine: SnapshotEngine
+  /** The last listing of each workspace, with the file's stamp it was made at. */
+  private listed = new Map<string, { key: string; info: WorkspaceInfo }>()
 
   constructor(
     readonly root: string,
@@ -63,9 +74,32 @@ export class UiApi {
     return { workspaces: scanLogDir(this.root).workspaces }
   }
 
-  /** `noa workspaces --json`, plus each log's lock holder (a writer has it open). */
+  /**
+   * `noa workspaces --json` (scanWorkspaces' listing), plus each log's lock holder (a writer has
+   * it open). The overview asks again every few seconds: a log whose file (inode, size, mtime)
+   * and the root's journals are as they were is not read again, so a poll of 10,000 quiet
+   * workspaces costs a readdir and 10,000 stats instead of reading every log.
+   */
   async workspaces() {
-    const { workspaces, problems } = await scanWorkspaces(this.root)
+    const { workspaces: names, problems } = scanLogDir(this.root)
+    readThroughJournals(this.root)
+    const journals = stamp(journalDir(this.root))
+    const workspaces: WorkspaceInfo[] = []
+    const seen = new Map<string, { key: string; info: WorkspaceInfo }>()
+    for (const ws of names) {
+      const file = logPath(this.root, ws)
+      try {
+        const key = `${journals}/${stamp(file)}`
+        const hit = this.listed.get(ws)
+        const info = hit?.key === key ? hit.info : await workspaceInfo(this.root, ws)
+        seen.set(ws, { key, info })
+        workspaces.push(info)
+      } catch (err) {
+        problems.push(problemOf(err, file))
+      }
+    }
+    this.listed = seen
+    problems.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
     const locked = lockedFiles(workspaces.map((w) => w.file))
     return {
       workspaces: workspaces.map((w) => ({ ...w, locked: locked.has(w.file) })),
@@ -253,6 +287,16 @@ export class UiApi {
       items.push({ path, item: JSON.parse((await this.engine.store.getBlob(blob)).toString('utf8')) })
     }
     return { workspace, items, total: paths.length }
+  }
+}
+
+/** What changes when a file or folder does (its inode, size, mtime); '-' when it is not there. */
+function stamp(path: string): string {
+  try {
+    const st = statSync(path, { bigint: true })
+    return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`
+  } catch {
+    return '-'
   }
 }
 

@@ -151,14 +151,36 @@ describe('noa ui: the server', () => {
     }
   })
 
-  it('the live stream delivers each entry as it commits, from the seq asked for', async () => {
-    const res = await fetch(`${ui.base}/api/live/main?from=2`, { headers: auth() })
-    expect(res.headers.get('content-type')).toContain('text/event-stream')
+  it('the listing is noa workspaces --json, again after a log grew (a quiet log is not read again)', async () => {
+    const listing = async () =>
+      (
+        (await (await fetch(`${ui.base}/api/workspaces`, { headers: auth() })).json()) as {
+          workspaces: unknown[]
+        }
+      ).workspaces
+    const cli = () =>
+      (JSON.parse(runCli(['workspaces', '--root', root, '--json']).stdout) as object[]).map((w) => ({
+        ...w,
+        locked: false,
+      }))
+    expect(await listing()).toEqual(cli())
     const log = await AgentLog.open({ root })
-    await log.appendMany('main', [
+    await log.append('main', { op: 'delete', path: 'nothing-here' })
+    await log.append('other', { op: 'delete', path: 'x' })
+    await log.close()
+    expect(await listing()).toEqual(cli())
+  })
+
+  it('the live stream delivers each entry as it commits, from the seq asked for', async () => {
+    const log = await AgentLog.open({ root })
+    await log.append('tail', { op: 'delete', path: 'first' })
+    const res = await fetch(`${ui.base}/api/live/tail?from=2`, { headers: auth() })
+    expect(res.headers.get('content-type')).toContain('text/event-stream')
+    await log.appendMany('tail', [
       { op: 'delete', path: 'a.txt' },
       { op: 'delete', path: 'b.txt' },
     ])
+    await log.append('tail', { op: 'delete', path: 'c.txt' })
     await log.close()
     const text = await readEvents(res, (t) => t.includes('"seq":4'))
     const seqs = [...text.matchAll(/^data: (.*)$/gm)].flatMap((m) =>
