@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { encodeState, loadState } from '../context/state-file.js'
 import { checkWorkspace } from '../engine/entry.js'
 import { Errors } from '../engine/errors.js'
+import { checkDirsBelow } from '../engine/files.js'
 import { journalDir } from '../engine/journal-recovery.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import {
@@ -181,16 +182,27 @@ export class UiApi {
     return { ...r, changes }
   }
 
+  /**
+   * Whether an agent folder is there, each part of it below the root a real folder: a symlink
+   * (to somewhere outside the root) is refused (NOA_NOT_DIRECTORY), never followed.
+   */
+  private present(dir: string): boolean {
+    return checkDirsBelow(this.root, dir) === null
+  }
+
   /** The sessions with a transcript (`<id>.jsonl`) in the transcripts folder. */
   transcripts() {
-    return { dir: this.dirs.transcripts, sessions: filesIn(this.dirs.transcripts, '.jsonl') }
+    const dir = this.dirs.transcripts
+    return { dir, sessions: this.present(dir) ? filesIn(dir, '.jsonl') : [] }
   }
 
   /** A transcript's records and the conversation `noa transcript show` summarises. */
   async transcript(id: string) {
     const sessionId = checkTranscriptId(id)
     const file = transcriptPath(this.dirs.transcripts, sessionId)
-    const t = await loadTranscript(file)
+    const t = this.present(this.dirs.transcripts)
+      ? await loadTranscript(file)
+      : { exists: false, records: [], tornTail: null }
     if (!t.exists) throw Errors.NOT_FOUND(`${file}: no such transcript`, { file })
     const conv = messages(t.records)
     const sidechains = []
@@ -212,6 +224,7 @@ export class UiApi {
   /** `noa memory list --json` with each note's content, and MEMORY.md as stored. */
   memory() {
     const store = new MemoryStore(this.dirs.memory)
+    if (!this.present(store.dir)) return { dir: store.dir, notes: [], index: '' }
     let report: ReturnType<MemoryStore['scanReport']>
     try {
       report = store.scanReport()
@@ -231,12 +244,16 @@ export class UiApi {
 
   /** The sessions with a context folder. */
   contexts() {
-    return { dir: this.dirs.context, sessions: dirsIn(this.dirs.context) }
+    const dir = this.dirs.context
+    return { dir, sessions: this.present(dir) ? dirsIn(dir) : [] }
   }
 
   /** `noa context state <dir> <session> --json`: state.json as loaded, with its tiers and archives. */
   context(id: string) {
     const sessionId = checkTranscriptId(id)
+    if (!this.present(this.dirs.context)) {
+      throw Errors.NOT_FOUND(`no context folder ${this.dirs.context}`, { file: this.dirs.context })
+    }
     const load = loadState(this.dirs.context, sessionId)
     return {
       sessionId,
@@ -347,7 +364,6 @@ function dirsIn(dir: string): string[] {
 
 function listDir(dir: string) {
   try {
-    if (!statSync(dir).isDirectory()) return []
     return readdirSync(dir, { withFileTypes: true })
   } catch {
     return []

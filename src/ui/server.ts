@@ -281,7 +281,11 @@ export class UiServer {
       res.destroy()
       return
     }
-    const code = isNoaError(err) ? err.code : ((err as NodeJS.ErrnoException)?.code ?? 'ERROR')
+    const code = isNoaError(err)
+      ? err.code
+      : err instanceof URIError
+        ? 'NOA_BAD_ARGUMENT'
+        : ((err as NodeJS.ErrnoException)?.code ?? 'ERROR')
     const status =
       code === 'NOA_NOT_FOUND' || code === 'ENOENT'
         ? 404

@@ -5,7 +5,7 @@
  * checks them, so nothing outside the root is read; the live stream delivers what is appended;
  * a non-loopback address needs a token file; `noa serve --ui` serves the same beside the daemon.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -142,6 +142,7 @@ describe('noa ui: the server', () => {
       ['/api/live/..%2Foutside', 400],
       ['/api/ws/main/log?from=-1', 400],
       ['/api/ws/main/log?limit=100000000', 400],
+      ['/api/ws/%E0%A4%A/log', 400],
     ]
     for (const [path, status] of cases) {
       const res = await fetch(`${ui.base}${path}`, { headers: auth() })
@@ -169,6 +170,30 @@ describe('noa ui: the server', () => {
     await log.append('other', { op: 'delete', path: 'x' })
     await log.close()
     expect(await listing()).toEqual(cli())
+  })
+
+  it('an agent folder that is a symlink out of the root is refused, not followed', async () => {
+    const outside = mkdtempSync(join(tmpdir(), 'noa-ui-outside-'))
+    try {
+      writeFileSync(
+        join(outside, 'secret.md'),
+        '---\nname: secret\ndescription: outside the root\ntype: project\n---\nnot for the page\n',
+      )
+      writeFileSync(join(outside, 's.jsonl'), '')
+      symlinkSync(outside, join(root, 'memory'))
+      symlinkSync(outside, join(root, 'transcripts'))
+      for (const path of ['/api/memory', '/api/transcripts', '/api/transcripts/s']) {
+        const res = await fetch(`${ui.base}${path}`, { headers: auth() })
+        const text = await res.text()
+        expect(res.status, path).not.toBe(200)
+        expect(text, path).toContain('NOA_NOT_DIRECTORY')
+        expect(text, path).not.toContain('not for the page')
+      }
+    } finally {
+      rmSync(join(root, 'memory'), { force: true })
+      rmSync(join(root, 'transcripts'), { force: true })
+      rmSync(outside, { recursive: true, force: true })
+    }
   })
 
   it('the live stream delivers each entry as it commits, from the seq asked for', async () => {

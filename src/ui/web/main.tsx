@@ -46,7 +46,7 @@ function Route({ hash }: { hash: string }) {
     return (
       <div>
         <WorkspaceTabs ws={b} tab={tab} />
-        {tab === 'log' ? <LogView ws={b} seq={c === 'seq' && d ? Number(d) : null} /> : null}
+        {tab === 'log' ? <LogView key={b} ws={b} seq={c === 'seq' && d ? Number(d) : null} /> : null}
         {tab === 'history' ? <HistoryView ws={b} /> : null}
         {tab === 'langgraph' ? <LangGraphView ws={b} /> : null}
         {tab === 'agents' ? <AgentsView ws={b} /> : null}

@@ -129,7 +129,7 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
     if (f) q.set('filter', f)
     if (k !== 'workspace') q.set('sort', k)
     if (d) q.set('desc', '1')
-    history.replaceState(null, '', `#/${q.size ? `?${q}` : ''}`)
+    history.replaceState(null, '', `#/${q.toString() ? `?${q}` : ''}`)
   }
   const sortBy = (k: Key) => {
     const d = sort === k ? !desc : k !== 'workspace'
