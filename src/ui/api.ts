@@ -24,6 +24,7 @@ import {
 import { readEntryBatches } from '../engine/reader.js'
 import { parseCheckpointRecord, parsePath } from '../langgraph/layout.js'
 import { MemoryStore } from '../memory/store.js'
+import { type Checkpoint, loadCheckpoint, replicationDir } from '../replicate/checkpoint.js'
 import { fileDiff } from '../store/diff.js'
 import { checkObjectId } from '../store/objects.js'
 import { lastSeqOf } from '../store/records.js'
@@ -102,10 +103,41 @@ export class UiApi {
     this.listed = seen
     problems.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
     const locked = lockedFiles(workspaces.map((w) => w.file))
+    const checkpoints = this.replication()
     return {
-      workspaces: workspaces.map((w) => ({ ...w, locked: locked.has(w.file) })),
+      workspaces: workspaces.map((w) => {
+        const replication = checkpoints.flatMap((c) => {
+          const at = c.workspaces[w.workspace]
+          return at
+            ? [{ kind: c.kind, prefix: c.prefix, seq: at.seq, behind: Math.max(0, w.lastSeq - at.seq) }]
+            : []
+        })
+        return { ...w, locked: locked.has(w.file), ...(replication.length > 0 ? { replication } : {}) }
+      }),
       problems,
     }
+  }
+
+  /**
+   * The replication checkpoints of the root (`replication/push.<prefix>.json`, `pull.…`): how
+   * far push published, or pull applied, each workspace when it last saved. A checkpoint that
+   * cannot be used is left out, as push and pull leave it.
+   */
+  private replication(): Checkpoint[] {
+    const dir = replicationDir(this.root)
+    if (checkDirsBelow(this.root, dir) !== null) return []
+    const out: Checkpoint[] = []
+    for (const name of filesIn(dir, '.json')) {
+      const m = /^(push|pull)\.(.+)$/.exec(name)
+      if (!m) continue
+      try {
+        const c = loadCheckpoint(this.root, m[1] as Checkpoint['kind'], m[2] as string)
+        if (c) out.push(c)
+      } catch {
+        // not a regular file: replicate status names it; the overview shows no lag from it
+      }
+    }
+    return out
   }
 
   /**

@@ -24,6 +24,7 @@ import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
 import { NoaSaver } from '../../dist/src/langgraph/index.js'
 import { MemoryStore } from '../../dist/src/memory/index.js'
 import { NoaSession } from '../../dist/src/openai-agents/index.js'
+import { saveCheckpoint } from '../../dist/src/replicate/checkpoint.js'
 import { CHROMIUM_INSTALL, chromiumBinary, startUi, type UiProcess } from '../helpers/browser.js'
 import { ROOT_DIR, runCli } from '../helpers/index.js'
 
@@ -208,6 +209,16 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
       entries: number
       lastSeq: number
     }[]
+    // A push checkpoint 10 entries short of agent-2's last: the overview says how far behind.
+    saveCheckpoint(root, {
+      version: 1,
+      kind: 'push',
+      prefix: 'noa',
+      stream: 'NOA',
+      streamCreated: '2026-12-07T00:00:00Z',
+      savedAt: '2026-12-07T00:00:00Z',
+      workspaces: { 'agent-2': { seq: 30, ts: 1, offset: 0, streamSeq: 30 } },
+    })
     await go('#/')
     await page.locator('[data-ws]').first().waitFor()
     // The names come first, the figures when the full listing arrives.
@@ -219,6 +230,9 @@ describe.skipIf(!CHROMIUM)('noa ui in a browser', () => {
         )
         .then((all) => all.map((r) => [r[0], Number(r[1]), Number(r[2])]))
     await expect.poll(rows).toEqual(expected.map((w) => [w.workspace, w.entries, w.lastSeq]))
+    await expect
+      .poll(() => page.locator('[data-ws="agent-2"] [data-replication="push.noa"]').textContent())
+      .toBe('push 10 behind')
     await shot('overview')
     // Filtering and sorting are in the URL.
     await page.getByLabel('filter').fill('agent')

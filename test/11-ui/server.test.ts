@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
+import { saveCheckpoint } from '../../dist/src/replicate/checkpoint.js'
 import { startUi, type UiProcess } from '../helpers/browser.js'
 import { runCli, tempDir } from '../helpers/index.js'
 import { startDaemon } from '../helpers/serve.js'
@@ -193,6 +194,31 @@ describe('noa ui: the server', () => {
       rmSync(join(root, 'memory'), { force: true })
       rmSync(join(root, 'transcripts'), { force: true })
       rmSync(outside, { recursive: true, force: true })
+    }
+  })
+
+  it('a workspace a push checkpoint covers says how far behind it the log is', async () => {
+    const before = runCli(['log', 'main', '--root', root]).stdout.trim().split('\n')
+    const seq = (JSON.parse(before.at(-1) as string) as { seq: number }).seq
+    saveCheckpoint(root, {
+      version: 1,
+      kind: 'push',
+      prefix: 'noa',
+      stream: 'NOA',
+      streamCreated: '2026-12-07T00:00:00Z',
+      savedAt: '2026-12-07T00:00:00Z',
+      workspaces: { main: { seq: seq - 1, ts: 1, offset: 0, streamSeq: 1 } },
+    })
+    try {
+      const res = await fetch(`${ui.base}/api/workspaces`, { headers: auth() })
+      const { workspaces } = (await res.json()) as {
+        workspaces: { workspace: string; replication?: { kind: string; seq: number; behind: number }[] }[]
+      }
+      const main = workspaces.find((w) => w.workspace === 'main')
+      expect(main?.replication).toEqual([{ kind: 'push', prefix: 'noa', seq: seq - 1, behind: 1 }])
+      expect(workspaces.filter((w) => w.replication !== undefined).map((w) => w.workspace)).toEqual(['main'])
+    } finally {
+      rmSync(join(root, 'replication'), { recursive: true, force: true })
     }
   })
 

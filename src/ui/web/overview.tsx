@@ -173,7 +173,7 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
           {head('lastTs', 'age', 'num w70')}
           {head('bytes', 'bytes', 'num w90')}
           {head('rate', 'entries/s (1 min)', 'w150')}
-          <div class="cell w120">state</div>
+          <div class="cell w200">state</div>
         </div>
         <VirtualList
           count={shown.length}
@@ -195,9 +195,23 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
                 <div class="cell w150">
                   <Spark values={r} /> <span class="muted">{(r.at(-1) ?? 0).toFixed(0)}</span>
                 </div>
-                <div class="cell w120">
+                <div class="cell w200">
                   {w.locked ? <span class="badge locked">writing</span> : null}
                   {w.tornTailBytes > 0 ? <span class="badge torn">torn tail</span> : null}
+                  {(w.replication ?? []).map((r) => (
+                    <span
+                      class={`badge ${r.kind === 'push' && r.behind > 0 ? 'locked' : ''}`}
+                      key={`${r.kind}.${r.prefix}`}
+                      title={`${r.kind} ${r.prefix}: seq ${r.seq}`}
+                      data-replication={`${r.kind}.${r.prefix}`}
+                    >
+                      {r.kind === 'pull'
+                        ? `pulled to ${r.seq}`
+                        : r.behind > 0
+                          ? `push ${r.behind} behind`
+                          : 'pushed'}
+                    </span>
+                  ))}
                 </div>
               </div>
             )
