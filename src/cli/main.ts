@@ -156,6 +156,11 @@ export const COMMANDS: Readonly<Record<string, CommandEntry>> = {
     summary: 'own a root for every process on this machine (unix socket, optional TCP with a token)',
     load: () => import('./commands/serve.js'),
   },
+  ui: {
+    group: 'many processes',
+    summary: 'a read-only web view of a root, live (token-protected, 127.0.0.1 by default)',
+    load: () => import('./commands/ui.js'),
+  },
 }
 
 /** The commands main answers itself (they need the command table). */

@@ -422,7 +422,7 @@ export function parseListen(value: string): { host: string; port: number } {
  * The TCP token: the file's first line, at least 16 characters. Refused when others can read the
  * file (as ssh refuses a private key they can): a token anyone on the machine can read is none.
  */
-function readToken(file: string): Buffer {
+export function readToken(file: string): Buffer {
   let fd: number
   try {
     fd = openSync(file, 'r')

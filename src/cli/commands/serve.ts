@@ -1,6 +1,7 @@
 import { Daemon } from '../../serve/daemon.js'
 import { DEFAULT_LIMITS, type Limits } from '../../serve/protocol.js'
-import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args.js'
+import { DEFAULT_UI_PORT, UiServer } from '../../ui/server.js'
+import { command, intOption, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 
 const LIMIT_FLAGS = {
@@ -31,7 +32,7 @@ function limitOption(flag: keyof typeof LIMIT_FLAGS) {
 
 export const spec = command({
   usage:
-    'usage: noa serve [--root DIR] [--listen [HOST:]PORT --token-file FILE] [--workers N] [--max-… N] [--json]',
+    'usage: noa serve [--root DIR] [--listen [HOST:]PORT --token-file FILE] [--workers N] [--ui [--ui-port N]] [--max-… N] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -53,6 +54,17 @@ export const spec = command({
       description:
         "owner worker threads, a dead one respawned (0: on the daemon's thread, where a fault ends it)",
       defaultText: '1',
+    },
+    ui: {
+      type: 'boolean',
+      description:
+        "also serve noa ui's read-only web view on 127.0.0.1 (its URL, with the token, is printed)",
+    },
+    'ui-port': {
+      type: 'string',
+      value: 'N',
+      description: "the web view's port (0: any free one)",
+      defaultText: String(DEFAULT_UI_PORT),
     },
     'max-entry-bytes': limitOption('max-entry-bytes'),
     'max-line-bytes': limitOption('max-line-bytes'),
@@ -92,6 +104,8 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     if (n !== undefined) limits[key] = n
   }
   const workers = intOption(values.workers, 'workers', spec.usage, 0)
+  const uiPort = intOption(values['ui-port'], 'ui-port', spec.usage, 0)
+  if (uiPort !== undefined && !values.ui) throw new UsageError('--ui-port goes with --ui', spec.usage)
   const daemon = await Daemon.start({
     root: rootOf(values),
     ...(values.listen === undefined ? {} : { listen: values.listen }),
@@ -99,12 +113,27 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     limits,
     log: workers === undefined ? {} : { workers },
   })
+  let ui: UiServer | null = null
+  if (values.ui) {
+    try {
+      // Beside the daemon, the live tail is its AgentLog's watch: it wakes at each commit.
+      ui = await UiServer.start({
+        root: daemon.root,
+        ...(uiPort === undefined ? {} : { port: uiPort }),
+        watch: (ws, o) => daemon.log.watch(ws, o),
+      })
+    } catch (err) {
+      await daemon.drain()
+      throw err
+    }
+  }
   // The first SIGTERM or SIGINT drains. Both handlers go with it, so a second signal of either
   // kind has its default action and ends the process at once: what was acknowledged is durable,
   // what was in flight is lost to its clients as with a SIGKILL.
   const stop = () => {
     process.off('SIGTERM', stop)
     process.off('SIGINT', stop)
+    void ui?.close()
     void daemon.drain()
   }
   process.on('SIGTERM', stop)
@@ -113,10 +142,17 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   await write(
     io.stdout,
     values.json
-      ? json({ root: daemon.root, socket: daemon.socketPath, tcp, pid: process.pid })
-      : `noa serve: serving ${daemon.root} on ${daemon.socketPath}${tcp ? ` and tcp ${tcp}` : ''} (pid ${process.pid})\n`,
+      ? json({
+          root: daemon.root,
+          socket: daemon.socketPath,
+          tcp,
+          pid: process.pid,
+          ...(ui ? { ui: ui.url } : {}),
+        })
+      : `noa serve: serving ${daemon.root} on ${daemon.socketPath}${tcp ? ` and tcp ${tcp}` : ''} (pid ${process.pid})\n${ui ? `noa serve: web view at ${ui.url}\n` : ''}`,
   )
   await daemon.done
+  await ui?.close()
   process.off('SIGTERM', stop)
   process.off('SIGINT', stop)
   return 0
