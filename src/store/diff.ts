@@ -64,6 +64,20 @@ export interface FileDiff {
   deletions: number
   /** Unified diff text (`--- a/…`, `+++ b/…`, hunks), or a "Binary files … differ" line. */
   patch: string
+  /** Not diffed: a side larger than `limits.maxBytes`, or more edits than the limits allow. */
+  tooLarge?: true
+}
+
+/**
+ * Bounds on one file's diff, for a caller that must stay responsive (the web view, whose
+ * server may share its thread with `noa serve`): a side over `maxBytes` is not read, and the
+ * line diff gives up past `maxEditLength` edits or `timeoutMs` (jsdiff's own bounds). Without
+ * limits (the CLI) every diff is computed whole.
+ */
+export interface DiffLimits {
+  maxBytes: number
+  maxEditLength: number
+  timeoutMs: number
 }
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
@@ -71,9 +85,11 @@ const decoder = new TextDecoder('utf-8', { fatal: true })
 async function text(
   store: ObjectStore,
   blob: string | null,
-): Promise<{ text: string | null; missing: boolean }> {
+  maxBytes: number,
+): Promise<{ text: string | null; missing: boolean; tooLarge?: true }> {
   if (blob === null) return { text: '', missing: false }
   if (!store.has(blob)) return { text: null, missing: true }
+  if (store.blobSize(blob) > maxBytes) return { text: null, missing: false, tooLarge: true }
   const bytes = await store.getBlob(blob)
   if (bytes.subarray(0, 8000).includes(0)) return { text: null, missing: false }
   try {
@@ -84,9 +100,14 @@ async function text(
 }
 
 /** Line counts and a unified diff of one change. */
-export async function fileDiff(store: ObjectStore, change: DiffEntry): Promise<FileDiff> {
-  const a = await text(store, change.before)
-  const b = await text(store, change.after)
+export async function fileDiff(
+  store: ObjectStore,
+  change: DiffEntry,
+  limits?: DiffLimits,
+): Promise<FileDiff> {
+  const maxBytes = limits?.maxBytes ?? Number.POSITIVE_INFINITY
+  const a = await text(store, change.before, maxBytes)
+  const b = await text(store, change.after, maxBytes)
   const missing = [
     ...(a.missing && change.before ? [change.before] : []),
     ...(b.missing && change.after ? [change.after] : []),
@@ -106,12 +127,28 @@ export async function fileDiff(store: ObjectStore, change: DiffEntry): Promise<F
     out.patch = `--- ${from}\n+++ ${to}\n(blob ${missing.join(' and ')} is not in the object store)\n`
     return out
   }
+  if (a.tooLarge || b.tooLarge) {
+    out.tooLarge = true
+    out.patch = `--- ${from}\n+++ ${to}\n(not diffed here: larger than ${maxBytes} bytes)\n`
+    return out
+  }
   if (a.text === null || b.text === null) {
     out.binary = true
     out.patch = `Binary files ${from} and ${to} differ\n`
     return out
   }
-  const p = structuredPatch(from, to, a.text, b.text, '', '', { context: 3 })
+  const p = limits
+    ? structuredPatch(from, to, a.text, b.text, '', '', {
+        context: 3,
+        maxEditLength: limits.maxEditLength,
+        timeout: limits.timeoutMs,
+      })
+    : structuredPatch(from, to, a.text, b.text, '', '', { context: 3 })
+  if (p === undefined) {
+    out.tooLarge = true
+    out.patch = `--- ${from}\n+++ ${to}\n(not diffed here: more than ${limits?.maxEditLength} line edits)\n`
+    return out
+  }
   let body = `--- ${from}\n+++ ${to}\n`
   for (const h of p.hunks) {
     body += `@@ -${range(h.oldStart, h.oldLines)} +${range(h.newStart, h.newLines)} @@\n`

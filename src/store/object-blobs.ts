@@ -244,6 +244,18 @@ export abstract class ObjectBlobs extends ObjectFiles {
   }
 
   /**
+   * A blob's size in bytes without reading its content: its chunk list's total, or its object's
+   * size when stored whole. A blob that is not stored is NOA_NOT_FOUND.
+   */
+  blobSize(id: string): number {
+    const list = this.chunksOf(checkObjectId(id, 'blob hash'))
+    if (list !== null) return list.size
+    const size = this.sizeOf(id)
+    if (size < 0) throw Errors.NOT_FOUND(`blob ${id}: not in the object store`, { blob: id })
+    return size
+  }
+
+  /**
    * The chunks a blob is stored in (its chunk list), or null when it is stored whole; read
    * synchronously (gc and verify reach chunks through the blobs that list them). A blob that is
    * not stored is NOA_NOT_FOUND naming `what`.

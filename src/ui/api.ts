@@ -9,7 +9,7 @@ import { readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { encodeState, loadState } from '../context/state-file.js'
 import { checkWorkspace } from '../engine/entry.js'
-import { Errors } from '../engine/errors.js'
+import { Errors, isNoaError } from '../engine/errors.js'
 import { checkDirsBelow } from '../engine/files.js'
 import { journalDir } from '../engine/journal-recovery.js'
 import { readThroughJournals } from '../engine/journal-view.js'
@@ -25,7 +25,7 @@ import { readEntryBatches } from '../engine/reader.js'
 import { parseCheckpointRecord, parsePath } from '../langgraph/layout.js'
 import { MemoryStore } from '../memory/store.js'
 import { type Checkpoint, loadCheckpoint, replicationDir } from '../replicate/checkpoint.js'
-import { fileDiff } from '../store/diff.js'
+import { type DiffLimits, type FileDiff, fileDiff } from '../store/diff.js'
 import { checkObjectId } from '../store/objects.js'
 import { lastSeqOf } from '../store/records.js'
 import { SnapshotEngine } from '../store/snapshot.js'
@@ -40,6 +40,12 @@ export const MAX_LOG_LIMIT = 2000
 export const MAX_SHOWN_BYTES = 2 << 20
 /** Most checkpoints or items one agent-file request returns (the newest). */
 const MAX_ITEMS = 500
+/** A transcript's records sent to the page: the newest this many (each sidechain's too). */
+const MAX_RECORDS = 5_000
+/** One file's diff in the view: a side over 2 MiB is not read, the line diff gives up past these. */
+const DIFF_LIMITS: DiffLimits = { maxBytes: MAX_SHOWN_BYTES, maxEditLength: 20_000, timeoutMs: 500 }
+/** The whole diff of two trees in the view: files past this are listed without their patch. */
+const DIFF_BUDGET_MS = 2_000
 
 /** Where the agent files of a root are (the demo's layout: transcripts/, memory/, context/). */
 export interface AgentDirs {
@@ -189,6 +195,10 @@ export class UiApi {
   /** `noa blob get`: text shown (when UTF-8 and not too large), binary named by its size. */
   async blob(id: string) {
     const blob = checkObjectId(id, 'blob')
+    // Sized before it is read: a blob too large to show is named by its size, never loaded
+    // (a compressible blob of gigabytes costs the store little and this process as much).
+    const size = this.engine.store.blobSize(blob)
+    if (size > MAX_SHOWN_BYTES) return { blob, bytes: size, binary: false, text: null }
     const bytes = await this.engine.store.getBlob(blob)
     const binary = bytes.includes(0) || !isUtf8(bytes)
     const shown = !binary && bytes.length <= MAX_SHOWN_BYTES
@@ -198,12 +208,25 @@ export class UiApi {
   /** `noa diff a b --json --patch` */
   async diff(a: string, b: string) {
     const r = await this.engine.diff(a, b)
-    const files = await Promise.all(r.changes.map((c) => fileDiff(this.engine.store, c)))
+    // One file at a time, each bounded, and the whole within DIFF_BUDGET_MS: the patches are
+    // computed on this thread, which beside `noa serve --ui` is the daemon's.
+    const files: (FileDiff | undefined)[] = []
+    const until = performance.now() + DIFF_BUDGET_MS
+    for (const c of r.changes) {
+      if (performance.now() > until) break
+      files.push(await fileDiff(this.engine.store, c, DIFF_LIMITS))
+    }
     const changes = r.changes.map((c, i) => {
       const f = files[i]
-      if (!f) return c
+      if (!f)
+        return {
+          ...c,
+          tooLarge: true,
+          patch: '(not diffed here: the diff took its time budget before this file)\n',
+        }
       return {
         ...c,
+        ...(f.tooLarge ? { tooLarge: true } : {}),
         binary: f.binary,
         insertions: f.insertions,
         deletions: f.deletions,
@@ -239,13 +262,21 @@ export class UiApi {
     const conv = messages(t.records)
     const sidechains = []
     for (const s of await listSidechains(this.dirs.transcripts, sessionId)) {
-      const side = await loadTranscript(s.file)
-      sidechains.push({ agentId: s.agentId, records: side.records })
+      // One unreadable sidechain (a symlink, a folder) is named with its error; the main
+      // conversation and the other sidechains are still shown.
+      try {
+        const side = await loadTranscript(s.file)
+        sidechains.push({ agentId: s.agentId, records: side.records.slice(-MAX_RECORDS) })
+      } catch (err) {
+        if (!isNoaError(err)) throw err
+        sidechains.push({ agentId: s.agentId, records: [], error: { code: err.code, message: err.message } })
+      }
     }
     return {
       sessionId,
       file,
-      records: t.records,
+      records: t.records.slice(-MAX_RECORDS),
+      totalRecords: t.records.length,
       messages: conv.messages.length,
       usage: conv.usage,
       tornTail: t.tornTail !== null,

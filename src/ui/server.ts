@@ -67,6 +67,17 @@ function plain(_key: string, v: unknown): unknown {
   return v
 }
 
+/** The host name of a Host header, without its port or IPv6 brackets ('' when there is none). */
+export function hostName(header: string | undefined): string {
+  if (header === undefined) return ''
+  if (header.startsWith('[')) {
+    const end = header.indexOf(']')
+    return end < 0 ? '' : header.slice(1, end)
+  }
+  const colon = header.lastIndexOf(':')
+  return (colon < 0 ? header : header.slice(0, colon)).toLowerCase()
+}
+
 export function isLoopback(host: string): boolean {
   if (host === 'localhost' || host === '::1') return true
   return isIP(host) === 4 && host.startsWith('127.')
@@ -163,6 +174,13 @@ export class UiServer {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { ...SECURITY_HEADERS, allow: 'GET, HEAD', 'content-type': 'text/plain' })
       res.end('noa ui is read-only: only GET\n')
+      return
+    }
+    if (isLoopback(this.host) && !isLoopback(hostName(req.headers.host))) {
+      // Listening on loopback, a request must name a loopback host: a page whose own name was
+      // made to resolve to 127.0.0.1 (DNS rebinding) gets nothing, even before the token.
+      res.writeHead(421, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8' })
+      res.end('noa ui listens on loopback: the Host of a request must be localhost, 127.0.0.1 or [::1]\n')
       return
     }
     const url = new URL(req.url ?? '/', 'http://ui.invalid')

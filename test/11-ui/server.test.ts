@@ -5,10 +5,12 @@
  * checks them, so nothing outside the root is read; the live stream delivers what is appended;
  * a non-loopback address needs a token file; `noa serve --ui` serves the same beside the daemon.
  */
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { TranscriptWriter } from '../../dist/src/entries/transcript.js'
 import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
 import { saveCheckpoint } from '../../dist/src/replicate/checkpoint.js'
 import { startUi, type UiProcess } from '../helpers/browser.js'
@@ -193,6 +195,95 @@ describe('noa ui: the server', () => {
     } finally {
       rmSync(join(root, 'memory'), { force: true })
       rmSync(join(root, 'transcripts'), { force: true })
+      rmSync(outside, { recursive: true, force: true })
+    }
+  })
+
+  it('listening on loopback, a request naming another host answers 421, token or not (DNS rebinding)', async () => {
+    const port = Number(new URL(ui.base).port)
+    const get = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpRequest(
+          { host: '127.0.0.1', port, path: '/api/info', headers: { ...auth(), host } },
+          (res) => {
+            res.resume()
+            resolve(res.statusCode ?? 0)
+          },
+        )
+        req.on('error', reject)
+        req.end()
+      })
+    expect(await get(`evil.example:${port}`)).toBe(421)
+    expect(await get('attacker.test')).toBe(421)
+    expect(await get(`127.0.0.1.evil.example:${port}`)).toBe(421)
+    expect(await get(`127.0.0.1:${port}`)).toBe(200)
+    expect(await get(`localhost:${port}`)).toBe(200)
+    expect(await get(`[::1]:${port}`)).toBe(200)
+  })
+
+  it('a blob too large to show is named by its size and not read; a diff of large or far-apart texts is bounded', async () => {
+    const store = new ObjectStore(root)
+    // Over 2 MiB (stored in chunks): the answer gives its size without reading it, so even a
+    // damaged chunk does not matter to it.
+    const large = await store.putBlob(Buffer.alloc(3 << 20, 'a'))
+    const res = await fetch(`${ui.base}/api/blob/${large}`, { headers: auth() })
+    expect(res.status).toBe(200)
+    expect(await res.json()).toEqual({ blob: large, bytes: 3 << 20, binary: false, text: null })
+    const chunk = store.chunksOf(large)?.chunks[0]?.id as string
+    writeFileSync(join(root, 'objects', chunk.slice(0, 2), chunk.slice(2)), 'damaged')
+    expect((await fetch(`${ui.base}/api/blob/${large}`, { headers: auth() })).status).toBe(200)
+    // 30,000 lines on each side, every one different: past the view's edit bound, so the file is
+    // listed as too large to diff and the small file beside it still has its patch.
+    const lines = (tag: string) =>
+      Array.from({ length: 30_000 }, (_, i) => `${tag} line ${i} ${(i * 7919) % 30_011}`).join('\n')
+    const [a, b, s1, s2] = await Promise.all([
+      store.putBlob(lines('left')),
+      store.putBlob(lines('right')),
+      store.putBlob('one\n'),
+      store.putBlob('two\n'),
+    ])
+    const log = await AgentLog.open({ root, objects: store })
+    await log.append('big', { op: 'write', path: 'f.txt', blob: a })
+    await log.append('big', { op: 'write', path: 's.txt', blob: s1 })
+    await log.append('big', { op: 'write', path: 'f.txt', blob: b })
+    await log.append('big', { op: 'write', path: 's.txt', blob: s2 })
+    await log.close()
+    const d = await fetch(`${ui.base}/api/diff?a=big@2&b=big@4`, { headers: auth() })
+    expect(d.status).toBe(200)
+    const body = (await d.json()) as { changes: { path: string; tooLarge?: boolean; patch: string }[] }
+    const f = body.changes.find((c) => c.path === 'f.txt')
+    expect(f?.tooLarge).toBe(true)
+    expect(f?.patch).toContain('not diffed here')
+    const small = body.changes.find((c) => c.path === 's.txt')
+    expect(small?.tooLarge).toBeUndefined()
+    expect(small?.patch).toContain('-one')
+    expect(small?.patch).toContain('+two')
+  }, 120_000)
+
+  it('a sidechain that cannot be read is named with its error; the conversation is still shown', async () => {
+    const dir = join(root, 'transcripts')
+    const log = await AgentLog.open({ root })
+    const w = new TranscriptWriter({ dir, sessionId: 'side', log })
+    await w.recordMessage({ role: 'user', content: [{ type: 'text', text: 'hello' }] })
+    await w.close()
+    await log.close()
+    const outside = mkdtempSync(join(tmpdir(), 'noa-ui-outside-'))
+    try {
+      writeFileSync(join(outside, 'x.jsonl'), '')
+      mkdirSync(join(dir, 'side', 'subagents'), { recursive: true })
+      symlinkSync(join(outside, 'x.jsonl'), join(dir, 'side', 'subagents', 'agent-x.jsonl'))
+      const res = await fetch(`${ui.base}/api/transcripts/side`, { headers: auth() })
+      expect(res.status).toBe(200)
+      const t = (await res.json()) as {
+        records: unknown[]
+        sidechains: { agentId: string; records: unknown[]; error?: { code: string } }[]
+      }
+      expect(t.records.length).toBeGreaterThan(0)
+      expect(t.sidechains).toEqual([
+        { agentId: 'x', records: [], error: expect.objectContaining({ code: 'NOA_NOT_REGULAR_FILE' }) },
+      ])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
       rmSync(outside, { recursive: true, force: true })
     }
   })

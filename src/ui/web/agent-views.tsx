@@ -147,10 +147,11 @@ export function TranscriptView({ id }: { id: string }) {
     sessionId: string
     file: string
     records: TRecord[]
+    totalRecords?: number
     messages: number
     usage: Record<string, number>
     tornTail: boolean
-    sidechains: { agentId: string; records: TRecord[] }[]
+    sidechains: { agentId: string; records: TRecord[]; error?: { code: string; message: string } }[]
   }>(`/api/transcripts/${enc(id)}`)
   if (!t) return <Loading error={error} what="the transcript" />
   return (
@@ -159,7 +160,11 @@ export function TranscriptView({ id }: { id: string }) {
         <a href="#/agents">agent files</a> / transcript <span data-testid="session">{t.sessionId}</span>
       </h1>
       <p class="muted">
-        {t.records.length} records, {t.messages} messages · usage{' '}
+        {t.totalRecords ?? t.records.length} records
+        {t.totalRecords !== undefined && t.totalRecords > t.records.length
+          ? ` (the newest ${t.records.length} shown)`
+          : ''}
+        , {t.messages} messages · usage{' '}
         {Object.entries(t.usage)
           .map(([k, v]) => `${k} ${v}`)
           .join(', ')}
@@ -169,9 +174,10 @@ export function TranscriptView({ id }: { id: string }) {
       {t.sidechains.map((s) => (
         <details key={s.agentId} class="card">
           <summary>
-            sidechain agent {s.agentId} ({s.records.length} records)
+            sidechain agent {s.agentId} (
+            {s.error ? `unreadable: ${s.error.code}` : `${s.records.length} records`})
           </summary>
-          <Conversation records={s.records} />
+          {s.error ? <p class="error">{s.error.message}</p> : <Conversation records={s.records} />}
         </details>
       ))}
     </div>

@@ -108,6 +108,7 @@ interface DiffResult {
     path: string
     status: 'added' | 'removed' | 'changed'
     binary?: boolean
+    tooLarge?: boolean
     insertions?: number
     deletions?: number
     patch?: string
@@ -138,7 +139,13 @@ export function DiffView({ a, b }: { a: string; b: string }) {
           <div class="toolbar">
             <span class="badge">{letter[c.status]}</span>
             <b>{c.path}</b>
-            <span class="muted">{c.binary ? 'binary' : `+${c.insertions ?? 0} −${c.deletions ?? 0}`}</span>
+            <span class="muted">
+              {c.binary
+                ? 'binary'
+                : c.tooLarge
+                  ? 'too large to diff here'
+                  : `+${c.insertions ?? 0} −${c.deletions ?? 0}`}
+            </span>
           </div>
           {c.patch ? (
             <pre>
