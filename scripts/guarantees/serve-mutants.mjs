@@ -115,8 +115,8 @@ export const SERVE_MUTANTS = [
     edits: [
       {
         file: 'cli/commands/serve.js',
-        from: "process.off('SIGTERM', stop);\n        process.off('SIGINT', stop);\n        void daemon.drain();",
-        to: 'void daemon.drain();',
+        from: "process.off('SIGTERM', stop);\n        process.off('SIGINT', stop);\n        void ui?.close();\n        void daemon.drain();",
+        to: 'void ui?.close();\n        void daemon.drain();',
       },
       {
         file: 'cli/commands/serve.js',

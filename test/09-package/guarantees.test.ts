@@ -4,8 +4,11 @@
  * two agree, in a second, so that neither is changed without the other).
  */
 import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+// @ts-expect-error: a script of ours, plain JavaScript without types
+import { MUTANTS } from '../../scripts/guarantees/mutants.mjs'
 import { ROOT_DIR } from '../helpers/index.js'
 
 describe('docs/guarantees.md', () => {
@@ -15,6 +18,19 @@ describe('docs/guarantees.md', () => {
     })
     expect(r.stdout + r.stderr).toMatch(/docs\/guarantees.md and the list agree/)
     expect(r.status, r.stdout).toBe(0)
+  })
+
+  it('every mutant edit finds its code exactly once in the build (a moved line would make it a no-op)', () => {
+    const list = MUTANTS as { id: string; edits?: { file: string; from: string }[] }[]
+    expect(list.length).toBeGreaterThan(100)
+    const stale: string[] = []
+    for (const m of list)
+      for (const e of m.edits ?? []) {
+        const text = readFileSync(join(ROOT_DIR, 'dist', 'src', e.file), 'utf8')
+        const n = text.split(e.from).length - 1
+        if (n !== 1) stale.push(`${m.id} ${e.file}: ${n} matches`)
+      }
+    expect(stale).toEqual([])
   })
 
   it("docs/mutation.md's scores and mutants not killed are those of Stryker's last results (test/mutation/)", () => {
