@@ -335,4 +335,6 @@ export interface OwnerStatus {
   pool: { threads: number; idle: number; maxThreads: number; queued: number; pending: number }
   /** Commit journals of the root that were not trusted (moved aside, not replayed), and the workspaces they keep refused. */
   quarantined: QuarantinedJournal[]
+  /** Workspaces refused since an fdatasync of theirs failed (until they are reopened), and why. */
+  poisoned: { workspace: string; code: string; message: string }[]
 }

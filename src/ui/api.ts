@@ -40,6 +40,8 @@ export const MAX_LOG_LIMIT = 2000
 export const MAX_SHOWN_BYTES = 2 << 20
 /** Most checkpoints or items one agent-file request returns (the newest). */
 const MAX_ITEMS = 500
+/** The workspaces a writer in this process refuses since an fdatasync failed (UiOptions.poisoned). */
+type PoisonedOf = () => Promise<{ workspace: string; code: string; message: string }[]>
 /** A transcript's records sent to the page: the newest this many (each sidechain's too). */
 const MAX_RECORDS = 5_000
 /** One file's diff in the view: a side over 2 MiB is not read, the line diff gives up past these. */
@@ -70,6 +72,7 @@ export class UiApi {
   constructor(
     readonly root: string,
     readonly dirs: AgentDirs,
+    private readonly poisonedOf: PoisonedOf = async () => [],
   ) {
     this.engine = new SnapshotEngine({ root })
   }
@@ -110,6 +113,9 @@ export class UiApi {
     problems.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
     const locked = lockedFiles(workspaces.map((w) => w.file))
     const checkpoints = this.replication()
+    const poisoned = new Map(
+      (await this.poisonedOf()).map((p) => [p.workspace, { code: p.code, message: p.message }]),
+    )
     return {
       workspaces: workspaces.map((w) => {
         const replication = checkpoints.flatMap((c) => {
@@ -118,7 +124,13 @@ export class UiApi {
             ? [{ kind: c.kind, prefix: c.prefix, seq: at.seq, behind: Math.max(0, w.lastSeq - at.seq) }]
             : []
         })
-        return { ...w, locked: locked.has(w.file), ...(replication.length > 0 ? { replication } : {}) }
+        const poison = poisoned.get(w.workspace)
+        return {
+          ...w,
+          locked: locked.has(w.file),
+          ...(replication.length > 0 ? { replication } : {}),
+          ...(poison ? { poisoned: poison } : {}),
+        }
       }),
       problems,
     }

@@ -36,6 +36,11 @@ export interface UiOptions {
    * AgentLog's own watch, which also wakes at each of its commits.
    */
   watch?: (workspace: string, options: WatchOptions) => AsyncIterable<Entry>
+  /**
+   * The workspaces a writer in this process refuses since an fdatasync of theirs failed (only
+   * the writing process knows it): `noa serve --ui` passes its AgentLog's, from `status()`.
+   */
+  poisoned?: () => Promise<{ workspace: string; code: string; message: string }[]>
 }
 
 /** Where the built page is: dist/src/ui/web (also from the CLI's bundle in dist/src/cli). */
@@ -96,8 +101,9 @@ export class UiServer {
     public port: number,
     dirs: AgentDirs,
     private readonly watch: NonNullable<UiOptions['watch']>,
+    poisoned: UiOptions['poisoned'],
   ) {
-    this.api = new UiApi(root, dirs)
+    this.api = new UiApi(root, dirs, poisoned)
     for (const { file } of Object.values(ASSETS)) {
       this.assets.set(file, readFileSync(fileURLToPath(new URL(file, WEB))))
     }
@@ -145,7 +151,16 @@ export class UiServer {
         })
       })
     const server = createServer()
-    const ui = new UiServer(root, server, token, host, port, options.dirs ?? agentDirsOf(root), watch)
+    const ui = new UiServer(
+      root,
+      server,
+      token,
+      host,
+      port,
+      options.dirs ?? agentDirsOf(root),
+      watch,
+      options.poisoned,
+    )
     server.on('request', (req, res) => {
       ui.handle(req, res).catch((err: unknown) => ui.fail(res, err))
     })

@@ -396,6 +396,9 @@ class Owner extends OwnerAtomic {
       },
       pool: this.io.poolStats(),
       quarantined: quarantinedJournals(this.init.root),
+      poisoned: [...this.ws.values()].flatMap((f) =>
+        f.poisoned ? [{ workspace: f.key, code: f.poisoned.code, message: f.poisoned.message }] : [],
+      ),
     }
   }
 }

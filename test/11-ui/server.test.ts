@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TranscriptWriter } from '../../dist/src/entries/transcript.js'
 import { AgentLog, ObjectStore, SnapshotEngine } from '../../dist/src/index.js'
 import { saveCheckpoint } from '../../dist/src/replicate/checkpoint.js'
+import { UiServer } from '../../dist/src/ui/server.js'
 import { startUi, type UiProcess } from '../helpers/browser.js'
 import { runCli, tempDir } from '../helpers/index.js'
 import { startDaemon } from '../helpers/serve.js'
@@ -259,6 +260,42 @@ describe('noa ui: the server', () => {
     expect(small?.patch).toContain('-one')
     expect(small?.patch).toContain('+two')
   }, 120_000)
+
+  it("a workspace its writer refuses after a failed fdatasync is shown poisoned (the writer's own view, as noa serve --ui has)", async () => {
+    const r = mkdtempSync(join(tmpdir(), 'noa-ui-poison-'))
+    const log = await AgentLog.open({
+      root: r,
+      workers: 1,
+      durability: 'fdatasync',
+      ioModule: new URL('../fixtures/faulty-io.mjs', import.meta.url).href,
+      ioOptions: { failSyncAt: 2, code: 'EIO' },
+    })
+    const view = await UiServer.start({
+      root: r,
+      port: 0,
+      poisoned: async () => (await log.status()).flatMap((s) => s.poisoned),
+    })
+    try {
+      await log.append('w', { op: 'delete', path: 'a' })
+      expect(await log.append('w', { op: 'delete', path: 'b' }).catch((e) => e.code)).toBe('EIO')
+      await log.append('ok', { op: 'delete', path: 'a' })
+      const listing = async () => {
+        const res = await fetch(`http://127.0.0.1:${view.port}/api/workspaces`, {
+          headers: { authorization: `Bearer ${new URL(view.url).searchParams.get('token')}` },
+        })
+        return (await res.json()) as { workspaces: { workspace: string; poisoned?: { code: string } }[] }
+      }
+      const rows = (await listing()).workspaces
+      expect(rows.find((w) => w.workspace === 'w')?.poisoned?.code).toBe('NOA_WORKSPACE_POISONED')
+      expect(rows.find((w) => w.workspace === 'ok')?.poisoned).toBeUndefined()
+      await log.recover('w')
+      expect((await listing()).workspaces.find((w) => w.workspace === 'w')?.poisoned).toBeUndefined()
+    } finally {
+      await view.close()
+      await log.close()
+      rmSync(r, { recursive: true, force: true })
+    }
+  })
 
   it('a sidechain that cannot be read is named with its error; the conversation is still shown', async () => {
     const dir = join(root, 'transcripts')

@@ -121,6 +121,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
         root: daemon.root,
         ...(uiPort === undefined ? {} : { port: uiPort }),
         watch: (ws, o) => daemon.log.watch(ws, o),
+        poisoned: async () => (await daemon.log.status()).flatMap((s) => s.poisoned),
       })
     } catch (err) {
       await daemon.drain()

@@ -49,6 +49,8 @@ export interface WorkspaceInfo {
   lastTs: number
   tornTailBytes: number
   locked: boolean
+  /** Refused by its writer since an fdatasync failed (`noa serve --ui` only). */
+  poisoned?: { code: string; message: string }
   /** From a replication checkpoint: how far push published (pull applied) it when it saved. */
   replication?: { kind: 'push' | 'pull'; prefix: string; seq: number; behind: number }[]
 }

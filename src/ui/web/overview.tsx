@@ -197,6 +197,11 @@ export function Overview({ filter, sort, desc }: { filter: string; sort: Key; de
                 </div>
                 <div class="cell w200">
                   {w.locked ? <span class="badge locked">writing</span> : null}
+                  {w.poisoned ? (
+                    <span class="badge torn" title={w.poisoned.message} data-testid="poisoned">
+                      poisoned
+                    </span>
+                  ) : null}
                   {w.tornTailBytes > 0 ? <span class="badge torn">torn tail</span> : null}
                   {(w.replication ?? []).map((r) => (
                     <span
