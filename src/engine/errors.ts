@@ -24,6 +24,7 @@ export const NOA_ERROR_CODES = [
   'NOA_EXISTS',
   'NOA_REPLICA_GAP',
   'NOA_REPLICATION',
+  'NOA_REPLICA_DIVERGED',
   'NOA_STREAM_CONFIG',
   'NOA_BAD_TRANSCRIPT',
   'NOA_BAD_RECORD',
@@ -99,6 +100,7 @@ interface Required {
   NOA_BAD_BOUNDARY: { ref: string; kind: 'unknown' | 'consumed' | 'invalid' }
   NOA_COMPACTED: { file: string; baseSeq: number; snapshotId: string }
   NOA_NOT_COVERED: { workspace: string }
+  NOA_REPLICA_DIVERGED: { workspace: string; seqs: number[] }
 }
 
 export type DetailsOf<C extends NoaErrorCode> = C extends keyof Required
