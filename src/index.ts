@@ -9,6 +9,8 @@
 
 // Loaded for its effect: AgentLog.open on a root a daemon serves talks to that daemon.
 import './serve/forward.js'
+// Loaded for its effect: AgentLog.open takes the option replicate (replicated acks).
+import './replicate/acks.js'
 
 export { AgentLog, type AgentLogOptions, type AppendOptions } from './engine/agent-log.js'
 export type { ObjectChecks } from './engine/checks.js'

@@ -12,6 +12,7 @@ import { MAX_JOURNAL_SIZE } from './journal-format.js'
 import { resolveRoot } from './logs.js'
 import { checkOptionKeys } from './options.js'
 import type { Durability, FileWrite } from './protocol.js'
+import type { ReplicateOptions } from './replicating.js'
 
 export interface AgentLogOptions {
   /** Root folder; logs go to `<root>/agent-logs/`. Default `$NOA_ROOT` or `./.noa`. */
@@ -57,6 +58,12 @@ export interface AgentLogOptions {
   /** Test seam: module URL whose default export wraps the I/O layer of each worker. */
   ioModule?: string
   ioOptions?: unknown
+  /**
+   * Publish every append to a JetStream stream (docs/replication.md, "Replicated acks"): with
+   * `durability: 'replicated'` (the default) an append resolves only once the stream holds it.
+   * Needs the replicate layer loaded (the package entry `noa` and `noa/replicate` load it).
+   */
+  replicate?: ReplicateOptions
 }
 
 const OPTION_KEYS = new Set([
@@ -72,6 +79,7 @@ const OPTION_KEYS = new Set([
   'maxPendingBytes',
   'ioModule',
   'ioOptions',
+  'replicate',
 ])
 
 /** Options of one append (append, appendMany). */

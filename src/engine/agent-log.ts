@@ -44,6 +44,7 @@ import { checkOptionKeys } from './options.js'
 import type { OpenReport, OwnerStatus, RawAppendOptions } from './protocol.js'
 import type { EntryReadOptions } from './reader.js'
 import type { VerifyOptions, VerifyReport } from './recovery.js'
+import { installedReplication, type Replication } from './replicating.js'
 import { checkWatchOptions, followLog, type WatchOptions } from './watch.js'
 
 export type { CompactOptions, CompactResult } from './agent-log-compact.js'
@@ -69,6 +70,9 @@ export function setForwarder(f: Forwarder | null): void {
 }
 
 export class AgentLog extends AgentLogCompact {
+  /** Set when opened with the option `replicate` (replicating.ts): appends go through it. */
+  private replication: Replication | null = null
+
   /** For the daemon's client (src/serve): the checked options its constructor passes on. */
   protected static checkedOptions(options: AgentLogOptions): CheckedOptions {
     return checkOptions(options)
@@ -81,6 +85,18 @@ export class AgentLog extends AgentLogCompact {
    */
   static async open(options: AgentLogOptions = {}): Promise<AgentLog> {
     const o = checkOptions(options)
+    let replicate: { layer: NonNullable<ReturnType<typeof installedReplication>>; checked: unknown } | null =
+      null
+    if (options.replicate !== undefined) {
+      const layer = installedReplication()
+      if (!layer) {
+        throw Errors.BAD_OPTION(
+          "option replicate needs noa's replicate layer: import AgentLog from 'noa' (or load 'noa/replicate')",
+          { field: 'replicate' },
+        )
+      }
+      replicate = { layer, checked: layer.check(options.replicate) }
+    }
     checkRoot(o.root, false) // a root that is a file is refused here, not at the first append
     const forwarder = installedForwarder<AgentLog, AgentLogOptions>()
     if (forwarder) {
@@ -90,7 +106,35 @@ export class AgentLog extends AgentLogCompact {
     }
     loadNative() // a missing addon is an error now, not at the first append
     recoverJournals(o.root) // journals left by a process that died are replayed before anything
-    return new AgentLog(o, options)
+    const log = new AgentLog(o, options)
+    if (replicate) {
+      try {
+        // Connects, checks the stream, publishes what a crash left unpublished.
+        log.replication = await replicate.layer.open(o.root, replicate.checked)
+      } catch (err) {
+        await log.close()
+        throw err
+      }
+    }
+    return log
+  }
+
+  /**
+   * An append through the replication (option `replicate`): refused at once when its workspace
+   * diverged from the stream; after its local commit, resolves once its message is acknowledged.
+   */
+  private replicated<T extends Ack | Ack[]>(
+    workspace: string,
+    bodies: readonly string[] | null,
+    submit: () => Promise<T>,
+  ): Promise<T> {
+    const r = this.replication as Replication
+    const go = (): Promise<T> =>
+      submit().then((acks) =>
+        r.after(workspace, Array.isArray(acks) ? acks : [acks as Ack], bodies).then(() => acks),
+      )
+    const ready = r.before(workspace)
+    return ready ? ready.then(go) : go()
   }
 
   /** Appends one entry; resolves with its seq and ts once it is durable. */
@@ -100,6 +144,13 @@ export class AgentLog extends AgentLogCompact {
       const body = encodeBody(entry)
       if (options !== undefined || this.checkBlobs || isRecordEntry(entry)) {
         this.checkEntries(workspace, [entry], options, () => 'entry')
+      }
+      if (this.replication) {
+        return this.replicated(
+          workspace,
+          [body],
+          () => this.submit(workspace, body, -1, options) as Promise<Ack>,
+        )
       }
       return this.submit(workspace, body, -1, options) as Promise<Ack>
     } catch (err) {
@@ -118,6 +169,13 @@ export class AgentLog extends AgentLogCompact {
       if (entries.length === 0) return Promise.resolve([])
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
       this.checkEntries(workspace, entries, options, (i) => `entry ${i + 1}`)
+      if (this.replication) {
+        return this.replicated(
+          workspace,
+          bodies,
+          () => this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>,
+        )
+      }
       return this.submit(workspace, bodies, entries.length, options) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
@@ -133,9 +191,11 @@ export class AgentLog extends AgentLogCompact {
     try {
       checkWorkspace(workspace)
       const bodies = entries.map((e, i) => encodeBody(e, `entry ${i + 1}`))
-      return this.submit(workspace, bodies, entries.length, options) as Promise<
-        Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
-      >
+      const submit = () =>
+        this.submit(workspace, bodies, entries.length, options) as Promise<
+          Ack[] & { [LOG_END]?: number; [LOG_HELD]?: () => boolean }
+        >
+      return this.replication ? this.replicated(workspace, bodies, submit) : submit()
     } catch (err) {
       return Promise.reject(err)
     }
@@ -178,6 +238,20 @@ export class AgentLog extends AgentLogCompact {
       )
     }
     objects.checkRecords(workspace, entries, where)
+  }
+
+  /** With the option `replicate`, each workspace's part is published once committed. */
+  override async appendAtomic(
+    batch: Readonly<Record<string, readonly EntryInput[]>>,
+  ): Promise<Record<string, Ack[]>> {
+    const r = this.replication
+    if (!r || typeof batch !== 'object' || batch === null) return super.appendAtomic(batch)
+    const workspaces = Object.keys(batch)
+    for (const ws of workspaces) checkWorkspace(ws)
+    await Promise.all(workspaces.map((ws) => r.before(ws)))
+    const out = await super.appendAtomic(batch)
+    await Promise.all(Object.entries(out).map(([ws, acks]) => r.after(ws, acks, null)))
+    return out
   }
 
   /**
@@ -415,6 +489,9 @@ export class AgentLog extends AgentLogCompact {
       await Promise.allSettled(live.map((o) => o.task))
       await (await this.piscina)?.destroy()
       for (const o of this.owners) o.port?.close()
+      // Every local commit is acknowledged by now: what is committed is published (unless the
+      // servers are away: the next open publishes it), then the connection goes.
+      await this.replication?.close()
       // Nothing can answer any more: whatever is still waiting (it should be nothing) fails.
       for (const [id, p] of this.pending) {
         this.pending.delete(id)

@@ -4,6 +4,11 @@
  * the stream's contract with other readers.
  */
 export {
+  type AckDurability,
+  checkReplicateOption,
+  type ReplicatedAcksOptions,
+} from './acks.js'
+export {
   type Checkpoint,
   checkpointPath,
   type PullCheckpoint,

@@ -174,19 +174,7 @@ export abstract class PublisherExact extends PublisherObjects {
   }
 
   protected localLastSeq(st: WorkspaceState): number {
-    let fd: number
-    try {
-      fd = openFileSync(st.file, READ, { what: 'workspace log' })
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0
-      throw err
-    }
-    try {
-      const tail = inspectTail(fd)
-      return tail.lastLine === null ? 0 : countersOf(Buffer.from(tail.lastLine, 'utf8')).seq
-    } finally {
-      closeSync(fd)
-    }
+    return lastSeqOfLog(st.file)
   }
 
   protected findEntry(st: WorkspaceState, seq: number, hiStreamSeq: number) {
@@ -228,6 +216,23 @@ export abstract class PublisherExact extends PublisherObjects {
     } catch (err) {
       if (err instanceof NoaError) throw err
     }
+  }
+}
+
+/** The seq of a log's last complete line (0: empty or missing). Replicated acks read it too. */
+export function lastSeqOfLog(file: string): number {
+  let fd: number
+  try {
+    fd = openFileSync(file, READ, { what: 'workspace log' })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0
+    throw err
+  }
+  try {
+    const tail = inspectTail(fd)
+    return tail.lastLine === null ? 0 : countersOf(Buffer.from(tail.lastLine, 'utf8')).seq
+  } finally {
+    closeSync(fd)
   }
 }
 

@@ -1,0 +1,265 @@
+/**
+ * Replicated acks (issue 34): an AgentLog opened with `replicate` resolves an append only once
+ * the R3 stream acknowledged the message holding it; messages carry several entries when
+ * appends pile up (group commit); what a crash left unpublished goes first at open; a stream
+ * that disagrees with the log, a fence, and bad options are refused by name.
+ */
+import { jetstream, jetstreamManager, type StoredMsg } from '@nats-io/jetstream'
+import { headers } from '@nats-io/transport-node'
+import { describe, expect, it } from 'vitest'
+import { AgentLog } from '../../dist/src/index.js'
+import { initStream } from '../../dist/src/replicate/index.js'
+import { encodeFence } from '../../dist/src/replicate/message.js'
+import { tempDir } from '../helpers/index.js'
+import { createStream, uniqueNames, withConnection } from '../helpers/nats.js'
+import { useNatsCluster } from '../helpers/nats-cluster.js'
+import { entries, logBytes } from '../helpers/replicate.js'
+import { streamEntries } from '../helpers/replicate-acks.js'
+
+const cluster = useNatsCluster()
+
+async function r3(): Promise<{ prefix: string; stream: string; url: string }> {
+  const { prefix, stream } = uniqueNames()
+  const url = cluster.urls()
+  await initStream({ nats: url, prefix, stream, replicas: 3 })
+  return { prefix, stream, url }
+}
+
+async function lastOn(url: string, stream: string, subject: string): Promise<StoredMsg | null> {
+  return withConnection(url, async (nc) => {
+    const jsm = await jetstreamManager(nc)
+    return jsm.streams.getMessage(stream, { last_by_subj: subject })
+  })
+}
+
+describe('replicated acks on an R3 stream', () => {
+  it('resolves each append once the stream holds it, exactly once and in order, byte for byte', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      for (let i = 1; i <= 5; i++) {
+        const ack = await log.append('solo', entries('solo', i, 1)[0] as never)
+        // Acknowledged: the subject's last message is the one holding it, already.
+        const last = await lastOn(url, stream, `${prefix}.solo`)
+        expect(last?.header?.get('Nats-Msg-Id')).toBe(`solo:${ack.seq}`)
+      }
+      const many = await log.appendMany('pair', entries('pair', 1, 7))
+      const last = await lastOn(url, stream, `${prefix}.pair`)
+      expect(last?.header?.get('Nats-Msg-Id')).toBe(`pair:${many[6]?.seq}`)
+      await Promise.all(
+        ['a', 'b', 'c'].flatMap((ws) => entries(ws, 1, 20).map((e) => log.append(ws, e as never))),
+      )
+    } finally {
+      await log.close()
+    }
+    const got = await streamEntries(url, stream, prefix)
+    for (const ws of ['solo', 'pair', 'a', 'b', 'c']) {
+      const list = got.get(ws) ?? []
+      expect(list.map((e) => e.seq)).toEqual(list.map((_, i) => i + 1))
+      expect(Buffer.concat(list.map((e) => Buffer.from(`${e.line}\n`))).equals(logBytes(root, ws))).toBe(true)
+    }
+    expect(got.get('solo')?.length).toBe(5)
+    expect(got.get('a')?.length).toBe(20)
+  })
+
+  it('group-commits: 100 concurrent appends to one workspace go in fewer messages, each entry once', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    let acks: { seq: number }[]
+    try {
+      acks = await Promise.all(entries('hot', 1, 100).map((e) => log.append('hot', e as never)))
+    } finally {
+      await log.close()
+    }
+    expect(acks.map((a) => a.seq).sort((x, y) => x - y)).toEqual(acks.map((_, i) => i + 1))
+    const got = await streamEntries(url, stream, prefix)
+    const list = got.get('hot') ?? []
+    expect(list.map((e) => e.seq)).toEqual(list.map((_, i) => i + 1))
+    expect(list.length).toBe(100)
+    const messages = new Set(list.map((e) => e.streamSeq)).size
+    expect(messages).toBeLessThan(100)
+    expect(Buffer.concat(list.map((e) => Buffer.from(`${e.line}\n`))).equals(logBytes(root, 'hot'))).toBe(
+      true,
+    )
+  })
+
+  it("with durability 'local' resolves at the local commit and still publishes everything by close", async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const log = await AgentLog.open({
+      root,
+      workers: 1,
+      replicate: { nats: url, prefix, stream, durability: 'local' },
+    })
+    try {
+      await Promise.all(entries('lazy', 1, 30).map((e) => log.append('lazy', e as never)))
+    } finally {
+      await log.close()
+    }
+    const list = (await streamEntries(url, stream, prefix)).get('lazy') ?? []
+    expect(list.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1))
+  })
+
+  it('publishes at open what a log holds and the stream does not (a crash before the PubAck), first', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const first = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    await first.appendMany('left', entries('left', 1, 3))
+    await first.close()
+    // Committed locally, never published: what a process killed between the two leaves.
+    const plain = await AgentLog.open({ root, workers: 1 })
+    await plain.appendMany('left', entries('left', 4, 4))
+    await plain.appendMany('fresh', entries('fresh', 1, 2))
+    await plain.close()
+    expect(((await streamEntries(url, stream, prefix)).get('left') ?? []).length).toBe(3)
+    const again = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      // Already on the stream once open returned.
+      const now = await streamEntries(url, stream, prefix)
+      expect((now.get('left') ?? []).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7])
+      expect((now.get('fresh') ?? []).map((e) => e.seq)).toEqual([1, 2])
+      await log8(again)
+    } finally {
+      await again.close()
+    }
+    const list = (await streamEntries(url, stream, prefix)).get('left') ?? []
+    expect(list.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8])
+    expect(Buffer.concat(list.map((e) => Buffer.from(`${e.line}\n`))).equals(logBytes(root, 'left'))).toBe(
+      true,
+    )
+  })
+
+  it('refuses a workspace whose stream holds entries the log has not, or another entry where they meet', async () => {
+    const { prefix, stream, url } = await r3()
+    const ahead = tempDir()
+    const other = await AgentLog.open({ root: ahead, workers: 1, replicate: { nats: url, prefix, stream } })
+    await other.appendMany('w', entries('w', 1, 5))
+    await other.close()
+    // A second root with fewer entries of its own for the same workspace.
+    const root = tempDir()
+    const plain = await AgentLog.open({ root, workers: 1 })
+    await plain.appendMany('w', entries('w', 100, 2))
+    await plain.close()
+    const before = logBytes(root, 'w')
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      const err = await log.append('w', entries('w', 200, 1)[0] as never).catch((e) => e)
+      expect(err.code).toBe('NOA_REPLICATION')
+      expect(err.details).toMatchObject({ workspace: 'w', seq: 3 })
+      expect(logBytes(root, 'w').equals(before)).toBe(true)
+    } finally {
+      await log.close()
+    }
+    // The same seqs, other bytes: refused at the seq where the log and the stream meet.
+    const root2 = tempDir()
+    const plain2 = await AgentLog.open({ root: root2, workers: 1 })
+    await plain2.appendMany('w', entries('w', 300, 6))
+    await plain2.close()
+    const before2 = logBytes(root2, 'w')
+    const log2 = await AgentLog.open({ root: root2, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      const err = await log2.appendMany('w', entries('w', 400, 1)).catch((e) => e)
+      expect(err.code).toBe('NOA_REPLICATION')
+      expect(err.details).toMatchObject({ workspace: 'w', seq: 5 })
+      expect(logBytes(root2, 'w').equals(before2)).toBe(true)
+    } finally {
+      await log2.close()
+    }
+    expect(((await streamEntries(url, stream, prefix)).get('w') ?? []).length).toBe(5)
+  })
+
+  it('rejects with NOA_REPLICA_DIVERGED once a fence took the workspace over, and refuses the next append', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      await log.appendMany('taken', entries('taken', 1, 3))
+      // Another host promotes itself: a fence after seq 3, as `noa replicate promote` writes it.
+      const last = await lastOn(url, stream, `${prefix}.taken`)
+      const fence = encodeFence('taken', 3, 'host-b')
+      const h = headers()
+      for (const [k, v] of Object.entries(fence.headers)) h.set(k, v)
+      await withConnection(url, async (nc) => {
+        await jetstream(nc).publish(`${prefix}.taken`, fence.data, {
+          msgID: fence.msgId,
+          headers: h,
+          expect: { lastSubjectSequence: last?.seq as number },
+        })
+      })
+      const err = await log.append('taken', entries('taken', 4, 1)[0] as never).catch((e) => e)
+      expect(err.code).toBe('NOA_REPLICA_DIVERGED')
+      expect(err.details).toMatchObject({ workspace: 'taken', seqs: [4] })
+      const size = logBytes(root, 'taken').length
+      const again = await log.append('taken', entries('taken', 5, 1)[0] as never).catch((e) => e)
+      expect(again.code).toBe('NOA_REPLICA_DIVERGED')
+      expect(logBytes(root, 'taken').length).toBe(size)
+      // Other workspaces go on.
+      await log.append('free', entries('free', 1, 1)[0] as never)
+    } finally {
+      await log.close()
+    }
+    const got = await streamEntries(url, stream, prefix)
+    expect((got.get('taken') ?? []).map((e) => e.seq)).toEqual([1, 2, 3])
+    // Opened again, the log's entry after the fence is reported as divergent.
+    const reopened = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      const err = await reopened.append('taken', entries('taken', 6, 1)[0] as never).catch((e) => e)
+      expect(err.code).toBe('NOA_REPLICA_DIVERGED')
+      expect(err.details).toMatchObject({ workspace: 'taken', seqs: [4] })
+    } finally {
+      await reopened.close()
+    }
+  })
+
+  it('refuses bad options by name, and a stream that breaks the required settings, writing nothing', async () => {
+    const root = tempDir()
+    const url = cluster.urls()
+    const { prefix, stream } = uniqueNames()
+    const bad = async (replicate: unknown) =>
+      AgentLog.open({ root, workers: 1, replicate: replicate as never }).then(
+        async (l) => {
+          await l.close()
+          return null
+        },
+        (e) => e,
+      )
+    for (const [replicate, field] of [
+      [{ nats: 42 }, 'replicate.nats'],
+      [{ nats: '' }, 'replicate.nats'],
+      [{ nats: 'http://127.0.0.1:4222' }, 'replicate.nats'],
+      [{ nats: 'nats://127.0.0.1:99999' }, 'replicate.nats'],
+      [{ nats: url, durability: 'eventually' }, 'replicate.durability'],
+      [{ nats: url, prefix: 'a..b' }, 'replicate.prefix'],
+      [{ nats: url, stream: 'a.b' }, 'replicate.stream'],
+      [{ nats: url, spread: 3 }, 'replicate.spread'],
+      ['nats://x', 'replicate'],
+    ] as const) {
+      const err = await bad(replicate)
+      expect(err?.code, JSON.stringify(replicate)).toBe('NOA_BAD_OPTION')
+      expect(err?.details.field).toBe(field)
+    }
+    // A stream that would drop entries (a per-subject limit) and keeps them in memory.
+    await createStream(url, stream, {
+      subjects: [`${prefix}.>`],
+      num_replicas: 3,
+      max_msgs_per_subject: 10,
+      storage: 'memory' as never,
+    })
+    const err = await bad({ nats: url, prefix, stream })
+    expect(err?.code).toBe('NOA_STREAM_CONFIG')
+    expect(err?.message).toMatch(/max_msgs_per_subject/)
+    expect(err?.message).toMatch(/storage is memory/)
+    const info = await withConnection(url, async (nc) => (await jetstreamManager(nc)).streams.info(stream))
+    expect(info.state.messages).toBe(0)
+    // No workspace appeared.
+    const log = await AgentLog.open({ root, workers: 1 })
+    expect(await log.workspaces()).toEqual([])
+    await log.close()
+  })
+})
+
+async function log8(log: AgentLog): Promise<void> {
+  await log.append('left', entries('left', 8, 1)[0] as never)
+}
