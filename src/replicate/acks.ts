@@ -556,8 +556,9 @@ export class ReplicatedAcks implements Replication {
   }
 }
 
+/** A stream deleted or changed meanwhile stops the workspace; failing to ask is only transient. */
 function rethrowNoa(err: unknown): void {
-  if (err instanceof NoaError) throw err
+  if (err instanceof NoaError && err.code === 'NOA_STREAM_CONFIG') throw err
 }
 
 /** One line of a log by seq (a cursor opened and closed for it). */
