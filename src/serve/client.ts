@@ -552,6 +552,24 @@ const BUSY_WAIT_MS = 3000
  * The forwarder's half: a RemoteAgentLog on the root's daemon, or null when the socket is
  * stale (its daemon died; the socket is removed, under the serve lock) or vanished meanwhile.
  */
+/**
+ * The daemon's AgentLog decides whether appends are replicated (noa serve --replicate-nats): a
+ * client that asks for replicated acks from one that does not give them is refused, never
+ * silently given less.
+ */
+function checkReplication(root: string, conn: DaemonConnection, options: AgentLogOptions): void {
+  const want = options.replicate
+  if (want === undefined || want === null || typeof want !== 'object') return
+  const wanted = (want as { durability?: unknown }).durability ?? 'replicated'
+  const has = conn.info.replication ?? null
+  if (wanted === 'replicated' ? has === 'replicated' : has !== null) return
+  void conn.close()
+  throw Errors.BAD_OPTION(
+    `option replicate asks for ${String(wanted)} acks, but the noa serve daemon serving ${root} (pid ${conn.info.pid}) ${has === null ? 'does not replicate' : `gives ${has} acks`}: start it with --replicate-nats URL${wanted === 'replicated' ? ' --durability replicated' : ''}`,
+    { field: 'replicate' },
+  )
+}
+
 export async function connectRoot(
   root: string,
   options: AgentLogOptions = {},
@@ -559,13 +577,17 @@ export async function connectRoot(
   const target: Target = { kind: 'unix', root, path: socketPath(root) }
   const started = Date.now()
   for (let attempt = 0; ; attempt++) {
+    let conn: DaemonConnection | null = null
     try {
-      const conn = await DaemonConnection.open(target, 10_000)
-      return RemoteAgentLog.fromConnection(root, conn, 10_000, entryChecks(options))
+      conn = await DaemonConnection.open(target, 10_000)
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code === 'ENOENT') return null
       if (!(typeof code === 'string' && GONE_AT_HELLO.has(code))) throw unavailable(target, err)
+    }
+    if (conn) {
+      checkReplication(root, conn, options)
+      return RemoteAgentLog.fromConnection(root, conn, 10_000, entryChecks(options))
     }
     // Nobody listens on the socket, or its daemon went away or began to stop while this one
     // connected. Whoever can take the serve lock knows no daemon is alive.

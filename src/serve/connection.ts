@@ -16,6 +16,8 @@ export interface DaemonInfo {
   server: string
   pid: number
   root: string
+  /** Replicated acks (noa serve --replicate-nats): their durability; null or absent without. */
+  replication?: 'replicated' | 'local' | null
   transport: 'unix' | 'tcp'
   limits: Limits
   ops: string[]

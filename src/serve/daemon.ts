@@ -95,6 +95,7 @@ const CLOSE_GRACE_MS = 1000
 
 export class Daemon implements SessionHost {
   readonly root: string
+  readonly replication: 'replicated' | 'local' | null
   readonly socketPath: string
   readonly limits: Limits
   readonly tokenDigest: Buffer | null
@@ -116,8 +117,15 @@ export class Daemon implements SessionHost {
   readonly done: Promise<void>
   private readonly early: Array<{ socket: Socket; transport: 'unix' | 'tcp' }> = []
 
-  private constructor(root: string, limits: Limits, tokenDigest: Buffer | null, lock: ServeLock) {
+  private constructor(
+    root: string,
+    limits: Limits,
+    tokenDigest: Buffer | null,
+    lock: ServeLock,
+    replication: 'replicated' | 'local' | null,
+  ) {
     this.root = root
+    this.replication = replication
     this.socketPath = socketPath(root)
     this.limits = limits
     this.budget = new Budget(limits.maxBufferedBytes)
@@ -158,7 +166,14 @@ export class Daemon implements SessionHost {
     checkRoot(root, false)
     mkdirSync(root, { recursive: true, mode: DIR_MODE })
     const lock = await takeServeLock(root)
-    const daemon = new Daemon(root, limits, digest, lock)
+    const replicate = options.log?.replicate
+    const daemon = new Daemon(
+      root,
+      limits,
+      digest,
+      lock,
+      replicate === undefined ? null : (replicate.durability ?? 'replicated'),
+    )
     try {
       removeStaleSocket(root)
       // This process's own AgentLog on the root must not be forwarded to the socket it is binding.

@@ -4,6 +4,8 @@
  * `AgentLog.open` on a root a daemon serves returns a RemoteAgentLog by itself.
  */
 import './forward.js'
+// The daemon's AgentLog takes the option replicate (replicated acks) from Daemon.start's log options.
+import '../replicate/acks.js'
 
 export { type ConnectOptions, connectDaemon, RemoteAgentLog } from './client.js'
 export type { DaemonInfo } from './connection.js'

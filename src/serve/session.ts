@@ -40,6 +40,8 @@ import { STREAM_READ_BYTES, type StreamSource, streamSource } from './streams.js
 /** What a session needs from its daemon. */
 export interface SessionHost extends RequestHost {
   readonly root: string
+  /** The AgentLog's replicated acks (option replicate): its durability, or null without. */
+  readonly replication: 'replicated' | 'local' | null
   /** sha256 of the token a TCP client must present; null without a TCP listener. */
   readonly tokenDigest: Buffer | null
   readonly draining: boolean
@@ -304,6 +306,7 @@ export class Session {
         server: 'noa',
         pid: process.pid,
         root: this.host.root,
+        replication: this.host.replication,
         transport: this.transport,
         limits: this.host.limits,
         ops: OPS,

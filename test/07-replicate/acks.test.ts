@@ -10,11 +10,12 @@ import { describe, expect, it } from 'vitest'
 import { AgentLog } from '../../dist/src/index.js'
 import { initStream } from '../../dist/src/replicate/index.js'
 import { encodeFence } from '../../dist/src/replicate/message.js'
-import { tempDir } from '../helpers/index.js'
+import { runCliAsync, tempDir } from '../helpers/index.js'
 import { createStream, uniqueNames, withConnection } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
 import { entries, logBytes } from '../helpers/replicate.js'
 import { streamEntries } from '../helpers/replicate-acks.js'
+import { startDaemon } from '../helpers/serve.js'
 
 const cluster = useNatsCluster()
 
@@ -263,3 +264,43 @@ describe('replicated acks on an R3 stream', () => {
 async function log8(log: AgentLog): Promise<void> {
   await log.append('left', entries('left', 8, 1)[0] as never)
 }
+
+describe('noa serve --replicate-nats', () => {
+  it("answers its clients' appends once the stream holds them, and refuses a client that asks for more than it gives", async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const daemon = await startDaemon(root, ['--replicate-nats', url, '--prefix', prefix, '--stream', stream])
+    const log = await AgentLog.open({ root, replicate: { nats: url, prefix, stream } })
+    try {
+      expect(log.constructor.name).toBe('RemoteAgentLog')
+      for (let i = 1; i <= 3; i++) {
+        const ack = await log.append('served', entries('served', i, 1)[0] as never)
+        const last = await lastOn(url, stream, `${prefix}.served`)
+        expect(last?.header?.get('Nats-Msg-Id')).toBe(`served:${ack.seq}`)
+      }
+      await Promise.all(entries('served', 4, 50).map((e) => log.append('served', e as never)))
+    } finally {
+      await log.close()
+      await daemon.stop()
+    }
+    const list = (await streamEntries(url, stream, prefix)).get('served') ?? []
+    expect(list.map((e) => e.line).join('\n')).toBe(logBytes(root, 'served').toString('utf8').trimEnd())
+    expect(list.length).toBe(53)
+
+    // A daemon without replication: a client that asks for replicated acks is refused.
+    const plainRoot = tempDir()
+    const plain = await startDaemon(plainRoot)
+    try {
+      const err = await AgentLog.open({ root: plainRoot, replicate: { nats: url, prefix, stream } }).catch((e) => e)
+      expect(err.code).toBe('NOA_BAD_OPTION')
+      expect(err.details.field).toBe('replicate')
+      expect(err.message).toMatch(/--replicate-nats/)
+    } finally {
+      await plain.stop()
+    }
+    const usage = await runCliAsync(['serve', '--root', tempDir(), '--durability', 'replicated'])
+    expect(usage.status).toBe(2)
+    expect(usage.stderr).toMatch(/--durability goes with --replicate-nats/)
+  })
+})
+

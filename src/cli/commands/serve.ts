@@ -1,3 +1,5 @@
+// Loaded for its effect: the daemon's AgentLog takes the option replicate (--replicate-nats).
+import '../../replicate/acks.js'
 import { Daemon } from '../../serve/daemon.js'
 import { DEFAULT_LIMITS, type Limits } from '../../serve/protocol.js'
 import { DEFAULT_UI_PORT, UiServer } from '../../ui/server.js'
@@ -32,7 +34,7 @@ function limitOption(flag: keyof typeof LIMIT_FLAGS) {
 
 export const spec = command({
   usage:
-    'usage: noa serve [--root DIR] [--listen [HOST:]PORT --token-file FILE] [--workers N] [--ui [--ui-port N]] [--max-… N] [--json]',
+    'usage: noa serve [--root DIR] [--listen [HOST:]PORT --token-file FILE] [--workers N] [--ui [--ui-port N]] [--replicate-nats URL [--durability replicated|local] [--prefix P] [--stream NAME]] [--max-… N] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -66,6 +68,30 @@ export const spec = command({
       description: "the web view's port (0: any free one)",
       defaultText: String(DEFAULT_UI_PORT),
     },
+    'replicate-nats': {
+      type: 'string',
+      value: 'URL',
+      description:
+        'publish every append to the JetStream stream of these servers (comma-separated): replicated acks',
+    },
+    durability: {
+      type: 'string',
+      value: 'LEVEL',
+      description:
+        "with --replicate-nats: 'replicated' answers an append once the stream acknowledged it, 'local' once it is on this disk",
+      defaultText: 'replicated',
+    },
+    prefix: {
+      type: 'string',
+      value: 'P',
+      description: 'with --replicate-nats: subject prefix (workspace ws goes to <prefix>.<ws>)',
+      defaultText: 'noa',
+    },
+    stream: {
+      type: 'string',
+      value: 'NAME',
+      description: 'with --replicate-nats: the stream (default: the one capturing <prefix>.>)',
+    },
     'max-entry-bytes': limitOption('max-entry-bytes'),
     'max-line-bytes': limitOption('max-line-bytes'),
     'max-connections': limitOption('max-connections'),
@@ -85,9 +111,12 @@ export const spec = command({
     'already taken commit and be answered, then exits 0; a second one ends it at once. Its memory\n' +
     'is bounded whatever clients do: a stream its client does not read holds no buffer, what it\n' +
     'does hold for clients stays within --max-buffered-bytes, and a client that reads none of its\n' +
-    'answers is disconnected.',
+    'answers is disconnected. With --replicate-nats every append is also published to the\n' +
+    'JetStream stream (noa replicate init makes it), and answered once the stream acknowledged it\n' +
+    '(--durability local: once on this disk, published right after); see docs/replication.md.',
   examples: [
     'noa serve --root ./.noa &',
+    'noa serve --root ./.noa --replicate-nats nats://n1:4222,nats://n2:4222,nats://n3:4222 &',
     'noa serve --root ./.noa --listen 127.0.0.1:7411 --token-file ~/.config/noa/token',
   ],
   exitCodes: {
@@ -106,12 +135,31 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const workers = intOption(values.workers, 'workers', spec.usage, 0)
   const uiPort = intOption(values['ui-port'], 'ui-port', spec.usage, 0)
   if (uiPort !== undefined && !values.ui) throw new UsageError('--ui-port goes with --ui', spec.usage)
+  const nats = values['replicate-nats']
+  if (nats === undefined) {
+    for (const flag of ['durability', 'prefix', 'stream'] as const) {
+      if (values[flag] !== undefined) throw new UsageError(`--${flag} goes with --replicate-nats`, spec.usage)
+    }
+  }
+  const durability = values.durability ?? 'replicated'
+  if (durability !== 'replicated' && durability !== 'local') {
+    throw new UsageError(`--durability must be replicated or local, got ${JSON.stringify(durability)}`, spec.usage)
+  }
+  const replicate =
+    nats === undefined
+      ? undefined
+      : {
+          nats,
+          durability: durability as 'replicated' | 'local',
+          ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
+          ...(values.stream === undefined ? {} : { stream: values.stream }),
+        }
   const daemon = await Daemon.start({
     root: rootOf(values),
     ...(values.listen === undefined ? {} : { listen: values.listen }),
     ...(values['token-file'] === undefined ? {} : { tokenFile: values['token-file'] }),
     limits,
-    log: workers === undefined ? {} : { workers },
+    log: { ...(workers === undefined ? {} : { workers }), ...(replicate ? { replicate } : {}) },
   })
   let ui: UiServer | null = null
   if (values.ui) {
