@@ -11,7 +11,12 @@
  *   one) with a `noa replicate push --follow` process running on the same root, against the
  *   same workload with no publisher: trials alternate off/on and the medians are compared.
  *
- *   node dist/bench/replicate.js [--quick] [--rounds N] [--nats URL]
+ * - replicated acks (bench/replicate-acks.ts): appends that resolve once the stream holds them,
+ *   1 workspace × 100 submitters and 100 × 1, against local durability, against the client's own
+ *   publish loop, and against one entry per message; on R1 (the single server) and on R3 (a
+ *   three-server cluster started for it on loopback).
+ *
+ *   node dist/bench/replicate.js [--quick] [--rounds N] [--nats URL] [--acks-only]
  *
  * Without --nats a nats-server (JetStream, loopback, temporary store) is started for the run.
  */
@@ -28,6 +33,7 @@ import type { EntryInput } from '../src/engine/entry.js'
 import { replicatePull } from '../src/replicate/mirror.js'
 import { replicatePush } from '../src/replicate/publisher.js'
 import { initStream } from '../src/replicate/stream.js'
+import { acksBench, startNatsCluster } from './replicate-acks.js'
 import { type BenchRow, markdownTable } from './table.js'
 
 const BLOB = 'ab'.repeat(32)
@@ -361,18 +367,34 @@ export async function startNatsServer(dir: string): Promise<{ url: string; stop(
 }
 
 /** The section as `npm run bench` runs it: a server of its own unless NOA_BENCH_NATS_URL names one. */
-export async function replicateSection(options: { quick: boolean; rounds?: number; natsUrl?: string }) {
+export async function replicateSection(options: {
+  quick: boolean
+  rounds?: number
+  natsUrl?: string
+  acksOnly?: boolean
+}) {
   const dir = mkdtempSync(join(tmpdir(), 'noa-bench-replicate-'))
   let server: { url: string; stop(): Promise<void> } | null = null
+  let cluster: { urls: string; stop(): Promise<void> } | null = null
   try {
     let url = options.natsUrl ?? process.env.NOA_BENCH_NATS_URL
     if (!url) {
       server = await startNatsServer(dir)
       url = server.url
     }
-    return await replicateBench({ quick: options.quick, dir, natsUrl: url, rounds: options.rounds })
+    const rows = options.acksOnly
+      ? []
+      : await replicateBench({ quick: options.quick, dir, natsUrl: url, rounds: options.rounds })
+    const acks = { rounds: options.rounds ?? (options.quick ? 1 : 3), seconds: options.quick ? 2 : 3 }
+    rows.push(...(await acksBench(dir, { url, replicas: 1 }, acks)))
+    await server?.stop()
+    server = null
+    cluster = await startNatsCluster(dir)
+    rows.push(...(await acksBench(dir, { url: cluster.urls, replicas: 3 }, acks)))
+    return rows
   } finally {
     await server?.stop()
+    await cluster?.stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }
@@ -383,14 +405,16 @@ async function main(): Promise<void> {
       quick: { type: 'boolean', default: false },
       rounds: { type: 'string' },
       nats: { type: 'string' },
+      'acks-only': { type: 'boolean', default: false },
     },
     strict: true,
   })
   const quick = values.quick ?? false
   const rounds = values.rounds === undefined ? undefined : Number(values.rounds)
   const started = new Date()
-  const rows = await replicateSection({ quick, rounds, natsUrl: values.nats })
-  const cmd = `node dist/bench/replicate.js${quick ? ' --quick' : ''}${values.rounds ? ` --rounds ${values.rounds}` : ''}`
+  const acksOnly = values['acks-only'] ?? false
+  const rows = await replicateSection({ quick, rounds, natsUrl: values.nats, acksOnly })
+  const cmd = `node dist/bench/replicate.js${quick ? ' --quick' : ''}${values.rounds ? ` --rounds ${values.rounds}` : ''}${acksOnly ? ' --acks-only' : ''}`
   process.stdout.write(
     `Measured ${started.toISOString().slice(0, 10)} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, nats-server on loopback, with \`${cmd}\` (interleaved rounds, medians).\n\n${markdownTable(rows)}`,
   )

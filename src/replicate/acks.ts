@@ -15,6 +15,7 @@
  * NOA_REPLICA_DIVERGED. Such a workspace refuses further appends until the log is opened again.
  * Transient failures (no server, a leader election) are retried with backoff; the append waits.
  */
+import { setMaxListeners } from 'node:events'
 import { open as openFile } from 'node:fs/promises'
 import type { StoredMsg } from '@nats-io/jetstream'
 import type { Ack } from '../engine/entry.js'
@@ -199,6 +200,8 @@ export class ReplicatedAcks implements Replication {
     private readonly link: Link,
     private readonly ref: StreamRef,
   ) {
+    // Every workspace's request in flight listens for the close.
+    setMaxListeners(0, this.stop.signal)
     const maxPayload = link.nc.info?.max_payload ?? 1024 * 1024
     const maxMsg = ref.config.max_msg_size > 0 ? ref.config.max_msg_size : maxPayload
     this.maxBytes = Math.max(1024, Math.min(maxPayload, maxMsg) - HEADER_ROOM)

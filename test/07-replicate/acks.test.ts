@@ -291,7 +291,9 @@ describe('noa serve --replicate-nats', () => {
     const plainRoot = tempDir()
     const plain = await startDaemon(plainRoot)
     try {
-      const err = await AgentLog.open({ root: plainRoot, replicate: { nats: url, prefix, stream } }).catch((e) => e)
+      const err = await AgentLog.open({ root: plainRoot, replicate: { nats: url, prefix, stream } }).catch(
+        (e) => e,
+      )
       expect(err.code).toBe('NOA_BAD_OPTION')
       expect(err.details.field).toBe('replicate')
       expect(err.message).toMatch(/--replicate-nats/)
@@ -303,4 +305,3 @@ describe('noa serve --replicate-nats', () => {
     expect(usage.stderr).toMatch(/--durability goes with --replicate-nats/)
   })
 })
-

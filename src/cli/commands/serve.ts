@@ -143,7 +143,10 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   }
   const durability = values.durability ?? 'replicated'
   if (durability !== 'replicated' && durability !== 'local') {
-    throw new UsageError(`--durability must be replicated or local, got ${JSON.stringify(durability)}`, spec.usage)
+    throw new UsageError(
+      `--durability must be replicated or local, got ${JSON.stringify(durability)}`,
+      spec.usage,
+    )
   }
   const replicate =
     nats === undefined
