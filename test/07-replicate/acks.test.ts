@@ -5,7 +5,7 @@
  * that disagrees with the log, a fence, and bad options are refused by name.
  */
 import { jetstream, jetstreamManager, type StoredMsg } from '@nats-io/jetstream'
-import { headers } from '@nats-io/transport-node'
+import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
 import { describe, expect, it } from 'vitest'
 import { AgentLog } from '../../dist/src/index.js'
 import { initStream } from '../../dist/src/replicate/index.js'
@@ -62,6 +62,49 @@ describe('replicated acks on an R3 stream', () => {
     }
     expect(got.get('solo')?.length).toBe(5)
     expect(got.get('a')?.length).toBe(20)
+  })
+
+  it('does not resolve an append while its message waits for the PubAck, and does once it comes', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const real = await connect({ servers: url.split(',') })
+    // The connection the log publishes through, with the publishes to one subject held back.
+    const held: Array<() => void> = []
+    let release = false
+    const nc = new Proxy(real, {
+      get(target, key) {
+        const v = Reflect.get(target, key)
+        if (key === 'publish') {
+          return (subject: string, ...rest: unknown[]) => {
+            const send = () => (v as (...a: unknown[]) => void).call(target, subject, ...rest)
+            if (subject === `${prefix}.held` && !release) held.push(send)
+            else send()
+          }
+        }
+        return typeof v === 'function' ? v.bind(target) : v
+      },
+    }) as NatsConnection
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: nc, prefix, stream } })
+    try {
+      let resolved = false
+      const append = log.append('held', entries('held', 1, 1)[0] as never).then((a) => {
+        resolved = true
+        return a
+      })
+      while (held.length === 0) await new Promise((r) => setTimeout(r, 5))
+      // Committed locally (its message is built from the ack), published, not acknowledged.
+      expect(logBytes(root, 'held').length).toBeGreaterThan(0)
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r))
+      expect(resolved).toBe(false)
+      release = true
+      for (const send of held.splice(0)) send()
+      expect((await append).seq).toBe(1)
+      const last = await lastOn(url, stream, `${prefix}.held`)
+      expect(last?.header?.get('Nats-Msg-Id')).toBe('held:1')
+    } finally {
+      await log.close()
+      await real.close()
+    }
   })
 
   it('group-commits: 100 concurrent appends to one workspace go in fewer messages, each entry once', async () => {
@@ -213,6 +256,25 @@ describe('replicated acks on an R3 stream', () => {
       await reopened.close()
     }
   })
+
+  it('rejects with a named error when the stream is gone for good, and refuses the next append unwritten', async () => {
+    const { prefix, stream, url } = await r3()
+    const root = tempDir()
+    const log = await AgentLog.open({ root, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      await log.append('gone', entries('gone', 1, 1)[0] as never)
+      await withConnection(url, async (nc) => (await jetstreamManager(nc)).streams.delete(stream))
+      const err = await log.append('gone', entries('gone', 2, 1)[0] as never).catch((e) => e)
+      expect(err.code).toBe('NOA_STREAM_CONFIG')
+      expect(err.message).toMatch(stream)
+      const size = logBytes(root, 'gone').length
+      const again = await log.append('gone', entries('gone', 3, 1)[0] as never).catch((e) => e)
+      expect(again.code).toBe('NOA_STREAM_CONFIG')
+      expect(logBytes(root, 'gone').length).toBe(size)
+    } finally {
+      await log.close()
+    }
+  }, 60_000)
 
   it('refuses bad options by name, and a stream that breaks the required settings, writing nothing', async () => {
     const root = tempDir()
