@@ -51,6 +51,10 @@ describe('replicated acks on an R3 stream', () => {
       await Promise.all(
         ['a', 'b', 'c'].flatMap((ws) => entries(ws, 1, 20).map((e) => log.append(ws, e as never))),
       )
+      // Both parts of an atomic batch are on the stream once it resolves (lines read from the logs).
+      await log.appendAtomic({ a: entries('a', 21, 2), pair: entries('pair', 8, 1) })
+      expect((await lastOn(url, stream, `${prefix}.a`))?.header?.get('Nats-Msg-Id')).toBe('a:22')
+      expect((await lastOn(url, stream, `${prefix}.pair`))?.header?.get('Nats-Msg-Id')).toBe('pair:8')
     } finally {
       await log.close()
     }
@@ -61,7 +65,7 @@ describe('replicated acks on an R3 stream', () => {
       expect(Buffer.concat(list.map((e) => Buffer.from(`${e.line}\n`))).equals(logBytes(root, ws))).toBe(true)
     }
     expect(got.get('solo')?.length).toBe(5)
-    expect(got.get('a')?.length).toBe(20)
+    expect(got.get('a')?.length).toBe(22)
   })
 
   it('does not resolve an append while its message waits for the PubAck, and does once it comes', async () => {
