@@ -285,7 +285,8 @@ export class ReplicatedAcks implements Replication {
     }
     const last = (acks[acks.length - 1] as Ack).seq
     if (last > w.committed) w.committed = last
-    if (w.refused) return Promise.reject(w.refused)
+    // With local durability the commit is the ack; a refusal stops the workspace's next append.
+    if (w.refused) return this.o.durability === 'local' ? RESOLVED : Promise.reject(w.refused)
     this.kick(w)
     if (this.o.durability === 'local' || w.published >= last) return RESOLVED
     return new Promise<void>((resolve, reject) => {
@@ -448,7 +449,7 @@ export class ReplicatedAcks implements Replication {
         : await this.retry(`read the last message of ${w.subject}`, () =>
             lastOnSubject(this.link, this.ref.name, w.subject),
           )
-    const localLast = fromFile ? Math.max(w.committed, lastSeqOfLog(w.file)) : w.committed
+    let localLast = fromFile ? Math.max(w.committed, lastSeqOfLog(w.file)) : w.committed
     let streamLast = 0
     if (msg) {
       const d = decodeMessage(w.ws, msg.seq, msg.data, msg.header)
@@ -462,6 +463,9 @@ export class ReplicatedAcks implements Replication {
         }
         streamLast = d.after
       } else streamLast = d.last
+      // Another publisher of this root (noa replicate push) may have sent lines this process
+      // committed but has not heard of yet: it publishes only what is durable in the log.
+      if (streamLast > localLast && !fromFile) localLast = Math.max(localLast, lastSeqOfLog(w.file))
       if (streamLast > localLast) {
         throw replicationError(
           `workspace ${w.ws}: the stream holds seqs up to ${streamLast} on ${w.subject}, but this log ends at seq ${localLast}: another host writes it, or this log lost entries; nothing is published for it`,
@@ -484,7 +488,9 @@ export class ReplicatedAcks implements Replication {
     if (fromFile && localLast > streamLast && localLast > w.committed) await datasync(w.file)
     w.published = streamLast
     w.streamSeq = msg ? msg.seq : 0
-    if (localLast > w.committed) w.committed = localLast
+    // What is past the stream is published from the log only when it is known committed.
+    const committed = fromFile ? localLast : streamLast
+    if (committed > w.committed) w.committed = committed
     this.settle(w)
   }
 
