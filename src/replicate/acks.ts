@@ -303,6 +303,9 @@ export class ReplicatedAcks implements Replication {
   /** Publishes what is committed and not on the stream yet, one message at a time. */
   private async pump(w: WorkspaceAcks): Promise<void> {
     try {
+      // The acks of one commit round resolve their appends together, each then calling after():
+      // let them all land before the first message is cut (else it would hold only the first).
+      await null
       let misses = 0
       while (w.refused === null && w.committed > w.published) {
         const lines = await this.nextLines(w)
