@@ -16,13 +16,14 @@
  * Transient failures (no server, a leader election) are retried with backoff; the append waits.
  */
 import { setMaxListeners } from 'node:events'
+import { existsSync } from 'node:fs'
 import { open as openFile } from 'node:fs/promises'
 import type { StoredMsg } from '@nats-io/jetstream'
 import type { Ack } from '../engine/entry.js'
 import { formatLine } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { READ } from '../engine/files.js'
-import { logPath, workspaceNames } from '../engine/logs.js'
+import { logDirOf, logPath, workspaceNames } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
 import { installReplication, type Replication, type ReplicationLayer } from '../engine/replicating.js'
 import {
@@ -211,14 +212,16 @@ export class ReplicatedAcks implements Replication {
   static async open(root: string, o: ReplicatedAcksOptions): Promise<ReplicatedAcks> {
     const link = await openLink(o.nats, { name: `noa replicated acks ${root}` })
     let acks: ReplicatedAcks
+    let names: string[]
     try {
       const ref = await resolveStream(link, o.prefix, o.stream)
       acks = new ReplicatedAcks(root, o, link, ref)
+      // A root not made yet (its first append makes it) has no workspace to look at.
+      names = existsSync(logDirOf(root)) ? workspaceNames(root).filter(isSubjectSafe) : []
     } catch (err) {
       await closeLink(link)
       throw err
     }
-    const names = workspaceNames(root).filter(isSubjectSafe)
     let next = 0
     const worker = async () => {
       while (next < names.length) {

@@ -4,6 +4,8 @@
  * appends pile up (group commit); what a crash left unpublished goes first at open; a stream
  * that disagrees with the log, a fence, and bad options are refused by name.
  */
+
+import { join } from 'node:path'
 import { jetstream, jetstreamManager, type StoredMsg } from '@nats-io/jetstream'
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
 import { describe, expect, it } from 'vitest'
@@ -135,7 +137,7 @@ describe('replicated acks on an R3 stream', () => {
 
   it("with durability 'local' resolves at the local commit and still publishes everything by close", async () => {
     const { prefix, stream, url } = await r3()
-    const root = tempDir()
+    const root = join(tempDir(), 'not-made-yet')
     const log = await AgentLog.open({
       root,
       workers: 1,
