@@ -3,11 +3,9 @@
  * the stream, push, pull into a mirror, and report how far each side is; the subject names are
  * the stream's contract with other readers.
  */
-export {
-  type AckDurability,
-  checkReplicateOption,
-  type ReplicatedAcksOptions,
-} from './acks.js'
+// Loaded for its effect: AgentLog.open takes the option replicate (replicated acks).
+import './acks.js'
+
 export {
   type Checkpoint,
   checkpointPath,
