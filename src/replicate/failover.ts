@@ -42,7 +42,7 @@ import { checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } fr
 import { decodeMessage, encodeFence, HDR_FENCE } from './message.js'
 import { messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, DEFAULT_PREFIX, isSubjectSafe, workspaceSubject } from './subjects.js'
-import { ownedOn, recordWriter } from './writers.js'
+import { fencedOn, ownedOn, recordWriter } from './writers.js'
 
 export interface PromoteOptions {
   nats: NatsTarget
@@ -306,15 +306,20 @@ async function resyncNow(options: ResyncOptions): Promise<ResyncReport> {
   try {
     const ref = await resolveStream(link, prefix, options.stream)
     const owned = ownedOn(root, prefix, ref)
-    const look = (ws: string) =>
-      examine(
+    const fenced = fencedOn(root, prefix, ref)
+    const look = (ws: string) => {
+      const before = fenced.get(ws)
+      return examine(
         link,
         ref.name,
         workspaceSubject(prefix, ws),
         ws,
         logPath(root, ws),
         owned.get(ws)?.fenceStreamSeq ?? 0,
+        undefined,
+        before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
       )
+    }
     // Every workspace is checked before anything is written: one that did not diverge is refused.
     for (const ws of workspaces) {
       const ex = await look(ws)
@@ -336,8 +341,14 @@ async function resyncNow(options: ResyncOptions): Promise<ResyncReport> {
       const kept = await keepAside(root, ws, ex)
       cutLogAfter(root, ws, ex.common, ex.local)
       const applied = await applyAfter(link, ref, root, workspaceSubject(prefix, ws), ws, ex)
-      // No longer this root's to write (it was, if a promote here was itself fenced since).
-      if (owned.has(ws)) recordWriter(root, prefix, ref, ws, null)
+      // No longer this root's to write: its new entries stay fenced until it promotes again.
+      const f = ex.fence as NonNullable<Examined['fence']>
+      recordWriter(root, prefix, ref, ws, null, {
+        writer: f.writer,
+        after: f.after,
+        streamSeq: f.streamSeq,
+        resyncedAt: new Date().toISOString(),
+      })
       out.push({ workspace: ws, kept, common: ex.common, applied, last: localLast(logPath(root, ws)).seq })
     }
     return { stream: ref.name, prefix, workspaces: out, durationMs: performance.now() - started }

@@ -161,7 +161,7 @@ export interface Examined {
 /**
  * Compares a local log with its subject (see the module comment). `ownFence` is the stream seq
  * of the fence this root published for the workspace (0: none): a fence of its own never
- * fences it. Assumes what the two share is a prefix (a log and its stream agree up to where
+ * fences it; `fencedBy` one that fenced it before (a resync since made it a mirror). Assumes what the two share is a prefix (a log and its stream agree up to where
  * they part, and disagree after).
  */
 export async function examine(
@@ -172,10 +172,13 @@ export async function examine(
   file: string,
   ownFence: number,
   retry: Retry = once,
+  /** The fence that ended this root's writing (resync): it still fences whatever the log gains. */
+  fencedBy: Fence | null = null,
 ): Promise<Examined> {
   const tail = await subjectTail(link, stream, subject, ws, retry)
+  // An empty subject: nothing to compare (the log is not even read).
+  if (tail === null) return { tail, local: 0, common: 0, fence: null, diverged: [], mismatch: false }
   const local = localLast(file).seq
-  if (tail === null) return { tail, local, common: 0, fence: null, diverged: [], mismatch: false }
   const streamLast = tail.entry?.seq ?? 0
   const cursor = new SeqCursor(file)
   let base: number
@@ -233,6 +236,7 @@ export async function examine(
     next = await retry(`read ${subject}`, () => nextOnSubject(link, stream, subject, after))
   }
   if (fence !== null && fence.streamSeq === ownFence) fence = null
+  if (fence === null && fencedBy !== null && fencedBy.streamSeq > ownFence) fence = fencedBy
   const diverged: number[] = []
   if (fence !== null) for (let s = common + 1; s <= local; s++) diverged.push(s)
   const mismatch = fence === null && common < Math.min(local, streamLast)

@@ -26,7 +26,7 @@ import { PublisherObjects } from './publisher-objects.js'
 import { LogProblem, local, Stopped, type WorkspaceState } from './publisher-state.js'
 import { messageAt, resolveStream } from './stream.js'
 import { entryMsgId } from './subjects.js'
-import { ownedOn } from './writers.js'
+import { fencedOn, ownedOn } from './writers.js'
 
 export abstract class PublisherExact extends PublisherObjects {
   protected async publishEntry(
@@ -152,12 +152,23 @@ export abstract class PublisherExact extends PublisherObjects {
   /** The log against its subject (history.ts); a failure to read the log is the workspace's own. */
   protected async examine(st: WorkspaceState): Promise<Examined> {
     const own = ownedOn(this.s.root, this.s.prefix, this.ref).get(st.ws)?.fenceStreamSeq ?? 0
+    const before = fencedOn(this.s.root, this.s.prefix, this.ref).get(st.ws)
     try {
-      return await examine(this.link, this.ref.name, st.subject, st.ws, st.file, own, (what, fn) =>
-        this.retry(what, fn),
+      return await examine(
+        this.link,
+        this.ref.name,
+        st.subject,
+        st.ws,
+        st.file,
+        own,
+        (what, fn) => this.retry(what, fn),
+        before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
       )
     } catch (err) {
-      if (err instanceof Stopped || err instanceof NoaError || isTransient(err)) throw err
+      if (err instanceof Stopped || err instanceof LogProblem || isTransient(err)) throw err
+      // The stream's side failing stops the run; the log's own (corrupt, unreadable) its workspace.
+      if (err instanceof NoaError && (err.code === 'NOA_REPLICATION' || err.code === 'NOA_STREAM_CONFIG'))
+        throw err
       if (typeof (err as NodeJS.ErrnoException).code === 'string') throw new LogProblem(err)
       throw err
     }

@@ -10,7 +10,7 @@
  */
 import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
-import { Errors, NoaError } from '../engine/errors.js'
+import { Errors, isNoaError, NoaError } from '../engine/errors.js'
 import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
@@ -35,7 +35,7 @@ import {
   wildcardOf,
   workspaceSubject,
 } from './subjects.js'
-import { ownedOn } from './writers.js'
+import { fencedOn, ownedOn } from './writers.js'
 
 export interface StatusOptions {
   root?: string
@@ -266,6 +266,7 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
     }
     const names = [...new Set([...local, ...inStream])].sort()
     const owned = ownedOn(root, prefix, ref)
+    const fenced = fencedOn(root, prefix, ref)
     const workspaces = await mapLimited(names, 16, async (ws) => {
       const subject = workspaceSubject(prefix, ws)
       let stream: Position = { seq: 0, ts: 0 }
@@ -290,6 +291,8 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       const position = localPosition(root, ws)
       const row = await lagOf(root, ws, position, isSubjectSafe(ws) ? stream : null, nextStreamTs, now)
       if (tail !== null && isSubjectSafe(ws) && !('error' in position) && position.seq > 0) {
+        const before = fenced.get(ws)
+        // A log that cannot be compared (corrupt before its tail) is shown by its tail alone.
         const ex = await examine(
           link,
           ref.name,
@@ -297,8 +300,13 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
           ws,
           logPath(root, ws),
           owned.get(ws)?.fenceStreamSeq ?? 0,
-        )
-        if (ex.diverged.length > 0) {
+          undefined,
+          before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
+        ).catch((err: unknown) => {
+          if (isNoaError(err, 'NOA_REPLICATION')) throw err
+          return null
+        })
+        if (ex !== null && ex.diverged.length > 0) {
           const err = divergedError(ws, subject, ex)
           row.direction = 'diverged'
           row.diverged = { code: 'NOA_REPLICA_DIVERGED', message: err.message, seqs: ex.diverged }

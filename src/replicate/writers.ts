@@ -20,6 +20,15 @@ export interface WriterRecord {
   promotedAt: string
 }
 
+/** A workspace this root wrote until another writer fenced it, and resync made it a mirror. */
+export interface FencedRecord {
+  writer: string
+  after: number
+  /** Stream sequence of the fence that ended this root's writing. */
+  streamSeq: number
+  resyncedAt: string
+}
+
 export interface WritersFile {
   version: 1
   kind: 'writers'
@@ -27,6 +36,8 @@ export interface WritersFile {
   stream: string
   streamCreated: string
   workspaces: Record<string, WriterRecord>
+  /** Fenced here: push publishes none of their new entries until this root promotes them again. */
+  fenced?: Record<string, FencedRecord>
 }
 
 export function writersPath(root: string, prefix: string): string {
@@ -78,13 +89,28 @@ export function ownedOn(
   return new Map(Object.entries(f.workspaces))
 }
 
-/** Sets (or, with null, removes) a workspace's record, durably. */
+/** The workspaces another writer fenced on this root (resync made them mirrors). */
+export function fencedOn(
+  root: string,
+  prefix: string,
+  stream: { name: string; created: string },
+): Map<string, FencedRecord> {
+  const f = loadWriters(root, prefix)
+  if (f === null || f.stream !== stream.name || f.streamCreated !== stream.created) return new Map()
+  return new Map(Object.entries(f.fenced ?? {}))
+}
+
+/**
+ * Records, durably, that this root writes a workspace (a promote: any fenced record goes), or
+ * with `record` null that it does not (a resync: `fenced` says by whose fence).
+ */
 export function recordWriter(
   root: string,
   prefix: string,
   stream: { name: string; created: string },
   ws: string,
   record: WriterRecord | null,
+  fenced?: FencedRecord,
 ): void {
   const old = loadWriters(root, prefix)
   const same = old !== null && old.stream === stream.name && old.streamCreated === stream.created
@@ -95,11 +121,16 @@ export function recordWriter(
     stream: stream.name,
     streamCreated: stream.created,
     workspaces: same ? old.workspaces : {},
+    fenced: same ? (old.fenced ?? {}) : {},
   }
+  const marks = f.fenced as Record<string, FencedRecord>
   if (record === null) {
-    if (!(ws in f.workspaces)) return
     delete f.workspaces[ws]
-  } else f.workspaces[ws] = record
+    if (fenced) marks[ws] = fenced
+  } else {
+    f.workspaces[ws] = record
+    delete marks[ws]
+  }
   ensureReplicationDir(root)
   writeFileAtomic(writersPath(root, prefix), `${JSON.stringify(f, null, 1)}\n`, {
     base: root,

@@ -225,6 +225,17 @@ describe('failover', () => {
       ).toBe('in-sync')
       // a is now a mirror of w: nothing to publish, nothing refused.
       expect((await replicatePush({ nats, root: a, prefix })).failed).toEqual([])
+      // b's next entries reach a through pull; an entry written on a stays fenced.
+      await fill(b, { w: [950, 1] })
+      await replicatePush({ nats, root: b, prefix })
+      await replicatePull({ nats, root: a, prefix })
+      expect(logBytes(a, 'w').equals(logBytes(b, 'w'))).toBe(true)
+      const count = await messages(stream)
+      await fill(a, { w: [25, 1] })
+      const stillFenced = await replicatePush({ nats, root: a, prefix })
+      expect(stillFenced.failed).toMatchObject([{ workspace: 'w', code: 'NOA_REPLICA_DIVERGED', seqs: [25] }])
+      expect(await messages(stream)).toBe(count)
+      await resync({ nats, root: a, prefix, workspaces: ['w'] })
 
       // A second resync: the workspace no longer diverges, refused, nothing written.
       const before = logBytes(a, 'w')
@@ -232,7 +243,7 @@ describe('failover', () => {
       expect(isNoaError(twice, 'NOA_REPLICATION')).toBe(true)
       expect((twice as Error).message).toMatch(/workspace w did not diverge/)
       expect(logBytes(a, 'w').equals(before)).toBe(true)
-      expect(readdirSync(join(a, 'replication', 'diverged'))).toHaveLength(1)
+      expect(readdirSync(join(a, 'replication', 'diverged'))).toHaveLength(2)
       // And resync of a workspace nobody fenced.
       const never = await resync({ nats, root: a, prefix, workspaces: ['other'] }).catch((e: unknown) => e)
       expect(isNoaError(never, 'NOA_REPLICATION')).toBe(true)
