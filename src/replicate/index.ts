@@ -13,7 +13,6 @@ export {
 } from './checkpoint.js'
 export type { EventSink, ProgressSink, ReplicationEvent, ReplicationProgress } from './events.js'
 export {
-  defaultWriter,
   type PromotedWorkspace,
   type PromoteOptions,
   type PromoteReport,
