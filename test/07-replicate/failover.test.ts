@@ -4,6 +4,7 @@
  * fences the old writer), NOA_REPLICA_DIVERGED for the fenced writer's entries, and `resync`
  * (its divergent entries kept aside, its log made byte-equal to the stream's).
  */
+import { spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstreamManager, PubHeaders } from '@nats-io/jetstream'
@@ -20,7 +21,7 @@ import {
 } from '../../dist/src/replicate/index.js'
 import { encodeEntries, encodeFence } from '../../dist/src/replicate/message.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
-import { uniqueNames } from '../helpers/nats.js'
+import { startCli, uniqueNames, waitFor } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
 import { dropStream, fill, logBytes } from '../helpers/replicate.js'
 
@@ -301,4 +302,85 @@ describe('failover', () => {
       await dropStream(nats, stream)
     }
   }, 60_000)
+
+  it('real processes: the old writer SIGKILLed while it appends and pushes, a mirror promoted, the old writer restarted is fenced and resynced', async () => {
+    const { prefix, stream } = await r3()
+    const nats = cluster.urls()
+    try {
+      const a = tempDir()
+      const b = tempDir()
+      await fill(a, { w: [1, 20] })
+      const pusher = startCli([
+        'replicate',
+        'push',
+        '--follow',
+        '--nice',
+        '0',
+        '--root',
+        a,
+        '--nats',
+        nats,
+        '--prefix',
+        prefix,
+      ])
+      const index = new URL('../../dist/src/index.js', import.meta.url).href
+      const writer = spawn(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          `import { AgentLog } from ${JSON.stringify(index)}
+           const log = await AgentLog.open({ root: ${JSON.stringify(a)}, workers: 1 })
+           for (let i = 0; ; i++) await log.append('w', { op: 'write', path: 'p-' + i, blob: '${'0'.repeat(64)}' })`,
+        ],
+        { stdio: 'ignore' },
+      )
+      const writerExit = new Promise((resolve) => writer.on('exit', resolve))
+      await waitFor(
+        'the stream to hold 300 entries of w',
+        async () => ((await messages(stream)) >= 300 ? true : null),
+        30_000,
+      )
+      writer.kill('SIGKILL')
+      pusher.child.kill('SIGKILL')
+      await Promise.all([writerExit, pusher.exited])
+
+      await replicatePull({ nats, root: b, prefix })
+      const promoted = await promote({ nats, root: b, prefix, workspaces: ['w'], writer: 'host-b' })
+      const after = promoted.workspaces[0]?.after as number
+      expect(after).toBeGreaterThanOrEqual(300)
+      const count = await messages(stream)
+
+      // The old host comes back: its agent appends again (its dead writer's journal replayed first).
+      await fill(a, { w: [5000, 3] })
+      const local = linesOf(a, 'w')
+      expect(local.length).toBeGreaterThan(after)
+      const restarted = await runCliAsync([
+        'replicate',
+        'push',
+        '--root',
+        a,
+        '--nats',
+        nats,
+        '--prefix',
+        prefix,
+        '--json',
+      ])
+      expect(restarted.status).toBe(1)
+      const report = JSON.parse(restarted.stdout)
+      const seqs = Array.from({ length: local.length - after }, (_, i) => after + 1 + i)
+      expect(report.failed).toMatchObject([{ workspace: 'w', code: 'NOA_REPLICA_DIVERGED', seqs }])
+      expect(restarted.stderr).toContain('NOA_REPLICA_DIVERGED')
+      expect(await messages(stream)).toBe(count)
+      expect(linesOf(a, 'w')).toHaveLength(local.length)
+
+      const r = await resync({ nats, root: a, prefix, workspaces: ['w'] })
+      expect(r.workspaces[0]?.kept.seqs).toEqual(seqs)
+      const kept = readFileSync(r.workspaces[0]?.kept.file as string)
+      expect(kept.equals(Buffer.concat(local.slice(after).flatMap((l) => [l, Buffer.from('\n')])))).toBe(true)
+      expect(logBytes(a, 'w').equals(logBytes(b, 'w'))).toBe(true)
+    } finally {
+      await dropStream(nats, stream)
+    }
+  }, 120_000)
 })

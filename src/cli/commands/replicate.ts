@@ -227,7 +227,11 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
             )
           }
           // The healthy workspaces were pushed whole; what could not be is listed last, exit 1.
-          return reportFailures(io, `replicate push`, r.failed, 'not published')
+          // A fenced workspace says so by its code (another writer took it over: resync, not repair).
+          const failed = r.failed.map((f) =>
+            f.code === 'NOA_REPLICA_DIVERGED' ? { ...f, message: `${f.code}: ${f.message}` } : f,
+          )
+          return reportFailures(io, `replicate push`, failed, 'not published')
         } else {
           const r = await replicatePull(options).finally(() => shown.done())
           if (v.json) await write(io.stdout, json(r))
