@@ -53,6 +53,8 @@ export interface PromoteOptions {
   workspaces: readonly string[]
   /** The id the fence names (default: this host's name). */
   writer?: string
+  /** Test seam: awaited after every workspace is checked, before its fence is published. */
+  beforeFence?: (workspace: string) => Promise<void> | void
 }
 
 export interface PromotedWorkspace {
@@ -101,7 +103,7 @@ export interface ResyncReport {
   durationMs: number
 }
 
-const PROMOTE_KEYS = new Set(['nats', 'root', 'prefix', 'stream', 'workspaces', 'writer'])
+const PROMOTE_KEYS = new Set(['nats', 'root', 'prefix', 'stream', 'workspaces', 'writer', 'beforeFence'])
 const RESYNC_KEYS = new Set(['nats', 'root', 'prefix', 'stream', 'workspaces'])
 const WRITER_RE = /^[A-Za-z0-9_.-]{1,128}$/
 /** A promote's attempts at a publish that fails for a transient reason (connection, timeout). */
@@ -225,6 +227,7 @@ async function promoteNow(options: PromoteOptions): Promise<PromoteReport> {
       plans.push({ ws, subject, after: local, expect: tail?.lastStreamSeq ?? 0 })
     }
     for (const p of plans) {
+      await options.beforeFence?.(p.ws)
       const fenceStreamSeq = await publishFence(link, ref, p, writer, out)
       recordWriter(root, prefix, ref, p.ws, {
         writer,

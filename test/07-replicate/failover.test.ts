@@ -190,7 +190,8 @@ describe('failover', () => {
       const pushedB = await replicatePush({ nats, root: b, prefix })
       expect(pushedB.failed).toEqual([])
       expect(pushedB.workspaces).toEqual([{ workspace: 'w', from: 21, to: 23, entries: 3 }])
-      expect((await replicatePull({ nats, root: b, prefix })).entries).toBe(0) // b's own: not pulled
+      const own = await replicatePull({ nats, root: b, prefix })
+      expect([own.entries, own.skipped]).toEqual([0, 0]) // b writes w now: its messages are not even read back
       await replicatePull({ nats, root: c, prefix })
       expect(logBytes(c, 'w').equals(logBytes(b, 'w'))).toBe(true)
       expect(logBytes(c, 'other').equals(logBytes(a, 'other'))).toBe(true)
@@ -198,6 +199,11 @@ describe('failover', () => {
       // Still fenced once the new writer's entries are there (same seqs, other bytes).
       const again = await replicatePush({ nats, root: a, prefix })
       expect(again.failed).toMatchObject([{ workspace: 'w', code: 'NOA_REPLICA_DIVERGED', seqs }])
+      // A pull into the old writer refuses the same way, and applies nothing to w.
+      const pulledA = await replicatePull({ nats, root: a, prefix }).catch((e: unknown) => e)
+      expect(isNoaError(pulledA, 'NOA_REPLICA_DIVERGED')).toBe(true)
+      expect((pulledA as { details: { seqs: number[] } }).details.seqs).toEqual(seqs)
+      expect(linesOf(a, 'w').map(String).slice(20)).toEqual(divergentLines.map(String))
 
       const rs = await runCliAsync([
         'replicate',
@@ -290,14 +296,33 @@ describe('failover', () => {
       expect(cli.stderr).toMatch(/mirror is behind: local seq 10, stream seq 12/)
       expect(await messages(stream)).toBe(count)
       expect(existsSync(join(b, 'replication', `writers.${prefix}.json`))).toBe(false)
+      // Caught up, but the old writer publishes between the check and the fence: the fence is
+      // refused by the stream, nothing is fenced or recorded.
+      await replicatePull({ nats, root: b, prefix })
+      const raced = await promote({
+        nats,
+        root: b,
+        prefix,
+        workspaces: ['v'],
+        writer: 'b',
+        beforeFence: async () => {
+          await fill(a, { v: [13, 1] })
+          expect((await replicatePush({ nats, root: a, prefix })).entries).toBe(1)
+        },
+      }).catch((e: unknown) => e)
+      expect(isNoaError(raced, 'NOA_REPLICATION')).toBe(true)
+      expect((raced as Error).message).toMatch(/workspace v: the stream moved while it was being promoted/)
+      expect(await messages(stream)).toBe(count + 1) // a's entry 13, no fence
+      expect(existsSync(join(b, 'replication', `writers.${prefix}.json`))).toBe(false)
+      expect((await replicatePush({ nats, root: a, prefix })).failed).toEqual([]) // a still writes v
       // Caught up, the same promote goes through; a second one finds it done.
       await replicatePull({ nats, root: b, prefix })
       const ok = await promote({ nats, root: b, prefix, workspaces: ['v'], writer: 'b' })
-      expect(ok.workspaces).toMatchObject([{ workspace: 'v', after: 12, already: false }])
-      expect(await messages(stream)).toBe(count + 1)
+      expect(ok.workspaces).toMatchObject([{ workspace: 'v', after: 13, already: false }])
+      expect(await messages(stream)).toBe(count + 2)
       const done = await promote({ nats, root: b, prefix, workspaces: ['v'], writer: 'b' })
       expect(done.workspaces).toMatchObject([{ workspace: 'v', already: true }])
-      expect(await messages(stream)).toBe(count + 1)
+      expect(await messages(stream)).toBe(count + 2)
     } finally {
       await dropStream(nats, stream)
     }
