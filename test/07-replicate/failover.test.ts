@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { jetstreamManager, PubHeaders } from '@nats-io/jetstream'
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
 import { describe, expect, it } from 'vitest'
-import { isNoaError } from '../../dist/src/index.js'
+import { AgentLog, isNoaError } from '../../dist/src/index.js'
 import {
   initStream,
   promote,
@@ -404,6 +404,15 @@ describe('failover', () => {
       const kept = readFileSync(r.workspaces[0]?.kept.file as string)
       expect(kept.equals(Buffer.concat(local.slice(after).flatMap((l) => [l, Buffer.from('\n')])))).toBe(true)
       expect(logBytes(a, 'w').equals(logBytes(b, 'w'))).toBe(true)
+      // The cut log checks out whole, its checksums included (the sidecar's records past the cut are not used).
+      const check = await AgentLog.open({ root: a, workers: 0 })
+      try {
+        const v = await check.verify('w')
+        expect(v).toMatchObject({ ok: true, lastSeq: after, tornTailBytes: 0 })
+        expect(v.damaged ?? []).toEqual([])
+      } finally {
+        await check.close()
+      }
     } finally {
       await dropStream(nats, stream)
     }
