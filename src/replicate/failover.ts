@@ -164,7 +164,7 @@ async function promoteNow(options: PromoteOptions): Promise<PromoteReport> {
     const ref = await resolveStream(link, prefix, options.stream)
     const owned = ownedOn(root, prefix, ref)
     const out: PromotedWorkspace[] = []
-    const plans: Array<{ ws: string; subject: string; after: number; expect: number }> = []
+    const plans: Array<{ ws: string; subject: string; after: number; expect: number; fenced: number }> = []
     // Every workspace is checked before any fence is published: a refusal writes nothing.
     for (const ws of workspaces) {
       const subject = workspaceSubject(prefix, ws)
@@ -213,29 +213,30 @@ async function promoteNow(options: PromoteOptions): Promise<PromoteReport> {
           )
         }
       }
-      if (tail?.fence && tail.fence.writer === writer && tail.fence.after === local) {
-        // Fenced by an earlier promote of this writer that could not record it: record it now.
-        recordWriter(root, prefix, ref, ws, {
-          writer,
-          after: local,
-          fenceStreamSeq: tail.fence.streamSeq,
-          promotedAt: new Date().toISOString(),
-        })
-        out.push({ workspace: ws, writer, after: local, fenceStreamSeq: tail.fence.streamSeq, already: true })
-        continue
-      }
-      plans.push({ ws, subject, after: local, expect: tail?.lastStreamSeq ?? 0 })
+      // Already fenced by an earlier promote of this writer that could not record it: only the
+      // record is written, below.
+      const done = tail?.fence && tail.fence.writer === writer && tail.fence.after === local
+      plans.push({
+        ws,
+        subject,
+        after: local,
+        expect: tail?.lastStreamSeq ?? 0,
+        fenced: done ? (tail?.fence?.streamSeq ?? 0) : 0,
+      })
     }
     for (const p of plans) {
-      await options.beforeFence?.(p.ws)
-      const fenceStreamSeq = await publishFence(link, ref, p, writer, out)
+      let fenceStreamSeq = p.fenced
+      if (fenceStreamSeq === 0) {
+        await options.beforeFence?.(p.ws)
+        fenceStreamSeq = await publishFence(link, ref, p, writer, out)
+      }
       recordWriter(root, prefix, ref, p.ws, {
         writer,
         after: p.after,
         fenceStreamSeq,
         promotedAt: new Date().toISOString(),
       })
-      out.push({ workspace: p.ws, writer, after: p.after, fenceStreamSeq, already: false })
+      out.push({ workspace: p.ws, writer, after: p.after, fenceStreamSeq, already: p.fenced !== 0 })
     }
     return { stream: ref.name, prefix, writer, workspaces: out, durationMs: performance.now() - started }
   } finally {

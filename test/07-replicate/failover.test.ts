@@ -5,7 +5,7 @@
  * (its divergent entries kept aside, its log made byte-equal to the stream's).
  */
 import { spawn } from 'node:child_process'
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstreamManager, PubHeaders } from '@nats-io/jetstream'
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
@@ -322,6 +322,18 @@ describe('failover', () => {
       expect(await messages(stream)).toBe(count + 2)
       const done = await promote({ nats, root: b, prefix, workspaces: ['v'], writer: 'b' })
       expect(done.workspaces).toMatchObject([{ workspace: 'v', already: true }])
+      expect(await messages(stream)).toBe(count + 2)
+      // A crash between the fence and its record: promoting again with the same writer records
+      // the fence already there, and publishes nothing.
+      const record = join(b, 'replication', `writers.${prefix}.json`)
+      rmSync(record)
+      const redo = await promote({ nats, root: b, prefix, workspaces: ['v'], writer: 'b' })
+      expect(redo.workspaces).toMatchObject([
+        { workspace: 'v', already: true, fenceStreamSeq: ok.workspaces[0]?.fenceStreamSeq },
+      ])
+      expect(JSON.parse(readFileSync(record, 'utf8')).workspaces.v.fenceStreamSeq).toBe(
+        ok.workspaces[0]?.fenceStreamSeq,
+      )
       expect(await messages(stream)).toBe(count + 2)
     } finally {
       await dropStream(nats, stream)
