@@ -86,7 +86,10 @@ export interface ResyncOptions {
 
 export interface ResyncedWorkspace {
   workspace: string
-  /** The local entries the stream did not have, now in `file` (not in the log any more). */
+  /**
+   * The local entries the stream did not have, now in `file` (not in the log any more); none
+   * (file '') when this run finished a resync that a crash cut short after the cut.
+   */
   kept: { file: string; seqs: number[] }
   /** The last seq the log and the stream shared: the log was cut after it. */
   common: number
@@ -324,10 +327,18 @@ async function resyncNow(options: ResyncOptions): Promise<ResyncReport> {
         before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
       )
     }
+    // A resync cut short after the cut (a crash): the log is a prefix of the stream's, behind it,
+    // and the fence is recorded; what is left is to append the stream's entries.
+    const resumable = (ws: string, ex: Examined) =>
+      ex.diverged.length === 0 &&
+      fenced.has(ws) &&
+      ex.fence !== null &&
+      ex.common === ex.local &&
+      ex.local < (ex.tail?.entry?.seq ?? 0)
     // Every workspace is checked before anything is written: one that did not diverge is refused.
     for (const ws of workspaces) {
       const ex = await look(ws)
-      if (ex.diverged.length === 0) {
+      if (ex.diverged.length === 0 && !resumable(ws, ex)) {
         throw replicationError(
           `workspace ${ws} did not diverge: ${notDiverged(ex)}; nothing to resync${ex.local < (ex.tail?.entry?.seq ?? 0) ? ' (noa replicate pull brings it up to date)' : ''}`,
           { workspace: ws },
@@ -340,20 +351,31 @@ async function resyncNow(options: ResyncOptions): Promise<ResyncReport> {
       // (NOA_WORKSPACE_LOCKED) while another process writes it.
       recoverLog(root, ws)
       const ex = await look(ws)
-      if (ex.diverged.length === 0)
+      let kept: ResyncedWorkspace['kept'] = { file: '', seqs: [] }
+      if (ex.diverged.length > 0) {
+        // In this order, each step durable before the next: a crash anywhere leaves the entries
+        // in the log or in the kept file (or both), and a resync run again finishes the work.
+        kept = await keepAside(root, ws, ex)
+        // No longer this root's to write: its new entries stay fenced until it promotes again.
+        const f = ex.fence as NonNullable<Examined['fence']>
+        recordWriter(root, prefix, ref, ws, null, {
+          writer: f.writer,
+          after: f.after,
+          streamSeq: f.streamSeq,
+          resyncedAt: new Date().toISOString(),
+        })
+        cutLogAfter(root, ws, ex.common, ex.local)
+      } else if (!resumable(ws, ex)) {
         throw replicationError(`workspace ${ws} did not diverge: ${notDiverged(ex)}`, { workspace: ws })
-      const kept = await keepAside(root, ws, ex)
-      cutLogAfter(root, ws, ex.common, ex.local)
+      }
       const applied = await applyAfter(link, ref, root, workspaceSubject(prefix, ws), ws, ex)
-      // No longer this root's to write: its new entries stay fenced until it promotes again.
-      const f = ex.fence as NonNullable<Examined['fence']>
-      recordWriter(root, prefix, ref, ws, null, {
-        writer: f.writer,
-        after: f.after,
-        streamSeq: f.streamSeq,
-        resyncedAt: new Date().toISOString(),
+      out.push({
+        workspace: ws,
+        kept,
+        common: ex.common,
+        applied,
+        last: localLast(logPath(root, ws)).seq,
       })
-      out.push({ workspace: ws, kept, common: ex.common, applied, last: localLast(logPath(root, ws)).seq })
     }
     return { stream: ref.name, prefix, workspaces: out, durationMs: performance.now() - started }
   } finally {

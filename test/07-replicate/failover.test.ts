@@ -429,4 +429,54 @@ describe('failover', () => {
       await dropStream(nats, stream)
     }
   }, 120_000)
+
+  it('resync SIGKILLed at any point: run again, it finishes, the divergent entries kept whole and the log the stream’s', async () => {
+    const nats = cluster.urls()
+    // Killed once its kept file appears, then after a further 0..600 ms: before the record, the
+    // cut, during the appends, or after it is done (the states seen on this machine: cut and
+    // nothing appended yet, part appended, all done).
+    for (const delayMs of [0, 300, 380, 460, 600]) {
+      const { prefix, stream } = await r3()
+      try {
+        const a = tempDir()
+        const b = tempDir()
+        await fill(a, { w: [1, 20] })
+        await replicatePush({ nats, root: a, prefix })
+        await replicatePull({ nats, root: b, prefix })
+        await promote({ nats, root: b, prefix, workspaces: ['w'], writer: 'host-b' })
+        await fill(a, { w: [21, 3000] })
+        await fill(b, { w: [900_000, 3000] })
+        await replicatePush({ nats, root: b, prefix })
+        const divergent = Buffer.concat(
+          linesOf(a, 'w')
+            .slice(20)
+            .flatMap((l) => [l, Buffer.from('\n')]),
+        )
+
+        const child = startCli(['replicate', 'resync', 'w', '--nats', nats, '--root', a, '--prefix', prefix])
+        const dir = join(a, 'replication', 'diverged')
+        await waitFor(
+          'the kept file',
+          () => (existsSync(dir) && readdirSync(dir).length > 0 ? true : null),
+          30_000,
+        )
+        if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs))
+        child.child.kill('SIGKILL')
+        await child.exited
+        const again = await resync({ nats, root: a, prefix, workspaces: ['w'] }).catch((e: unknown) => e)
+        if (again instanceof Error)
+          expect(again.message, `killed at ${delayMs} ms`).toMatch(/did not diverge/)
+        expect(logBytes(a, 'w').equals(logBytes(b, 'w')), `killed at ${delayMs} ms`).toBe(true)
+        const kept = readdirSync(dir).filter((f) => !f.startsWith('.'))
+        expect(kept.length).toBeGreaterThanOrEqual(1)
+        for (const f of kept) expect(readFileSync(join(dir, f)).equals(divergent), f).toBe(true)
+        // Fenced still: an entry written on a is not published.
+        await fill(a, { w: [1, 1] })
+        const pushed = await replicatePush({ nats, root: a, prefix })
+        expect(pushed.failed).toMatchObject([{ workspace: 'w', code: 'NOA_REPLICA_DIVERGED' }])
+      } finally {
+        await dropStream(nats, stream)
+      }
+    }
+  }, 240_000)
 })
