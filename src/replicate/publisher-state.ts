@@ -86,7 +86,9 @@ export interface PushReport {
   /**
    * Logs that are corrupt, unreadable or not regular files, and objects that could not be
    * read: nothing of a failed workspace's round was published (its lines are all checked before
-   * the first is sent), and every other workspace was published whole. Empty when all went well.
+   * the first is sent), and every other workspace was published whole. A workspace another
+   * writer took over (a fence) is here too, as NOA_REPLICA_DIVERGED with the seqs it holds that
+   * the stream does not. Empty when all went well.
    */
   failed: PushFailure[]
   durationMs: number
