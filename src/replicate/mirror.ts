@@ -29,18 +29,19 @@ import type { EventSink, ProgressSink } from './events.js'
 import { asNoaError, Backoff, describeError, isTransient, replicationError, sleep } from './failures.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
+import { decodeMessage } from './message.js'
 import { ObjectSink } from './objects.js'
 import { resolveStream, type StreamRef } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,
-  entryMsgId,
   HDR_OBJECT_EXACT,
   HDR_OBJECT_OFFSET,
   HDR_OBJECT_SIZE,
   parseSubject,
   wildcardOf,
 } from './subjects.js'
+import { ownedOn } from './writers.js'
 
 export interface PullOptions {
   /** Server URL(s), comma-separated, or an open connection (left open). */
@@ -149,6 +150,8 @@ interface WorkspaceState {
   owned: boolean
   cursor: SeqCursor | null
   pulled: { from: number; to: number; entries: number } | null
+  /** The last fence this run read for it (a writer that took it over). */
+  fence: { writer: string; after: number; streamSeq: number } | null
 }
 
 class Mirror {
@@ -163,6 +166,8 @@ class Mirror {
   private done = 0
   private pending = 0
   private announced = false
+  /** Workspaces this root took over (promote): their messages are not applied here. */
+  private owned: ReadonlySet<string> = new Set()
   /** Stops the consumer in use (a checkpoint that cannot be saved ends the run). */
   private halt: (() => void) | null = null
 
@@ -199,6 +204,7 @@ class Mirror {
       workspaces: same ? saved.workspaces : {},
     }
     this.done = this.checkpoint.streamSeq
+    this.owned = new Set(ownedOn(this.s.root, this.s.prefix, this.ref).keys())
     // Where the checkpoint and the parts of large objects go is checked before anything is written.
     ensureReplicationDir(this.s.root)
     await this.sink.start()
@@ -368,6 +374,8 @@ class Mirror {
    */
   private async apply(batch: JsMsg[]): Promise<void> {
     const lines = new Map<WorkspaceState, string[]>()
+    // A promote on this root (another process) takes effect from the next batch.
+    this.owned = new Set(ownedOn(this.s.root, this.s.prefix, this.ref).keys())
     let failure: unknown = null
     let applied = 0
     for (const m of batch) {
@@ -421,26 +429,28 @@ class Mirror {
       await this.sink.put(kind.id, size, offset, m.data, m.seq, exact)
       return
     }
+    // A workspace this root took over (promote) is written here, not mirrored.
+    if (this.owned.has(kind.workspace)) return
     const st = this.state(kind.workspace)
-    let counters: { seq: number; ts: number }
-    try {
-      counters = countersOf(m.data)
-    } catch (err) {
-      throw replicationError(
-        `stream seq ${m.seq} on ${m.subject}: not a log entry (${(err as Error).message})`,
-        {
-          streamSeq: m.seq,
-        },
-      )
+    const d = decodeMessage(st.ws, m.seq, m.data, m.headers)
+    if (d.kind === 'fence') {
+      // Carries no entry: the entries after it go on from its `after + 1`.
+      st.fence = { writer: d.writer, after: d.after, streamSeq: m.seq }
+      return
     }
-    const { seq, ts } = counters
-    const msgId = m.headers?.get('Nats-Msg-Id')
-    if (msgId !== entryMsgId(st.ws, seq)) {
-      throw replicationError(
-        `stream seq ${m.seq} on ${m.subject}: Nats-Msg-Id ${JSON.stringify(msgId ?? '')} does not name ${entryMsgId(st.ws, seq)}`,
-        { streamSeq: m.seq, workspace: st.ws },
-      )
-    }
+    for (let i = 0; i < d.lines.length; i++)
+      await this.takeEntry(st, d.first + i, d.lines[i] as Buffer, m, lines)
+  }
+
+  /** One entry of a message: queued for its workspace, or checked against the local line. */
+  private async takeEntry(
+    st: WorkspaceState,
+    seq: number,
+    line: Buffer,
+    m: JsMsg,
+    lines: Map<WorkspaceState, string[]>,
+  ): Promise<void> {
+    const { ts } = countersOf(line)
     const queued = lines.get(st)
     let expected = st.last + (queued?.length ?? 0) + 1
     if (seq >= expected && !st.owned && !queued) {
@@ -449,7 +459,7 @@ class Mirror {
       this.readTail(st)
       expected = st.last + 1
     }
-    if (seq > expected && st.last === 0 && !queued && isBaseLine(Buffer.from(m.data).toString('utf8'))) {
+    if (seq > expected && st.last === 0 && !queued && isBaseLine(line.toString('utf8'))) {
       // A compacted origin: its log starts with a base record at its seq, and so does this one.
       this.readTail(st)
       if (st.last === 0) {
@@ -458,7 +468,7 @@ class Mirror {
       }
     }
     if (seq < expected) {
-      await this.checkHave(st, seq, m)
+      await this.checkHave(st, seq, line, m.seq)
       if (seq === st.last) st.streamSeq = m.seq
       this.skipped++
       return
@@ -469,7 +479,7 @@ class Mirror {
         { workspace: st.ws, seq, streamSeq: m.seq },
       )
     }
-    const text = Buffer.from(m.data).toString('utf8')
+    const text = line.toString('utf8')
     if (queued) queued.push(text)
     else lines.set(st, [text])
     st.pulled = st.pulled
@@ -480,13 +490,22 @@ class Mirror {
   }
 
   /** An entry the local log has already: it must be the same bytes. */
-  private async checkHave(st: WorkspaceState, seq: number, m: JsMsg): Promise<void> {
+  private async checkHave(st: WorkspaceState, seq: number, line: Buffer, streamSeq: number): Promise<void> {
     st.cursor ??= new SeqCursor(st.file)
     const local = await st.cursor.lineAt(seq)
-    if (local === null || !sameBytes(local, m.data)) {
+    if (local === null || !sameBytes(local, line)) {
+      if (st.fence !== null && st.fence.after < seq) {
+        // A writer took the workspace over after this log's entries: they are a fenced writer's.
+        const seqs: number[] = []
+        for (let s = st.fence.after + 1; s <= st.last; s++) seqs.push(s)
+        throw Errors.REPLICA_DIVERGED(
+          `workspace ${st.ws}: writer ${st.fence.writer} took it over (fence at stream seq ${st.fence.streamSeq}, after seq ${st.fence.after}), and ${st.file} holds other entries from seq ${st.fence.after + 1}: they are not in the stream; nothing was applied to it. \`noa replicate resync ${st.ws}\` moves them aside and makes the log the stream's`,
+          { workspace: st.ws, seqs, streamSeq },
+        )
+      }
       throw replicationError(
-        `workspace ${st.ws}: the stream's entry seq ${seq} (stream seq ${m.seq}) ${local === null ? 'is not in' : 'differs from the line in'} ${st.file}: this log has diverged from its origin (written here, or from another origin)`,
-        { workspace: st.ws, seq, streamSeq: m.seq },
+        `workspace ${st.ws}: the stream's entry seq ${seq} (stream seq ${streamSeq}) ${local === null ? 'is not in' : 'differs from the line in'} ${st.file}: this log has diverged from its origin (written here, or from another origin)`,
+        { workspace: st.ws, seq, streamSeq },
       )
     }
   }
@@ -503,6 +522,7 @@ class Mirror {
       owned: false,
       cursor: null,
       pulled: null,
+      fence: null,
     }
     this.readTail(st)
     const saved = this.checkpoint.workspaces[ws]
