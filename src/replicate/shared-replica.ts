@@ -326,6 +326,9 @@ export class Replica {
    * the plain AgentLog, or another process while the lock was released).
    */
   checkLocal(): void {
+    // A write of ours in flight grows the file before `size` counts it; it checks for itself
+    // (appendReplicated refuses lines that do not follow the log).
+    if (this.draining) return
     let size: number
     try {
       size = statSync(this.file).size

@@ -35,7 +35,7 @@ import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { type EncodedMessage, encodeEntries } from './message.js'
 import { Replica } from './shared-replica.js'
-import { messageAt, resolveStream } from './stream.js'
+import { messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, DEFAULT_PREFIX, isSubjectSafe, workspaceSubject } from './subjects.js'
 
 export interface SharedOptions {
@@ -176,10 +176,16 @@ export class SharedWorkspaces {
     const writer = options.writer ?? 'noa'
     if (typeof writer !== 'string')
       throw Errors.BAD_OPTION('option writer must be a string', { field: 'writer' })
-    const link = await openLink(nats, { name: `noa shared ${writer}`, onEvent: options.onEvent })
+    // Pings every 2 s: a server that stops answering (a cut network) is left for another in
+    // about 4 to 6 s instead of the client's default of minutes, while appends wait on it.
+    const link = await openLink(nats, {
+      name: `noa shared ${writer}`,
+      onEvent: options.onEvent,
+      pingIntervalMs: 2_000,
+    })
     let shared: SharedWorkspaces | null = null
     try {
-      const ref = await resolveStream(link, prefix, options.stream)
+      const ref = await resolveWithRetry(link, prefix, options.stream, timeoutMs, options.onEvent)
       if ((ref.config.num_replicas ?? 1) < minReplicas) {
         throw streamConfigError(
           `JetStream stream ${ref.name} has ${ref.config.num_replicas ?? 1} replica(s), and shared workspaces need ${minReplicas} (an acknowledgement must mean a majority of ${minReplicas} servers stored the entries): \`noa replicate init --replicas ${minReplicas}\` on a cluster, or minReplicas to accept fewer`,
@@ -515,6 +521,29 @@ export class SharedWorkspaces {
       if (local === null || !sameBytes(local, m.lines[seq - m.first] as Buffer)) return false
     }
     return true
+  }
+}
+
+/** The stream, looked up again while the cluster does not answer (a leader being elected), up to `timeoutMs`. */
+async function resolveWithRetry(
+  link: Link,
+  prefix: string,
+  stream: string | undefined,
+  timeoutMs: number,
+  onEvent: EventSink | undefined,
+): Promise<StreamRef> {
+  const deadline = Date.now() + timeoutMs
+  const backoff = new Backoff()
+  for (;;) {
+    try {
+      return await resolveStream(link, prefix, stream)
+    } catch (err) {
+      // NOA_STREAM_CONFIG (missing or unusable) is an answer; NOA_REPLICATION here is no answer.
+      if (!(err instanceof NoaError && err.code === 'NOA_REPLICATION') || Date.now() > deadline) throw err
+      const delayMs = backoff.next()
+      onEvent?.({ type: 'retry', what: 'look up the stream', error: err.message, delayMs })
+      await sleep(delayMs)
+    }
   }
 }
 

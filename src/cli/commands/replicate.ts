@@ -20,11 +20,13 @@ import {
 } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { clearProgress, count, meter, percent, rate } from '../progress.js'
+import { SHARE_USAGE, share, shareSpec } from './replicate-share.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate status [--nats URL] [--root DIR] [--prefix P] [--stream NAME] [--json]
        noa replicate init   --nats URL [--prefix P] [--stream NAME] [--replicas N] [--json]
+       ${SHARE_USAGE.slice('usage: '.length)}
 --nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>;
 --nice: CPU priority of a push or pull (default 10 with --follow, so local appends come first)`
 
@@ -118,6 +120,8 @@ const SPECS = {
 
 type Sub = keyof typeof SPECS
 
+const SHARE = shareSpec(COMMON)
+
 export const spec: GroupSpec = {
   usage: USAGE,
   subcommands: {
@@ -125,6 +129,7 @@ export const spec: GroupSpec = {
     pull: { spec: SPECS.pull, run: (args, io) => replicate('pull', args, io) },
     status: { spec: SPECS.status, run: (args, io) => replicate('status', args, io) },
     init: { spec: SPECS.init, run: (args, io) => replicate('init', args, io) },
+    share: { spec: SHARE, run: (args, io) => share(args, io, SHARE) },
   },
 }
 
