@@ -44,6 +44,9 @@ interface Incoming {
 /** Follower messages queued beyond this wait for the inbox to drain before more are read. */
 const MAX_INBOX = 4096
 
+/** How long an acknowledged publisher waits for the follower before reading the subject itself. */
+const FOLLOWER_GRACE_MS = 250
+
 /** Messages whose outcome is remembered (a publisher asks about its own right after applying it). */
 const MAX_OUTCOMES = 4096
 
@@ -70,6 +73,8 @@ export class Replica {
   private inbox: Incoming[] = []
   private draining: Promise<void> | null = null
   private following: Promise<void> | null = null
+  /** Publishers waiting for the follower to apply up to a stream seq (see reach). */
+  private waiters: { seq: number; resolve: () => void }[] = []
   /** What became of the latest messages applied: in the order, or racers skipped. */
   private readonly outcomes = new Map<number, boolean>()
 
@@ -183,6 +188,28 @@ export class Replica {
     }
   }
 
+  /**
+   * Resolves once every message of the subject up to `streamSeq` is applied here. A message is
+   * never applied straight from its publisher's acknowledgement: nats-server 2.9 may have stored
+   * a racer between the expected sequence and it, so the subject is read in order, by the
+   * follower, or directly when the follower has not got there soon.
+   */
+  async reach(streamSeq: number): Promise<void> {
+    if (this.subjSeq >= streamSeq) return
+    if (this.following && !this.failed) {
+      await new Promise<void>((resolve) => {
+        const w = { seq: streamSeq, resolve }
+        this.waiters.push(w)
+        setTimeout(() => {
+          this.waiters = this.waiters.filter((x) => x !== w)
+          resolve()
+        }, FOLLOWER_GRACE_MS)
+      })
+    }
+    if (this.subjSeq < streamSeq) await this.catchUp(streamSeq)
+    if (this.failed) throw this.failed
+  }
+
   /** Queues a message of the subject; resolves once it is applied (or was already). */
   push(streamSeq: number, data: Uint8Array, headers: HeaderSource | undefined): Promise<void> {
     if (this.failed) return Promise.reject(this.failed)
@@ -289,6 +316,11 @@ export class Replica {
     this.lastTs = lastTs
     this.subjSeq = subjSeq
     this.size += bytes
+    if (this.waiters.length > 0) {
+      const ready = this.waiters.filter((w) => w.seq <= subjSeq)
+      this.waiters = this.waiters.filter((w) => w.seq > subjSeq)
+      for (const w of ready) w.resolve()
+    }
     for (let i = 0; i < outcomes.length; i += 2)
       this.outcomes.set(outcomes[i] as number, outcomes[i + 1] as boolean)
     while (this.outcomes.size > MAX_OUTCOMES)

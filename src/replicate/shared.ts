@@ -431,7 +431,7 @@ export class SharedWorkspaces {
             wrongLast = null
             break
           }
-          await replica.push(ack.seq, msg.data, headerSource(msg))
+          await replica.reach(ack.seq)
           if (replica.outcome(ack.seq) ?? (await this.landed(replica, { first: msg.first, lines }))) {
             this.settle(batch, lines)
             return
@@ -556,10 +556,6 @@ function headersBesidesId(msg: EncodedMessage): Record<string, string> | undefin
     any = true
   }
   return any ? extra : undefined
-}
-
-function headerSource(msg: EncodedMessage): { get(name: string): string } {
-  return { get: (name: string) => msg.headers[name] ?? '' }
 }
 
 /** The subject's actual last sequence, as the server's refusal names it ("wrong last sequence: N"). */
