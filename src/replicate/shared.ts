@@ -116,6 +116,7 @@ export class SharedWorkspaces {
   private readonly lanes = new Map<string, Lane>()
   private readonly abort = new AbortController()
   private closing: Promise<void> | null = null
+  private readonly counts = { messages: 0, entries: 0, conflicts: 0 }
 
   private constructor(
     private readonly link: Link,
@@ -230,6 +231,14 @@ export class SharedWorkspaces {
   /** The shared workspaces' names. */
   get workspaces(): string[] {
     return [...this.lanes.keys()]
+  }
+
+  /**
+   * What this host published: messages and entries that went in, and publishes that found
+   * another host first (refused, a duplicate id, or a racer) and went again.
+   */
+  stats(): { messages: number; entries: number; conflicts: number } {
+    return { ...this.counts }
   }
 
   /** The last seq applied to the local log of a shared workspace (the stream may be further). */
@@ -433,6 +442,8 @@ export class SharedWorkspaces {
           }
           await replica.reach(ack.seq)
           if (replica.outcome(ack.seq) ?? (await this.landed(replica, { first: msg.first, lines }))) {
+            this.counts.messages++
+            this.counts.entries += lines.length
             this.settle(batch, lines)
             return
           }
@@ -466,6 +477,7 @@ export class SharedWorkspaces {
         }
       }
       tries++
+      this.counts.conflicts++
       if (tries >= this.maxTries) {
         throw Errors.CONFLICT(
           `shared workspace ${replica.ws}: other hosts appended first ${tries} times in a row; gave up (nothing of this batch was written)`,
