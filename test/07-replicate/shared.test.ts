@@ -10,7 +10,7 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { initStream, type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
-import { blobOf, tempDir } from '../helpers/index.js'
+import { blobOf, runCliAsync, tempDir } from '../helpers/index.js'
 import { streamContents, uniqueNames, withConnection } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
 
@@ -252,7 +252,7 @@ describe('shared workspaces', () => {
       expect(n).toBe(0)
     }
     // Appends: not a shared workspace, a bad entry, a record entry, a bad ifLastSeq.
-    const h = await host(prefix + 'x', ['ok'], {}).catch((e) => e)
+    const h = await host(`${prefix}x`, ['ok'], {}).catch((e) => e)
     expect(h.code).toBe('NOA_STREAM_CONFIG') // no stream captures that prefix
     await withConnection(first(), async (nc) => {
       await (await jetstreamManager(nc)).streams.update(stream, { max_msgs: -1 })
@@ -271,5 +271,46 @@ describe('shared workspaces', () => {
       code: 'NOA_BAD_OPTION',
     })
     expect(ok.shared.lastSeq('ok')).toBe(0)
+  })
+  it("noa replicate share appends from the shell in the stream's order and catches another root up", async () => {
+    const { prefix, stream } = await newStream()
+    const a = tempDir()
+    const b = tempDir()
+    const common = ['--nats', cluster.urls(), '--prefix', prefix]
+    const input = `${JSON.stringify(write('cli', 1))}\n${JSON.stringify({ op: 'delete', path: 'cli/gone' })}\n`
+    const appended = await runCliAsync(
+      ['replicate', 'share', 'crew', '--append', '--root', a, ...common],
+      input,
+    )
+    expect(appended.stderr).toBe('')
+    expect(appended.status).toBe(0)
+    expect(
+      appended.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).seq),
+    ).toEqual([1, 2])
+    // From another root: a stale --if-last-seq is refused, nothing written; the right one goes after.
+    const stale = await runCliAsync(
+      ['replicate', 'share', 'crew', '--append', '--if-last-seq', '0', '--root', b, ...common],
+      input,
+    )
+    expect(stale.status).toBe(1)
+    expect(stale.stderr).toMatch(/expected last seq 0, but it is 2/)
+    const more = await runCliAsync(
+      ['replicate', 'share', 'crew', '--append', '--if-last-seq', '2', '--root', b, ...common],
+      `${JSON.stringify(write('cli', 3))}\n`,
+    )
+    expect(more.stdout).toMatch(/^\{"seq":3,"ts":\d+\}\n$/)
+    const caught = await runCliAsync(['replicate', 'share', 'crew', '--root', a, ...common])
+    expect(caught.stdout).toBe('crew: seq 3\n')
+    const order = await streamLines(stream, prefix, 'crew')
+    expect(logOf(a, 'crew').equals(order)).toBe(true)
+    expect(logOf(b, 'crew').equals(order)).toBe(true)
+    const bad = await runCliAsync(['replicate', 'share', 'a..b', '--root', a, ...common])
+    expect(bad.status).toBe(1)
+    expect(bad.stderr).toMatch(/cannot be shared/)
+    const usage = await runCliAsync(['replicate', 'share', 'x', 'y', '--append', ...common])
+    expect(usage.status).toBe(2)
   })
 })
