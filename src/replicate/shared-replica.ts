@@ -183,7 +183,10 @@ export class Replica {
       const m = await this.retry('catch up', () =>
         nextOnSubject(this.ctx.link, this.ctx.stream, this.subject, from),
       )
-      if (m === null) break
+      if (m === null || m.seq <= this.subjSeq) {
+        if (m === null) break
+        continue // the follower applied it meanwhile
+      }
       await this.push(m.seq, m.data, m.header)
     }
   }
@@ -198,12 +201,18 @@ export class Replica {
     if (this.subjSeq >= streamSeq) return
     if (this.following && !this.failed) {
       await new Promise<void>((resolve) => {
-        const w = { seq: streamSeq, resolve }
-        this.waiters.push(w)
-        setTimeout(() => {
+        const timer = setTimeout(() => {
           this.waiters = this.waiters.filter((x) => x !== w)
           resolve()
         }, FOLLOWER_GRACE_MS)
+        const w = {
+          seq: streamSeq,
+          resolve: () => {
+            clearTimeout(timer)
+            resolve()
+          },
+        }
+        this.waiters.push(w)
       })
     }
     if (this.subjSeq < streamSeq) await this.catchUp(streamSeq)

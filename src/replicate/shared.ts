@@ -484,7 +484,9 @@ export class SharedWorkspaces {
           { workspace: replica.ws, tries },
         )
       }
-      await replica.catchUp(wrongLast ?? undefined)
+      // The follower usually has what was missed already (the server delivers it as it stores it).
+      if (wrongLast) await replica.reach(wrongLast)
+      else await replica.catchUp()
       if (tries > 1) await sleep(conflicts.next())
     }
   }
