@@ -144,22 +144,28 @@ export class Replica {
       if (start === 1 || (m !== null && m.seq < end && firstOf(m) <= L)) break
     }
     const local = await lineAtSeq(this.file, L)
-    for (let from = start; from < end; ) {
-      const m = await next(from)
-      if (m === null || m.seq >= end) break
-      from = m.seq + 1
-      const d = decodeMessage(this.ws, m.seq, m.data, m.header)
-      if (d.kind !== 'entries' || d.first > L || d.last < L) continue
-      if (local === null || !sameBytes(local, d.lines[L - d.first] as Buffer)) continue
-      if (d.last > L) {
-        await this.write(d.lines.slice(L - d.first + 1).map((l) => l.toString('utf8')))
-        this.last = d.last
-        this.lastTs = d.lastTs
-        this.size = this.tail().size
+    const scan = async (first: number, stop: number): Promise<boolean> => {
+      for (let from = first; from < stop; ) {
+        const m = await next(from)
+        if (m === null || m.seq >= stop) return false
+        from = m.seq + 1
+        const d = decodeMessage(this.ws, m.seq, m.data, m.header)
+        if (d.kind !== 'entries' || d.first > L || d.last < L) continue
+        if (local === null || !sameBytes(local, d.lines[L - d.first] as Buffer)) continue
+        if (d.last > L) {
+          await this.write(d.lines.slice(L - d.first + 1).map((l) => l.toString('utf8')))
+          this.last = d.last
+          this.lastTs = d.lastTs
+          this.size = this.tail().size
+        }
+        this.subjSeq = m.seq
+        return true
       }
-      this.subjSeq = m.seq
-      return
+      return false
     }
+    // A racer rendered on a stale view (a new leader that had not applied everything yet) can
+    // break the firsts' order: then the whole subject is read before the log is called diverged.
+    if ((await scan(start, end)) || (await scan(1, top.seq + 1))) return
     const topD = decodeMessage(this.ws, top.seq, top.data, top.header)
     const topLast = topD.kind === 'entries' ? topD.last : topD.after
     if (topLast < L)

@@ -4,7 +4,7 @@
  * catches up and renders its entries again after what it missed; ifLastSeq holds across hosts;
  * bad names, streams and local writes are refused with named errors.
  */
-import { readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it, onTestFinished } from 'vitest'
@@ -312,5 +312,38 @@ describe('shared workspaces', () => {
     expect(bad.stderr).toMatch(/cannot be shared/)
     const usage = await runCliAsync(['replicate', 'share', 'x', 'y', '--append', ...common])
     expect(usage.status).toBe(2)
+  })
+  it('a log cut inside a message (a crash mid-write) is completed from that message at open', async () => {
+    const { prefix, stream } = await newStream()
+    const a = await host(prefix, ['cut'])
+    await a.shared.appendMany('cut', [write('a', 1), write('a', 2), write('a', 3)])
+    await a.shared.appendMany('cut', [write('a', 4), write('a', 5)])
+    const root = tempDir()
+    let log = await AgentLog.open({ root, workers: 1 })
+    let b = await SharedWorkspaces.open({
+      log,
+      nats: cluster.urls(),
+      prefix,
+      workspaces: ['cut'],
+      follow: false,
+    })
+    expect(b.lastSeq('cut')).toBe(5)
+    await b.close()
+    await log.close()
+    // Keep entries 1 and 2 only: the first message (1..3) is cut after its second line.
+    const file = join(root, 'agent-logs', 'cut.log')
+    const bytes = readFileSync(file)
+    let nl = -1
+    for (let i = 0; i < 2; i++) nl = bytes.indexOf(0x0a, nl + 1)
+    writeFileSync(file, bytes.subarray(0, nl + 1))
+    log = await AgentLog.open({ root, workers: 1 })
+    onTestFinished(async () => {
+      await log.close()
+    })
+    b = await SharedWorkspaces.open({ log, nats: cluster.urls(), prefix, workspaces: ['cut'], follow: false })
+    expect(b.lastSeq('cut')).toBe(5)
+    expect(logOf(root, 'cut').equals(await streamLines(stream, prefix, 'cut'))).toBe(true)
+    expect((await b.append('cut', write('b', 6))).seq).toBe(6)
+    await b.close()
   })
 })
