@@ -11,7 +11,7 @@ import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { initStream, type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
 import { blobOf, runCliAsync, tempDir } from '../helpers/index.js'
-import { streamContents, uniqueNames, withConnection } from '../helpers/nats.js'
+import { startCli, streamContents, uniqueNames, withConnection } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
 
 const cluster = useNatsCluster()
@@ -345,5 +345,35 @@ describe('shared workspaces', () => {
     expect(logOf(root, 'cut').equals(await streamLines(stream, prefix, 'cut'))).toBe(true)
     expect((await b.append('cut', write('b', 6))).seq).toBe(6)
     await b.close()
+  })
+  it('noa replicate share --follow keeps a root in step until SIGTERM', async () => {
+    const { prefix, stream } = await newStream()
+    const root = tempDir()
+    const follower = startCli([
+      'replicate',
+      'share',
+      'live',
+      '--follow',
+      '--root',
+      root,
+      '--nats',
+      cluster.urls(),
+      '--prefix',
+      prefix,
+    ])
+    await eventually('the follower to start', () => /following live/.test(follower.stderr()))
+    const a = await host(prefix, ['live'])
+    for (let i = 0; i < 3; i++) await a.shared.append('live', write('a', i))
+    const order = await streamLines(stream, prefix, 'live')
+    await eventually('the follower to apply them', () => {
+      try {
+        return logOf(root, 'live').equals(order)
+      } catch {
+        return false
+      }
+    })
+    follower.child.kill('SIGTERM')
+    expect(await follower.exited).toBe(0)
+    expect(follower.stdout()).toBe('live: seq 3\n')
   })
 })
