@@ -31,6 +31,7 @@ export {
   type PushReport,
   replicatePush,
 } from './publisher.js'
+export { type SharedAppendOptions, type SharedOptions, SharedWorkspaces } from './shared.js'
 export {
   type Direction,
   type Position,

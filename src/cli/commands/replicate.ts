@@ -21,6 +21,7 @@ import {
 } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { clearProgress, count, meter, percent, rate } from '../progress.js'
+import { SHARE_USAGE, share, shareSpec } from './replicate-share.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
@@ -28,6 +29,7 @@ const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] 
        noa replicate init   --nats URL [--prefix P] [--stream NAME] [--replicas N] [--json]
        noa replicate promote <ws…> --nats URL [--root DIR] [--prefix P] [--stream NAME] [--writer ID] [--json]
        noa replicate resync  <ws…> --nats URL [--root DIR] [--prefix P] [--stream NAME] [--json]
+       ${SHARE_USAGE.slice('usage: '.length)}
 --nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>;
 --nice: CPU priority of a push or pull (default 10 with --follow, so local appends come first)`
 
@@ -153,6 +155,8 @@ const SPECS = {
 
 type Sub = keyof typeof SPECS
 
+const SHARE = shareSpec(COMMON)
+
 export const spec: GroupSpec = {
   usage: USAGE,
   subcommands: {
@@ -162,6 +166,7 @@ export const spec: GroupSpec = {
     init: { spec: SPECS.init, run: (args, io) => replicate('init', args, io) },
     promote: { spec: SPECS.promote, run: (args, io) => replicate('promote', args, io) },
     resync: { spec: SPECS.resync, run: (args, io) => replicate('resync', args, io) },
+    share: { spec: SHARE, run: (args, io) => share(args, io, SHARE) },
   },
 }
 
