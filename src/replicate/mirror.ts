@@ -31,7 +31,7 @@ import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { decodeMessage } from './message.js'
 import { ObjectSink } from './objects.js'
-import { resolveStream, type StreamRef } from './stream.js'
+import { nextOnSubject, resolveStream, type StreamRef } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,
@@ -75,6 +75,12 @@ export interface PullReport {
   entries: number
   /** Entries received that the local logs already had (checked byte-equal). */
   skipped: number
+  /**
+   * Messages skipped as racers of a shared workspace (a second publish nats-server 2.9 stored
+   * with an expectation another message had answered; not part of the order, see Shared
+   * workspaces in docs/replication.md).
+   */
+  racers: number
   objects: number
   /** Every message up to this stream sequence is applied. */
   streamSeq: number
@@ -162,6 +168,8 @@ class Mirror {
   private checkpoint!: PullCheckpoint
   private applied = 0
   private skipped = 0
+  /** Messages skipped as racers (racerOf). */
+  private racers = 0
   /** Everything up to here is applied. */
   private done = 0
   private pending = 0
@@ -227,6 +235,7 @@ class Mirror {
       prefix: this.s.prefix,
       entries: this.applied,
       skipped: this.skipped,
+      racers: this.racers,
       objects: this.sink.written,
       streamSeq: this.done,
       workspaces,
@@ -438,8 +447,56 @@ class Mirror {
       st.fence = { writer: d.writer, after: d.after, streamSeq: m.seq }
       return
     }
+    const queued = lines.get(st)
+    const expected = st.last + (queued?.length ?? 0) + 1
+    if (d.first < expected && (d.last >= expected || !(await this.holds(st, d, queued)))) {
+      // It overlaps what this log holds: either a message re-read (a restart, a torn apply), or
+      // a racer of a shared workspace (racerOf), which every reader skips alike.
+      if (await this.racerOf(m)) {
+        this.racers++
+        return
+      }
+    }
     for (let i = 0; i < d.lines.length; i++)
       await this.takeEntry(st, d.first + i, d.lines[i] as Buffer, m, lines)
+  }
+
+  /** Whether every entry of `d` is already here (in the log or queued), byte for byte. */
+  private async holds(
+    st: WorkspaceState,
+    d: { first: number; lines: Buffer[] },
+    queued: string[] | undefined,
+  ): Promise<boolean> {
+    for (let i = 0; i < d.lines.length; i++) {
+      const seq = d.first + i
+      const line = d.lines[i] as Buffer
+      if (seq > st.last) {
+        const q = queued?.[seq - st.last - 1]
+        if (q === undefined || q !== line.toString('utf8')) return false
+        continue
+      }
+      st.cursor ??= new SeqCursor(st.file)
+      const local = await st.cursor.lineAt(seq)
+      if (local === null || !sameBytes(local, line)) return false
+    }
+    return true
+  }
+
+  /**
+   * Whether a message is a racer: nats-server 2.9 can store two publishes made with the same
+   * Nats-Expected-Last-Subject-Sequence on a clustered stream (nats-io/nats-server#4320), which
+   * hosts appending to one shared workspace make (shared.ts). The first stored is the order's;
+   * a later one, whose expectation another message answered before it, is skipped, as every
+   * host of the shared workspace skips it (its writer published its entries again). Asked only
+   * of a message that overlaps this log and is not what the log holds there: one request.
+   */
+  private async racerOf(m: JsMsg): Promise<boolean> {
+    const raw = m.headers?.get('Nats-Expected-Last-Subject-Sequence') ?? ''
+    if (!/^\d+$/.test(raw)) return false
+    const first = await this.retry('read the message that answered an expectation', () =>
+      nextOnSubject(this.link, this.ref.name, m.subject, Number(raw) + 1),
+    )
+    return first !== null && first.seq < m.seq
   }
 
   /** One entry of a message: queued for its workspace, or checked against the local line. */
