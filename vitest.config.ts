@@ -13,6 +13,7 @@ export const LONG = [
   'test/03-store/compact-explorer.test.ts',
   'test/03-store/gc-live.test.ts',
   'test/07-replicate/crash.test.ts',
+  'test/07-replicate/shared-chaos.test.ts',
   'test/09-package/pack.test.ts',
   'test/10-adapters/langgraph-crash.test.ts',
   'test/10-serve/processes.test.ts',

@@ -149,7 +149,7 @@ export function setRecord(header: Buffer, offset: number, length: number): Buffe
   return buf
 }
 
-/** A frame under construction: pieces to write with one pwritev, and their checksum. */
+/** A frame under construction: its bytes (one piece) to write with one pwrite, checksummed. */
 export interface EncodedFrame {
   pieces: Buffer[]
   length: number
@@ -157,13 +157,21 @@ export interface EncodedFrame {
 }
 
 export interface FramePart {
+  /**
+   * The record's header; with `offset`, the open file's fixed header (recordHeader), whose
+   * offset and data length are written into the frame's copy (no header made per round).
+   */
   header: Buffer
   data: Buffer | null
+  /** Byte offset in the file, for a header made by recordHeader (setRecord's work, in place). */
+  offset?: number
 }
 
 /**
- * Builds a frame from record parts (header + data each). The data buffers are the same ones the
- * owner appends to the logs: the frame is written with pwritev, never copied together.
+ * Builds a frame from record parts (header + data each), copied into one buffer and summed with
+ * one CRC32C call: a round of 10,000 workspaces is 20,000 parts, and a native call per part
+ * (with a header buffer made per part) cost its owner more than copying the bytes (a few
+ * hundred KiB) does.
  */
 export function encodeFrame(
   journalId: number,
@@ -174,36 +182,31 @@ export function encodeFrame(
   let length = FRAME_HEADER
   for (const p of parts) length += p.header.length + (p.data?.length ?? 0)
   const padded = Math.ceil(length / SECTOR) * SECTOR
-  const head = Buffer.alloc(FRAME_HEADER)
-  head.writeUInt32LE(FRAME_MAGIC, 0)
-  head.writeUInt32LE(padded, 8)
-  head.writeUInt32LE(journalId >>> 0, 12)
-  put48(head, lsn, 16)
-  head.writeUInt32LE(flags, 24)
-  head.writeUInt32LE(parts.length, 28)
-  const pieces: Buffer[] = [head]
-  let crc = crc32c(head.subarray(8))
+  const frame = Buffer.allocUnsafe(padded)
+  frame.fill(0, 0, FRAME_HEADER)
+  frame.writeUInt32LE(FRAME_MAGIC, 0)
+  frame.writeUInt32LE(padded, 8)
+  frame.writeUInt32LE(journalId >>> 0, 12)
+  put48(frame, lsn, 16)
+  frame.writeUInt32LE(flags, 24)
+  frame.writeUInt32LE(parts.length, 28)
+  let at = FRAME_HEADER
   for (const p of parts) {
-    pieces.push(p.header)
-    crc = crc32c(p.header, crc)
-    if (p.data && p.data.length > 0) {
-      pieces.push(p.data)
-      crc = crc32c(p.data, crc)
+    p.header.copy(frame, at)
+    const dataLength = p.data?.length ?? 0
+    if (p.offset !== undefined) {
+      frame.writeUInt32LE(dataLength, at + 4)
+      put48(frame, p.offset, at + 16)
+    }
+    at += p.header.length
+    if (p.data && dataLength > 0) {
+      p.data.copy(frame, at)
+      at += dataLength
     }
   }
-  if (padded > length) {
-    const pad = zeros(padded - length)
-    pieces.push(pad)
-    crc = crc32c(pad, crc)
-  }
-  head.writeUInt32LE(crc >>> 0, 4)
-  return { pieces, length: padded, lsn }
-}
-
-let ZEROS = Buffer.alloc(SECTOR)
-function zeros(n: number): Buffer {
-  if (ZEROS.length < n) ZEROS = Buffer.alloc(n)
-  return ZEROS.subarray(0, n)
+  frame.fill(0, at)
+  frame.writeUInt32LE(crc32c(frame.subarray(8)) >>> 0, 4)
+  return { pieces: [frame], length: padded, lsn }
 }
 
 /** The 512-byte marker written at the head when the next frame does not fit before the end. */

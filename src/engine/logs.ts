@@ -5,7 +5,7 @@
 import { closeSync, fstatSync, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { byteStart, isCompactTemp, readBase } from './base.js'
-import { checkWorkspace, type Entry, isWorkspaceName, WORKSPACE_RE } from './entry.js'
+import { checkWorkspace, type Entry, isWorkspaceName, parseCounters, WORKSPACE_RE } from './entry.js'
 import { Errors } from './errors.js'
 import { checkDirsBelow, checkRoot, kindOf, openFileSync, READ, statFile } from './files.js'
 import { recoverJournalsLocked, refuseIfQuarantined, withRootLock } from './journal-recovery.js'
@@ -21,7 +21,15 @@ function kindAt(file: string): string {
 }
 
 import { withPath } from './errors.js'
-import { type EntryReadOptions, readChunks, readEntries, readEntryBatches, seekSeq } from './reader.js'
+import {
+  type EntryReadOptions,
+  findLastNewline,
+  readAt,
+  readChunks,
+  readEntries,
+  readEntryBatches,
+  seekSeq,
+} from './reader.js'
 import {
   countEntries,
   countersOf,
@@ -338,6 +346,70 @@ export function recoverLog(root: string, workspace: string): RecoverReport {
         native.fdatasync(fd)
       }
       return { workspace, file, created: false, truncatedBytes, size: tail.validLength, lastSeq, lastTs }
+    } finally {
+      native.close(fd)
+    }
+  })
+}
+
+/**
+ * Cuts a workspace's log just after entry `afterSeq` (replication's resync, which moved the
+ * lines after it aside first): under the root lock, with the journals of dead processes
+ * replayed and the log locked, as recovery cuts a torn tail (ftruncate, then fdatasync). A crash
+ * leaves the log whole or cut, never in between. Refused with nothing changed when another
+ * process holds the workspace (NOA_WORKSPACE_LOCKED), or when its last seq is no longer
+ * `expectLast` (NOA_CONFLICT: someone appended since the caller looked).
+ */
+export function cutLogAfter(
+  root: string,
+  workspace: string,
+  afterSeq: number,
+  expectLast: number,
+): { size: number; cutBytes: number } {
+  const file = existingLog(root, workspace)
+  const native = loadNative()
+  return withRootLock(root, () => {
+    recoverJournalsLocked(root)
+    refuseIfQuarantined(root, workspace)
+    let fd: number
+    try {
+      fd = native.openAppend(file, false, true)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).syscall === 'flock') {
+        throw Errors.WORKSPACE_LOCKED(`workspace ${workspace} is locked by another writer (${file})`, {
+          workspace,
+          file,
+        })
+      }
+      throw withPath(err, file)
+    }
+    try {
+      const tail = inspectTail(fd)
+      const { lastSeq } = countersOf(file, tail)
+      if (lastSeq !== expectLast || tail.size !== tail.validLength) {
+        throw Errors.CONFLICT(
+          `workspace ${workspace} changed while it was being cut (its last seq is ${lastSeq}, not ${expectLast}); nothing was changed`,
+          { workspace, file },
+        )
+      }
+      const at = afterSeq === 0 ? 0 : seekSeq(file, afterSeq + 1)
+      if (afterSeq > 0 && readBase(file)?.seq !== afterSeq) {
+        let before = -1
+        if (at > 0) {
+          const prev = findLastNewline(fd, at - 1)
+          const buf = Buffer.allocUnsafe(at - 1 - (prev + 1))
+          readAt(fd, buf, prev + 1)
+          before = parseCounters(buf.toString('utf8')).seq
+        }
+        if (before !== afterSeq)
+          throw Errors.CONFLICT(`workspace ${workspace}: ${file} has no entry ${afterSeq} to cut after`, {
+            workspace,
+            file,
+          })
+      }
+      native.ftruncate(fd, at)
+      native.fdatasync(fd)
+      return { size: at, cutBytes: tail.validLength - at }
     } finally {
       native.close(fd)
     }

@@ -15,6 +15,16 @@ export {
   type PushPosition,
 } from './checkpoint.js'
 export type { EventSink, ProgressSink, ReplicationEvent, ReplicationProgress } from './events.js'
+export {
+  type PromotedWorkspace,
+  type PromoteOptions,
+  type PromoteReport,
+  promote,
+  type ResyncedWorkspace,
+  type ResyncOptions,
+  type ResyncReport,
+  resync,
+} from './failover.js'
 export type { NatsTarget } from './link.js'
 export { type PulledWorkspace, type PullOptions, type PullReport, replicatePull } from './mirror.js'
 export {
@@ -24,6 +34,7 @@ export {
   type PushReport,
   replicatePush,
 } from './publisher.js'
+export { type SharedAppendOptions, type SharedOptions, SharedWorkspaces } from './shared.js'
 export {
   type Direction,
   type Position,

@@ -29,18 +29,19 @@ import type { EventSink, ProgressSink } from './events.js'
 import { asNoaError, Backoff, describeError, isTransient, replicationError, sleep } from './failures.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
+import { decodeMessage } from './message.js'
 import { ObjectSink } from './objects.js'
-import { resolveStream, type StreamRef } from './stream.js'
+import { nextOnSubject, resolveStream, type StreamRef } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,
-  entryMsgId,
   HDR_OBJECT_EXACT,
   HDR_OBJECT_OFFSET,
   HDR_OBJECT_SIZE,
   parseSubject,
   wildcardOf,
 } from './subjects.js'
+import { ownedOn } from './writers.js'
 
 export interface PullOptions {
   /** Server URL(s), comma-separated, or an open connection (left open). */
@@ -74,6 +75,12 @@ export interface PullReport {
   entries: number
   /** Entries received that the local logs already had (checked byte-equal). */
   skipped: number
+  /**
+   * Messages skipped as racers of a shared workspace (a second publish nats-server 2.9 stored
+   * with an expectation another message had answered; not part of the order, see Shared
+   * workspaces in docs/replication.md).
+   */
+  racers: number
   objects: number
   /** Every message up to this stream sequence is applied. */
   streamSeq: number
@@ -149,6 +156,8 @@ interface WorkspaceState {
   owned: boolean
   cursor: SeqCursor | null
   pulled: { from: number; to: number; entries: number } | null
+  /** The last fence this run read for it (a writer that took it over). */
+  fence: { writer: string; after: number; streamSeq: number } | null
 }
 
 class Mirror {
@@ -159,10 +168,14 @@ class Mirror {
   private checkpoint!: PullCheckpoint
   private applied = 0
   private skipped = 0
+  /** Messages skipped as racers (racerOf). */
+  private racers = 0
   /** Everything up to here is applied. */
   private done = 0
   private pending = 0
   private announced = false
+  /** Workspaces this root took over (promote): their messages are not applied here. */
+  private owned: ReadonlySet<string> = new Set()
   /** Stops the consumer in use (a checkpoint that cannot be saved ends the run). */
   private halt: (() => void) | null = null
 
@@ -199,6 +212,7 @@ class Mirror {
       workspaces: same ? saved.workspaces : {},
     }
     this.done = this.checkpoint.streamSeq
+    this.owned = new Set(ownedOn(this.s.root, this.s.prefix, this.ref).keys())
     // Where the checkpoint and the parts of large objects go is checked before anything is written.
     ensureReplicationDir(this.s.root)
     await this.sink.start()
@@ -221,6 +235,7 @@ class Mirror {
       prefix: this.s.prefix,
       entries: this.applied,
       skipped: this.skipped,
+      racers: this.racers,
       objects: this.sink.written,
       streamSeq: this.done,
       workspaces,
@@ -368,6 +383,8 @@ class Mirror {
    */
   private async apply(batch: JsMsg[]): Promise<void> {
     const lines = new Map<WorkspaceState, string[]>()
+    // A promote on this root (another process) takes effect from the next batch.
+    this.owned = new Set(ownedOn(this.s.root, this.s.prefix, this.ref).keys())
     let failure: unknown = null
     let applied = 0
     for (const m of batch) {
@@ -421,26 +438,76 @@ class Mirror {
       await this.sink.put(kind.id, size, offset, m.data, m.seq, exact)
       return
     }
+    // A workspace this root took over (promote) is written here, not mirrored.
+    if (this.owned.has(kind.workspace)) return
     const st = this.state(kind.workspace)
-    let counters: { seq: number; ts: number }
-    try {
-      counters = countersOf(m.data)
-    } catch (err) {
-      throw replicationError(
-        `stream seq ${m.seq} on ${m.subject}: not a log entry (${(err as Error).message})`,
-        {
-          streamSeq: m.seq,
-        },
-      )
+    const d = decodeMessage(st.ws, m.seq, m.data, m.headers)
+    if (d.kind === 'fence') {
+      // Carries no entry: the entries after it go on from its `after + 1`.
+      st.fence = { writer: d.writer, after: d.after, streamSeq: m.seq }
+      return
     }
-    const { seq, ts } = counters
-    const msgId = m.headers?.get('Nats-Msg-Id')
-    if (msgId !== entryMsgId(st.ws, seq)) {
-      throw replicationError(
-        `stream seq ${m.seq} on ${m.subject}: Nats-Msg-Id ${JSON.stringify(msgId ?? '')} does not name ${entryMsgId(st.ws, seq)}`,
-        { streamSeq: m.seq, workspace: st.ws },
-      )
+    const queued = lines.get(st)
+    const expected = st.last + (queued?.length ?? 0) + 1
+    if (d.first < expected && (d.last >= expected || !(await this.holds(st, d, queued)))) {
+      // It overlaps what this log holds: either a message re-read (a restart, a torn apply), or
+      // a racer of a shared workspace (racerOf), which every reader skips alike.
+      if (await this.racerOf(m)) {
+        this.racers++
+        return
+      }
     }
+    for (let i = 0; i < d.lines.length; i++)
+      await this.takeEntry(st, d.first + i, d.lines[i] as Buffer, m, lines)
+  }
+
+  /** Whether every entry of `d` is already here (in the log or queued), byte for byte. */
+  private async holds(
+    st: WorkspaceState,
+    d: { first: number; lines: Buffer[] },
+    queued: string[] | undefined,
+  ): Promise<boolean> {
+    for (let i = 0; i < d.lines.length; i++) {
+      const seq = d.first + i
+      const line = d.lines[i] as Buffer
+      if (seq > st.last) {
+        const q = queued?.[seq - st.last - 1]
+        if (q === undefined || q !== line.toString('utf8')) return false
+        continue
+      }
+      st.cursor ??= new SeqCursor(st.file)
+      const local = await st.cursor.lineAt(seq)
+      if (local === null || !sameBytes(local, line)) return false
+    }
+    return true
+  }
+
+  /**
+   * Whether a message is a racer: nats-server 2.9 can store two publishes made with the same
+   * Nats-Expected-Last-Subject-Sequence on a clustered stream (nats-io/nats-server#4320), which
+   * hosts appending to one shared workspace make (shared.ts). The first stored is the order's;
+   * a later one, whose expectation another message answered before it, is skipped, as every
+   * host of the shared workspace skips it (its writer published its entries again). Asked only
+   * of a message that overlaps this log and is not what the log holds there: one request.
+   */
+  private async racerOf(m: JsMsg): Promise<boolean> {
+    const raw = m.headers?.get('Nats-Expected-Last-Subject-Sequence') ?? ''
+    if (!/^\d+$/.test(raw)) return false
+    const first = await this.retry('read the message that answered an expectation', () =>
+      nextOnSubject(this.link, this.ref.name, m.subject, Number(raw) + 1),
+    )
+    return first !== null && first.seq < m.seq
+  }
+
+  /** One entry of a message: queued for its workspace, or checked against the local line. */
+  private async takeEntry(
+    st: WorkspaceState,
+    seq: number,
+    line: Buffer,
+    m: JsMsg,
+    lines: Map<WorkspaceState, string[]>,
+  ): Promise<void> {
+    const { ts } = countersOf(line)
     const queued = lines.get(st)
     let expected = st.last + (queued?.length ?? 0) + 1
     if (seq >= expected && !st.owned && !queued) {
@@ -449,7 +516,7 @@ class Mirror {
       this.readTail(st)
       expected = st.last + 1
     }
-    if (seq > expected && st.last === 0 && !queued && isBaseLine(Buffer.from(m.data).toString('utf8'))) {
+    if (seq > expected && st.last === 0 && !queued && isBaseLine(line.toString('utf8'))) {
       // A compacted origin: its log starts with a base record at its seq, and so does this one.
       this.readTail(st)
       if (st.last === 0) {
@@ -458,7 +525,7 @@ class Mirror {
       }
     }
     if (seq < expected) {
-      await this.checkHave(st, seq, m)
+      await this.checkHave(st, seq, line, m.seq)
       if (seq === st.last) st.streamSeq = m.seq
       this.skipped++
       return
@@ -469,7 +536,7 @@ class Mirror {
         { workspace: st.ws, seq, streamSeq: m.seq },
       )
     }
-    const text = Buffer.from(m.data).toString('utf8')
+    const text = line.toString('utf8')
     if (queued) queued.push(text)
     else lines.set(st, [text])
     st.pulled = st.pulled
@@ -480,13 +547,22 @@ class Mirror {
   }
 
   /** An entry the local log has already: it must be the same bytes. */
-  private async checkHave(st: WorkspaceState, seq: number, m: JsMsg): Promise<void> {
+  private async checkHave(st: WorkspaceState, seq: number, line: Buffer, streamSeq: number): Promise<void> {
     st.cursor ??= new SeqCursor(st.file)
     const local = await st.cursor.lineAt(seq)
-    if (local === null || !sameBytes(local, m.data)) {
+    if (local === null || !sameBytes(local, line)) {
+      if (st.fence !== null && st.fence.after < seq) {
+        // A writer took the workspace over after this log's entries: they are a fenced writer's.
+        const seqs: number[] = []
+        for (let s = st.fence.after + 1; s <= st.last; s++) seqs.push(s)
+        throw Errors.REPLICA_DIVERGED(
+          `workspace ${st.ws}: writer ${st.fence.writer} took it over (fence at stream seq ${st.fence.streamSeq}, after seq ${st.fence.after}), and ${st.file} holds other entries from seq ${st.fence.after + 1}: they are not in the stream; nothing was applied to it. \`noa replicate resync ${st.ws}\` moves them aside and makes the log the stream's`,
+          { workspace: st.ws, seqs, streamSeq },
+        )
+      }
       throw replicationError(
-        `workspace ${st.ws}: the stream's entry seq ${seq} (stream seq ${m.seq}) ${local === null ? 'is not in' : 'differs from the line in'} ${st.file}: this log has diverged from its origin (written here, or from another origin)`,
-        { workspace: st.ws, seq, streamSeq: m.seq },
+        `workspace ${st.ws}: the stream's entry seq ${seq} (stream seq ${streamSeq}) ${local === null ? 'is not in' : 'differs from the line in'} ${st.file}: this log has diverged from its origin (written here, or from another origin)`,
+        { workspace: st.ws, seq, streamSeq },
       )
     }
   }
@@ -503,6 +579,7 @@ class Mirror {
       owned: false,
       cursor: null,
       pulled: null,
+      fence: null,
     }
     this.readTail(st)
     const saved = this.checkpoint.workspaces[ws]

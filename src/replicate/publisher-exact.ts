@@ -19,12 +19,14 @@ import {
   replicationError,
   sleep,
 } from './failures.js'
-import { countersOf, lineAtSeq, sameBytes } from './lines.js'
+import { divergedError, type Examined, examine, type StreamEntry } from './history.js'
+import { countersOf, sameBytes } from './lines.js'
 import { Aborted } from './link.js'
 import { PublisherObjects } from './publisher-objects.js'
 import { LogProblem, local, Stopped, type WorkspaceState } from './publisher-state.js'
-import { findEntryOnSubject, lastOnSubject, messageAt, resolveStream } from './stream.js'
+import { messageAt, resolveStream } from './stream.js'
 import { entryMsgId } from './subjects.js'
+import { fencedOn, ownedOn } from './writers.js'
 
 export abstract class PublisherExact extends PublisherObjects {
   protected async publishEntry(
@@ -99,94 +101,91 @@ export abstract class PublisherExact extends PublisherObjects {
 
   /**
    * Continues after what the stream holds for this workspace. The junction (the last entry
-   * both have) must be byte-equal in the log and in the stream, or the two have diverged.
+   * both have) must be byte-equal in the log and in the stream, or the two have diverged. The
+   * subject's last message may be a fence (promote): the next publish expects the fence's stream
+   * seq, but only a fence this root wrote lets it publish; after another's, its entries the
+   * stream does not have are NOA_REPLICA_DIVERGED (the workspace stops, its log is untouched).
    */
   protected async reconcile(
     st: WorkspaceState,
     refused: { seq: number; expected: number } | null,
   ): Promise<void> {
-    const last = await this.retry(`read the last message of ${st.subject}`, () =>
-      lastOnSubject(this.link, this.ref.name, st.subject),
-    )
+    const ex = await this.examine(st)
     const why = refused
       ? `the server refused seq ${refused.seq} (expected last subject sequence ${refused.expected} is stale)`
       : null
-    if (last === null) {
+    const tail = ex.tail
+    if (tail === null) {
       st.pos = { seq: 0, ts: 0, offset: 0, streamSeq: 0 }
       st.junction = null
+      st.fenced = false
       st.reconciled = true
       return
     }
-    let counters: { seq: number; ts: number }
-    try {
-      counters = countersOf(last.data)
-    } catch (err) {
-      throw replicationError(
-        `workspace ${st.ws}: the last message on ${st.subject} (stream seq ${last.seq}) is not a log entry: ${(err as Error).message}`,
-        { workspace: st.ws },
-      )
-    }
-    const serverSeq = counters.seq
-    const msgId = last.header?.get('Nats-Msg-Id')
-    if (msgId !== entryMsgId(st.ws, serverSeq)) {
-      throw replicationError(
-        `workspace ${st.ws}: the last message on ${st.subject} (stream seq ${last.seq}) has Nats-Msg-Id ${JSON.stringify(msgId ?? '')}, not ${entryMsgId(st.ws, serverSeq)}: not written by noa`,
-        { workspace: st.ws },
-      )
-    }
-    const localLast = await local(() => this.localLastSeq(st))
+    if (ex.diverged.length > 0) throw new LogProblem(divergedError(st.ws, st.subject, ex))
+    const serverSeq = tail.entry?.seq ?? 0
+    const localLast = ex.local
     const junction = Math.min(localLast, serverSeq)
     const base = await local(() => baseOf(st.file))
     if (base !== null && junction < base.seq) throw new LogProblem(this.behindBase(st, base, serverSeq))
-    if (junction > 0 && base?.seq !== junction) {
-      // (At the base's own seq the stream may hold the entry it stands for: that is no divergence.)
-      const mine = await local(() => lineAtSeq(st.file, junction))
-      const remote =
-        junction === serverSeq ? last.data : ((await this.findEntry(st, junction, last.seq))?.data ?? null)
-      if (mine === null || remote === null || !sameBytes(mine, remote)) {
-        throw this.diverged(
-          st,
-          junction,
-          `${why ? `${why}; ` : ''}the stream's entry for seq ${junction} ${remote === null ? 'is missing' : 'differs from the local one'}`,
-        )
-      }
+    if (ex.mismatch) {
+      throw this.diverged(
+        st,
+        junction,
+        `${why ? `${why}; ` : ''}the stream's entry for seq ${junction} differs from the local one`,
+      )
     }
+    st.fenced = ex.fence !== null
+    const at = { seq: serverSeq, ts: tail.entry?.ts ?? 0, streamSeq: tail.lastStreamSeq }
     if (serverSeq <= localLast) {
-      st.pos = {
-        seq: serverSeq,
-        ts: counters.ts,
-        offset: await local(() => seekSeq(st.file, serverSeq + 1)),
-        streamSeq: last.seq,
-      }
+      st.pos = { ...at, offset: await local(() => seekSeq(st.file, serverSeq + 1)) }
       st.junction = null
     } else {
       // The stream is ahead of this log (a mirror copy, or entries not durable here yet).
-      st.pos = {
-        seq: serverSeq,
-        ts: counters.ts,
-        offset: await local(() => seekSeq(st.file, localLast + 1)),
-        streamSeq: last.seq,
-      }
-      st.junction = { seq: serverSeq, data: Uint8Array.from(last.data) }
+      st.pos = { ...at, offset: await local(() => seekSeq(st.file, localLast + 1)) }
+      st.junction = { seq: serverSeq, data: Uint8Array.from((tail.entry as StreamEntry).line) }
     }
     st.reconciled = true
     this.checkpointDirty = true
   }
 
-  protected localLastSeq(st: WorkspaceState): number {
-    return lastSeqOfLog(st.file)
+  /** The log against its subject (history.ts); a failure to read the log is the workspace's own. */
+  protected async examine(st: WorkspaceState): Promise<Examined> {
+    const own = ownedOn(this.s.root, this.s.prefix, this.ref).get(st.ws)?.fenceStreamSeq ?? 0
+    const before = fencedOn(this.s.root, this.s.prefix, this.ref).get(st.ws)
+    try {
+      return await examine(
+        this.link,
+        this.ref.name,
+        st.subject,
+        st.ws,
+        st.file,
+        own,
+        (what, fn) => this.retry(what, fn),
+        before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
+      )
+    } catch (err) {
+      if (err instanceof Stopped || err instanceof LogProblem || isTransient(err)) throw err
+      // The stream's side failing stops the run; the log's own (corrupt, unreadable) its workspace.
+      if (err instanceof NoaError && (err.code === 'NOA_REPLICATION' || err.code === 'NOA_STREAM_CONFIG'))
+        throw err
+      if (typeof (err as NodeJS.ErrnoException).code === 'string') throw new LogProblem(err)
+      throw err
+    }
   }
 
-  protected findEntry(st: WorkspaceState, seq: number, hiStreamSeq: number) {
-    return findEntryOnSubject(
-      this.link,
-      this.ref.name,
-      st.subject,
-      seq,
-      hiStreamSeq,
-      (data) => countersOf(data).seq,
-      (what, fn) => this.retry(what, fn),
+  /** NOA_REPLICA_DIVERGED for a fenced workspace whose log went on (the seqs read again). */
+  protected async fencedError(st: WorkspaceState): Promise<LogProblem> {
+    const ex = await this.examine(st)
+    if (ex.fence !== null && ex.diverged.length > 0)
+      return new LogProblem(divergedError(st.ws, st.subject, ex))
+    return new LogProblem(
+      this.diverged(st, ex.common + 1, 'another writer took the workspace over (a fence) before this entry'),
     )
+  }
+
+  protected localLastSeq(st: WorkspaceState): number {
+    return lastSeqOfLog(st.file)
   }
 
   /** NOA_COMPACTED: the stream ends before this log's base, whose entries the log no longer has. */

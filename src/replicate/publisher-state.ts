@@ -68,9 +68,11 @@ export interface PushFailure {
   /** Absent for a file that is not one workspace's log (an object, a shard folder). */
   workspace?: string
   file: string
-  /** NOA_CORRUPT_LOG, NOA_NOT_REGULAR_FILE, EACCES, … */
+  /** NOA_CORRUPT_LOG, NOA_NOT_REGULAR_FILE, NOA_REPLICA_DIVERGED, EACCES, … */
   code: string
   message: string
+  /** NOA_REPLICA_DIVERGED: the local seqs the stream does not have (kept in the log). */
+  seqs?: number[]
 }
 
 export interface PushReport {
@@ -84,7 +86,9 @@ export interface PushReport {
   /**
    * Logs that are corrupt, unreadable or not regular files, and objects that could not be
    * read: nothing of a failed workspace's round was published (its lines are all checked before
-   * the first is sent), and every other workspace was published whole. Empty when all went well.
+   * the first is sent), and every other workspace was published whole. A workspace another
+   * writer took over (a fence) is here too, as NOA_REPLICA_DIVERGED with the seqs it holds that
+   * the stream does not. Empty when all went well.
    */
   failed: PushFailure[]
   durationMs: number
@@ -111,6 +115,8 @@ export interface WorkspaceState {
   subject: string
   pos: PushPosition
   reconciled: boolean
+  /** Another writer's fence follows what the stream and this log share: nothing more is published. */
+  fenced: boolean
   /** The stream was ahead of this log: its entry at this seq must equal ours when we reach it. */
   junction: { seq: number; data: Uint8Array } | null
   /** More may have been written since the last round. */
@@ -163,6 +169,9 @@ export function failureOf(err: unknown, file: string, workspace?: string): PushF
     file,
     code: typeof e?.code === 'string' ? e.code : 'ERROR',
     message: typeof e?.message === 'string' ? e.message : String(err),
+    ...(err instanceof NoaError && err.code === 'NOA_REPLICA_DIVERGED'
+      ? { seqs: (err.details as { seqs: number[] }).seqs }
+      : {}),
   }
 }
 

@@ -184,6 +184,7 @@ export abstract class PublisherTail extends PublisherExact {
           // The stream already holds this entry (it was ahead of this log).
           if (st.junction && seq === st.junction.seq) {
             if (!sameBytes(line, st.junction.data)) {
+              if (st.fenced) throw await this.fencedError(st)
               throw this.diverged(st, seq, 'the stream holds a different entry for this seq')
             }
             st.junction = null
@@ -191,6 +192,8 @@ export abstract class PublisherTail extends PublisherExact {
           st.pos.offset = lineEnd
           continue
         }
+        // Another writer's fence: this log's new entries are not this root's to publish.
+        if (st.fenced) throw await this.fencedError(st)
         if (at === 0 && seq > st.pos.seq + 1 && isBaseLine(line.toString('utf8'))) {
           // A compacted log: its base record goes first into an empty stream (a mirror starts
           // its log with it); a stream that ends before the base cannot be continued from here.

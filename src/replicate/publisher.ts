@@ -281,6 +281,7 @@ class Publisher extends PublisherTail {
       pos: saved ? { ...saved } : { seq: 0, ts: 0, offset: 0, streamSeq: 0 },
       reconciled: false,
       junction: null,
+      fenced: false,
       dirty: false,
       running: null,
       seenSize: -1,

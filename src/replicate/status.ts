@@ -10,15 +10,23 @@
  */
 import { closeSync } from 'node:fs'
 import { nowMicros } from '../engine/clock.js'
-import { Errors, NoaError } from '../engine/errors.js'
+import { Errors, isNoaError, NoaError } from '../engine/errors.js'
 import { checkRoot, openFileSync, READ } from '../engine/files.js'
 import { logPath, resolveRoot, scanLogDir } from '../engine/logs.js'
 import { inspectTail } from '../engine/recovery.js'
 import { loadCheckpoint } from './checkpoint.js'
 import { asNoaError } from './failures.js'
+import {
+  decodeStored,
+  divergedError,
+  examine,
+  findStreamEntry,
+  type SubjectTail,
+  subjectTail,
+} from './history.js'
 import { countersOf, lineAtSeq } from './lines.js'
 import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
-import { findEntryOnSubject, lastOnSubject, nextOnSubject, resolveStream } from './stream.js'
+import { nextOnSubject, resolveStream } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,
@@ -27,6 +35,7 @@ import {
   wildcardOf,
   workspaceSubject,
 } from './subjects.js'
+import { fencedOn, ownedOn } from './writers.js'
 
 export interface StatusOptions {
   root?: string
@@ -42,7 +51,8 @@ export interface Position {
   ts: number
 }
 
-export type Direction = 'in-sync' | 'push' | 'pull' | 'unknown'
+/** diverged: a writer took the workspace over and this log holds entries the stream does not (see `diverged`). */
+export type Direction = 'in-sync' | 'push' | 'pull' | 'unknown' | 'diverged'
 
 export interface WorkspaceReplication {
   workspace: string
@@ -59,6 +69,11 @@ export interface WorkspaceReplication {
   replicable: boolean
   /** Why the local log could not be read (its position is then unknown: seq 0, direction unknown). */
   error?: { file: string; code: string; message: string }
+  /**
+   * NOA_REPLICA_DIVERGED (from the server's view only): another writer fenced this root, and
+   * these local seqs are not in the stream (`noa replicate resync` moves them aside).
+   */
+  diverged?: { code: 'NOA_REPLICA_DIVERGED'; message: string; seqs: number[] }
 }
 
 /** A local log whose position could not be read. */
@@ -250,35 +265,54 @@ async function statusNow(options: StatusOptions): Promise<ReplicationStatus> {
       if (kind?.kind === 'workspace') inStream.add(kind.workspace)
     }
     const names = [...new Set([...local, ...inStream])].sort()
+    const owned = ownedOn(root, prefix, ref)
+    const fenced = fencedOn(root, prefix, ref)
     const workspaces = await mapLimited(names, 16, async (ws) => {
       const subject = workspaceSubject(prefix, ws)
       let stream: Position = { seq: 0, ts: 0 }
       let lastStreamSeq = 0
+      let tail: SubjectTail | null = null
       if (inStream.has(ws)) {
-        const last = await lastOnSubject(link, ref.name, subject)
-        if (last) {
-          stream = countersOf(last.data)
-          lastStreamSeq = last.seq
-        }
+        tail = await subjectTail(link, ref.name, subject, ws)
+        if (tail?.entry) stream = { seq: tail.entry.seq, ts: tail.entry.ts }
+        lastStreamSeq = tail?.lastStreamSeq ?? 0
       }
       const nextStreamTs = async (seq: number): Promise<number | null> => {
         // The pull checkpoint says where the mirror's last entry sits in the stream.
         const hint = pullCp?.workspaces[ws]
         if (hint && hint.seq === seq - 1 && hint.streamSeq > 0) {
           const m = await nextOnSubject(link, ref.name, subject, hint.streamSeq + 1)
-          if (m && countersOf(m.data).seq === seq) return countersOf(m.data).ts
+          const d = m ? decodeStored(ws, m) : null
+          if (d?.kind === 'entries' && d.first === seq) return countersOf(d.lines[0] as Buffer).ts
         }
-        const m = await findEntryOnSubject(
+        const e = await findStreamEntry(link, ref.name, subject, ws, seq, lastStreamSeq)
+        return e ? e.ts : null
+      }
+      const position = localPosition(root, ws)
+      const row = await lagOf(root, ws, position, isSubjectSafe(ws) ? stream : null, nextStreamTs, now)
+      if (tail !== null && isSubjectSafe(ws) && !('error' in position) && position.seq > 0) {
+        const before = fenced.get(ws)
+        // A log that cannot be compared (corrupt before its tail) is shown by its tail alone.
+        const ex = await examine(
           link,
           ref.name,
           subject,
-          seq,
-          lastStreamSeq,
-          (d) => countersOf(d).seq,
-        )
-        return m ? countersOf(m.data).ts : null
+          ws,
+          logPath(root, ws),
+          owned.get(ws)?.fenceStreamSeq ?? 0,
+          undefined,
+          before ? { writer: before.writer, after: before.after, streamSeq: before.streamSeq } : null,
+        ).catch((err: unknown) => {
+          if (isNoaError(err, 'NOA_REPLICATION')) throw err
+          return null
+        })
+        if (ex !== null && ex.diverged.length > 0) {
+          const err = divergedError(ws, subject, ex)
+          row.direction = 'diverged'
+          row.diverged = { code: 'NOA_REPLICA_DIVERGED', message: err.message, seqs: ex.diverged }
+        }
       }
-      return lagOf(root, ws, localPosition(root, ws), isSubjectSafe(ws) ? stream : null, nextStreamTs, now)
+      return row
     })
     return {
       prefix,

@@ -14,7 +14,6 @@ import {
   fileRecordHeader,
   HEADER_SLOTS,
   SECTOR,
-  setRecord,
   wrapFrame,
 } from '../engine/journal-format.js'
 import { SYNC_FDATASYNC, SYNC_SYNCFS, type SyncMode } from '../engine/native.js'
@@ -138,7 +137,7 @@ export abstract class OwnerCommit extends OwnerPlace {
             })
           }
         }
-        parts.push({ header: setRecord(recordOf(b.file), b.file.size, b.data.length), data: b.data })
+        parts.push({ header: recordOf(b.file), offset: b.file.size, data: b.data })
         taken.push(b)
       }
       if ('own' in item) {

@@ -1,5 +1,6 @@
 import { getPriority, setPriority } from 'node:os'
 import type { ReplicationEvent, ReplicationProgress } from '../../replicate/events.js'
+import { promote, resync } from '../../replicate/failover.js'
 import { replicatePull } from '../../replicate/mirror.js'
 import { replicatePush } from '../../replicate/publisher.js'
 import { replicationStatus } from '../../replicate/status.js'
@@ -20,11 +21,15 @@ import {
 } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { clearProgress, count, meter, percent, rate } from '../progress.js'
+import { SHARE_USAGE, share, shareSpec } from './replicate-share.js'
 
 const USAGE = `usage: noa replicate push   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate pull   --nats URL [--root DIR] [--prefix P] [--stream NAME] [--follow [--nice N]] [--json]
        noa replicate status [--nats URL] [--root DIR] [--prefix P] [--stream NAME] [--json]
        noa replicate init   --nats URL [--prefix P] [--stream NAME] [--replicas N] [--json]
+       noa replicate promote <ws…> --nats URL [--root DIR] [--prefix P] [--stream NAME] [--writer ID] [--json]
+       noa replicate resync  <ws…> --nats URL [--root DIR] [--prefix P] [--stream NAME] [--json]
+       ${SHARE_USAGE.slice('usage: '.length)}
 --nats defaults to $NOA_NATS_URL; --prefix to noa; the stream is the one capturing <prefix>.>;
 --nice: CPU priority of a push or pull (default 10 with --follow, so local appends come first)`
 
@@ -94,7 +99,9 @@ const SPECS = {
     options: COMMON,
     positionals: [0, 0],
     examples: ['noa replicate status --nats nats://127.0.0.1:4222'],
-    exitCodes: { 1: 'a log could not be read (each is named; the others are shown)' },
+    exitCodes: {
+      1: 'a log could not be read (each is named; the others are shown), or a workspace diverged (NOA_REPLICA_DIVERGED: another writer took it over)',
+    },
   }),
   init: subcommand({
     summary: 'create the stream, or fix its settings, for replicating <prefix>.>',
@@ -114,9 +121,41 @@ const SPECS = {
       1: 'the server cannot be reached, the stream cannot be fixed in place, or --replicas N > 1 on a server that is not in a cluster',
     },
   }),
+  promote: subcommand({
+    summary:
+      'take over writing workspaces on this mirror: check it has all the stream has, then fence the old writer',
+    usage: USAGE,
+    options: {
+      ...COMMON,
+      writer: {
+        type: 'string',
+        value: 'ID',
+        description: 'the writer id the fence names (letters, digits, _ . -)',
+        defaultText: 'this host name',
+      },
+    },
+    positionals: [1, 100_000],
+    examples: ['noa replicate promote main feat-7 --nats nats://127.0.0.1:4222 --root /srv/mirror'],
+    exitCodes: {
+      1: 'the mirror is behind on a workspace (run pull first), its log differs from the stream, or the old writer published meanwhile: nothing was fenced for it',
+    },
+  }),
+  resync: subcommand({
+    summary:
+      "bring a fenced writer back to the stream's history: its divergent entries are kept aside, its log made the stream's",
+    usage: USAGE,
+    options: COMMON,
+    positionals: [1, 100_000],
+    examples: ['noa replicate resync main --nats nats://127.0.0.1:4222 --root /srv/noa'],
+    exitCodes: {
+      1: 'a workspace did not diverge (no other writer fenced it, or its log holds nothing after the fence), or another process writes it: nothing was changed',
+    },
+  }),
 }
 
 type Sub = keyof typeof SPECS
+
+const SHARE = shareSpec(COMMON)
 
 export const spec: GroupSpec = {
   usage: USAGE,
@@ -125,6 +164,9 @@ export const spec: GroupSpec = {
     pull: { spec: SPECS.pull, run: (args, io) => replicate('pull', args, io) },
     status: { spec: SPECS.status, run: (args, io) => replicate('status', args, io) },
     init: { spec: SPECS.init, run: (args, io) => replicate('init', args, io) },
+    promote: { spec: SPECS.promote, run: (args, io) => replicate('promote', args, io) },
+    resync: { spec: SPECS.resync, run: (args, io) => replicate('resync', args, io) },
+    share: { spec: SHARE, run: (args, io) => share(args, io, SHARE) },
   },
 }
 
@@ -133,8 +175,9 @@ export function run(args: string[], io: CliIo): Promise<number> {
 }
 
 async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> {
-  const { values } = parseCommand(rest, SPECS[name])
+  const { values, positionals } = parseCommand(rest, SPECS[name])
   const v = values as {
+    writer?: string
     root?: string
     json?: boolean
     nats?: string
@@ -189,7 +232,11 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
             )
           }
           // The healthy workspaces were pushed whole; what could not be is listed last, exit 1.
-          return reportFailures(io, `replicate push`, r.failed, 'not published')
+          // A fenced workspace says so by its code (another writer took it over: resync, not repair).
+          const failed = r.failed.map((f) =>
+            f.code === 'NOA_REPLICA_DIVERGED' ? { ...f, message: `${f.code}: ${f.message}` } : f,
+          )
+          return reportFailures(io, `replicate push`, failed, 'not published')
         } else {
           const r = await replicatePull(options).finally(() => shown.done())
           if (v.json) await write(io.stdout, json(r))
@@ -208,7 +255,8 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
       const r = await replicationStatus({ root: rootOf(v), prefix, stream: v.stream, nats })
       if (v.json) {
         await write(io.stdout, json(r))
-        return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
+        const failed = await reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
+        return r.workspaces.some((w) => w.diverged) ? 1 : failed
       }
       const rows = r.workspaces.map((w) => [
         w.workspace,
@@ -227,7 +275,63 @@ async function replicate(name: Sub, rest: string[], io: CliIo): Promise<number> 
           ? `stream ${r.stream} (${prefix}.>), read from the server`
           : `the push checkpoint${r.push ? ` saved ${r.push.savedAt}` : ' (none: nothing pushed yet)'}; give --nats for the server's view`
       await write(io.stdout, `${source}\n${fmt(head)}${rows.map(fmt).join('')}`)
-      return reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
+      const diverged = r.workspaces.filter((w) => w.diverged)
+      if (diverged.length > 0) {
+        await write(
+          io.stderr,
+          diverged
+            .map((w) => `noa replicate status: NOA_REPLICA_DIVERGED: ${w.diverged?.message}\n`)
+            .join(''),
+        )
+      }
+      const failed = await reportFailures(io, 'replicate status', r.failed, 'its position is unknown')
+      return diverged.length > 0 ? 1 : failed
+    }
+    case 'promote': {
+      const r = await promote({
+        nats: nats as string,
+        root: existingRootOf(v),
+        prefix,
+        stream: v.stream,
+        workspaces: positionals,
+        writer: v.writer,
+      })
+      if (v.json) await write(io.stdout, json(r))
+      else {
+        await write(
+          io.stdout,
+          r.workspaces
+            .map((w) =>
+              w.already
+                ? `${w.workspace}: written here already (writer ${w.writer}, fence at stream seq ${w.fenceStreamSeq})\n`
+                : `${w.workspace}: promoted, writer ${w.writer}; fence at stream seq ${w.fenceStreamSeq} after seq ${w.after}\n`,
+            )
+            .join(''),
+        )
+      }
+      return 0
+    }
+    case 'resync': {
+      const r = await resync({
+        nats: nats as string,
+        root: existingRootOf(v),
+        prefix,
+        stream: v.stream,
+        workspaces: positionals,
+      })
+      if (v.json) await write(io.stdout, json(r))
+      else {
+        await write(
+          io.stdout,
+          r.workspaces
+            .map(
+              (w) =>
+                `${w.workspace}: ${count(w.kept.seqs.length, 'entry', 'entries')} the stream did not have kept in ${w.kept.file}; log cut after seq ${w.common}, ${count(w.applied, 'entry', 'entries')} of the stream applied (now at seq ${w.last})\n`,
+            )
+            .join(''),
+        )
+      }
+      return 0
     }
     case 'init': {
       const replicas = intOption(v.replicas, 'replicas', USAGE, 1)
