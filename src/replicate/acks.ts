@@ -40,6 +40,7 @@ import { decodeMessage, encodeEntries } from './message.js'
 import { baseOf, lastSeqOfLog } from './publisher-exact.js'
 import { lastOnSubject, messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, checkStreamName, DEFAULT_PREFIX, isSubjectSafe, workspaceSubject } from './subjects.js'
+import { fencedOn, ownedOn } from './writers.js'
 
 export type AckDurability = 'replicated' | 'local'
 
@@ -457,9 +458,24 @@ export class ReplicatedAcks implements Replication {
           )
     let localLast = fromFile ? Math.max(w.committed, lastSeqOfLog(w.file)) : w.committed
     let streamLast = 0
+    if (fromFile) {
+      // Failover's records (writers.ts): a workspace another writer fenced here and resync made a
+      // mirror is written by that writer, not by this root, until this root promotes it again.
+      const fenced = fencedOn(this.root, this.o.prefix, this.ref).get(w.ws)
+      if (fenced) {
+        throw replicationError(
+          `workspace ${w.ws}: writer ${fenced.writer} took it over after seq ${fenced.after} and this root mirrors it since (resync): \`noa replicate promote\` it to write here`,
+          { workspace: w.ws, seq: fenced.after + 1 },
+        )
+      }
+    }
     if (msg) {
       const d = decodeMessage(w.ws, msg.seq, msg.data, msg.header)
-      if (d.kind === 'fence') {
+      // Only a fence this root wrote (promote, recorded in writers.ts) lets it go on after it.
+      const own =
+        d.kind === 'fence' &&
+        ownedOn(this.root, this.o.prefix, this.ref).get(w.ws)?.fenceStreamSeq === msg.seq
+      if (d.kind === 'fence' && !own) {
         if (localLast > d.after) {
           const seqs = range(d.after + 1, localLast)
           throw Errors.REPLICA_DIVERGED(
@@ -467,8 +483,13 @@ export class ReplicatedAcks implements Replication {
             { workspace: w.ws, seqs },
           )
         }
-        streamLast = d.after
-      } else streamLast = d.last
+        throw replicationError(
+          `workspace ${w.ws}: writer ${d.writer} took it over after seq ${d.after} (a fence this root did not write): \`noa replicate promote\` it to write here`,
+          { workspace: w.ws, seq: d.after + 1 },
+        )
+      }
+      if (d.kind === 'fence') streamLast = d.after
+      else streamLast = d.last
       // Another publisher of this root (noa replicate push) may have sent lines this process
       // committed but has not heard of yet: it publishes only what is durable in the log.
       if (streamLast > localLast && !fromFile) localLast = Math.max(localLast, lastSeqOfLog(w.file))

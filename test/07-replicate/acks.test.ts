@@ -10,7 +10,7 @@ import { jetstream, jetstreamManager, type StoredMsg } from '@nats-io/jetstream'
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
 import { describe, expect, it } from 'vitest'
 import { AgentLog } from '../../dist/src/index.js'
-import { initStream } from '../../dist/src/replicate/index.js'
+import { initStream, promote, replicatePull } from '../../dist/src/replicate/index.js'
 import { encodeFence } from '../../dist/src/replicate/message.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
 import { createStream, uniqueNames, withConnection } from '../helpers/nats.js'
@@ -261,6 +261,38 @@ describe('replicated acks on an R3 stream', () => {
     } finally {
       await reopened.close()
     }
+  })
+
+  it('after a promote, the promoted root appends after its own fence and the old writer is refused', async () => {
+    const { prefix, stream, url } = await r3()
+    const a = tempDir()
+    const logA = await AgentLog.open({ root: a, workers: 1, replicate: { nats: url, prefix, stream } })
+    await logA.appendMany('handed', entries('handed', 1, 3))
+    await logA.close()
+    const b = tempDir()
+    await replicatePull({ nats: url, root: b, prefix, stream })
+    await promote({ nats: url, root: b, prefix, stream, workspaces: ['handed'], writer: 'host-b' })
+    // The old writer, opened again with nothing past the fence, may not write behind it.
+    const sizeA = logBytes(a, 'handed').length
+    const again = await AgentLog.open({ root: a, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      const err = await again.append('handed', entries('handed', 4, 1)[0] as never).catch((e) => e)
+      expect(err.code).toBe('NOA_REPLICATION')
+      expect(err.details).toMatchObject({ workspace: 'handed', seq: 4 })
+      expect(err.message).toMatch(/host-b/)
+      expect(logBytes(a, 'handed').length).toBe(sizeA)
+    } finally {
+      await again.close()
+    }
+    // The promoted root goes on after its own fence, replicated.
+    const logB = await AgentLog.open({ root: b, workers: 1, replicate: { nats: url, prefix, stream } })
+    try {
+      expect((await logB.append('handed', entries('handed', 4, 1)[0] as never)).seq).toBe(4)
+    } finally {
+      await logB.close()
+    }
+    const list = (await streamEntries(url, stream, prefix)).get('handed') ?? []
+    expect(list.map((e) => e.line).join('\n')).toBe(logBytes(b, 'handed').toString('utf8').trimEnd())
   })
 
   it('rejects with a named error when the stream is gone for good, and refuses the next append unwritten', async () => {
