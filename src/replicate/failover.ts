@@ -36,7 +36,7 @@ import {
   replicationError,
   sleep,
 } from './failures.js'
-import { type Examined, examine, findMessage, localLast, subjectTail } from './history.js'
+import { type Examined, examine, findMessage, isRacer, localLast, subjectTail } from './history.js'
 import { SeqCursor, sameBytes } from './lines.js'
 import { checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { decodeMessage, encodeFence, HDR_FENCE } from './message.js'
@@ -269,6 +269,25 @@ async function publishFence(
             `workspace ${p.ws}: the fence was taken as a duplicate of stream seq ${ack.seq}, which is another message`,
             { workspace: p.ws },
           )
+      }
+      // nats-server 2.9 may have stored the old writer's publish, made with the same
+      // expectation, before this fence (nats-io/nats-server#4320): then the fence is a racer,
+      // skipped by every reader, and the old writer still writes.
+      if (
+        !ack.duplicate &&
+        (await isRacer(link, ref.name, {
+          seq: ack.seq,
+          subject: p.subject,
+          header: {
+            get: (n: string) => (n === 'Nats-Expected-Last-Subject-Sequence' ? String(p.expect) : ''),
+          },
+        }))
+      ) {
+        const fenced = done.filter((d) => !d.already).map((d) => d.workspace)
+        throw replicationError(
+          `workspace ${p.ws}: the old writer published at the same moment as the fence and the stream took its message first (stream seq ${ack.seq}, the fence, is void: every reader skips it); nothing was recorded for it${fenced.length > 0 ? ` (already fenced and recorded: ${fenced.join(', ')})` : ''}; run noa replicate pull, then promote again`,
+          { workspace: p.ws, expected: p.expect, fenced },
+        )
       }
       return ack.seq
     } catch (err) {

@@ -102,6 +102,27 @@ export async function findStreamEntry(
 }
 
 /** The subject's last message and last entry (see SubjectTail), or null when it has none. */
+/**
+ * Whether a stored message is a racer: nats-server 2.9 can store two publishes made with the
+ * same Nats-Expected-Last-Subject-Sequence on a clustered stream (nats-io/nats-server#4320),
+ * which hosts of a shared workspace make, and a promote's fence with its old writer's last
+ * publish. The first stored is the order's; a later one, whose expectation another message
+ * answered before it, is not part of the order, and every reader skips it. One request.
+ */
+export async function isRacer(
+  link: Link,
+  stream: string,
+  m: { seq: number; subject: string; header?: { get(name: string): string } | undefined },
+  retry: Retry = once,
+): Promise<boolean> {
+  const raw = m.header?.get('Nats-Expected-Last-Subject-Sequence') ?? ''
+  if (!/^\d+$/.test(raw)) return false
+  const first = await retry(`read the message that answered stream seq ${raw}`, () =>
+    nextOnSubject(link, stream, m.subject, Number(raw) + 1),
+  )
+  return first !== null && first.seq < m.seq
+}
+
 export async function subjectTail(
   link: Link,
   stream: string,
@@ -111,7 +132,24 @@ export async function subjectTail(
 ): Promise<SubjectTail | null> {
   const last = await retry(`read the last message of ${subject}`, () => lastOnSubject(link, stream, subject))
   if (last === null) return null
-  const d = decodeStored(ws, last)
+  let d = decodeStored(ws, last)
+  if (d.kind === 'fence' && (await isRacer(link, stream, last, retry))) {
+    // A fence that lost its race with the old writer's publish (promote saw it and recorded
+    // nothing): not part of the order. The tail is the last message before it that is.
+    let prev: StoredMsg | null = null
+    // From the message that answered the fence's expectation (the old writer's) on.
+    for (let from = Number(last.header?.get('Nats-Expected-Last-Subject-Sequence')) + 1; ; ) {
+      const m = await retry(`read ${subject}`, () => nextOnSubject(link, stream, subject, from))
+      if (m === null || m.seq >= last.seq) break
+      const md = decodeStored(ws, m)
+      if (md.kind === 'entries' && !(await isRacer(link, stream, m, retry))) prev = m
+      from = m.seq + 1
+    }
+    if (prev === null) return { lastStreamSeq: last.seq, entry: null, fence: null }
+    d = decodeStored(ws, prev)
+    if (d.kind === 'entries')
+      return { lastStreamSeq: last.seq, entry: entryIn(d, d.last, prev.seq), fence: null }
+  }
   if (d.kind === 'entries') {
     return { lastStreamSeq: last.seq, entry: entryIn(d, d.last, last.seq), fence: null }
   }

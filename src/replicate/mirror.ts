@@ -27,11 +27,12 @@ import {
 } from './checkpoint.js'
 import type { EventSink, ProgressSink } from './events.js'
 import { asNoaError, Backoff, describeError, isTransient, replicationError, sleep } from './failures.js'
+import { isRacer } from './history.js'
 import { countersOf, SeqCursor, sameBytes } from './lines.js'
 import { Aborted, checkKnownOptions, closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { decodeMessage } from './message.js'
 import { ObjectSink } from './objects.js'
-import { nextOnSubject, resolveStream, type StreamRef } from './stream.js'
+import { resolveStream, type StreamRef } from './stream.js'
 import {
   checkPrefix,
   DEFAULT_PREFIX,
@@ -443,6 +444,11 @@ class Mirror {
     const st = this.state(kind.workspace)
     const d = decodeMessage(st.ws, m.seq, m.data, m.headers)
     if (d.kind === 'fence') {
+      // A fence that lost its race with its old writer's publish is not part of the order.
+      if (await this.racerOf(m)) {
+        this.racers++
+        return
+      }
       // Carries no entry: the entries after it go on from its `after + 1`.
       st.fence = { writer: d.writer, after: d.after, streamSeq: m.seq }
       return
@@ -490,13 +496,13 @@ class Mirror {
    * host of the shared workspace skips it (its writer published its entries again). Asked only
    * of a message that overlaps this log and is not what the log holds there: one request.
    */
-  private async racerOf(m: JsMsg): Promise<boolean> {
-    const raw = m.headers?.get('Nats-Expected-Last-Subject-Sequence') ?? ''
-    if (!/^\d+$/.test(raw)) return false
-    const first = await this.retry('read the message that answered an expectation', () =>
-      nextOnSubject(this.link, this.ref.name, m.subject, Number(raw) + 1),
+  private racerOf(m: JsMsg): Promise<boolean> {
+    return isRacer(
+      this.link,
+      this.ref.name,
+      { seq: m.seq, subject: m.subject, header: m.headers },
+      (what, fn) => this.retry(what, fn),
     )
-    return first !== null && first.seq < m.seq
   }
 
   /** One entry of a message: queued for its workspace, or checked against the local line. */

@@ -12,8 +12,10 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, headers } from '@nats-io/transport-node'
 import { expect, it } from 'vitest'
 import { formatLine } from '../../dist/src/engine/entry.js'
+import { subjectTail } from '../../dist/src/replicate/history.js'
 import { replicatePull } from '../../dist/src/replicate/index.js'
-import { encodeEntries } from '../../dist/src/replicate/message.js'
+import { closeLink, openLink } from '../../dist/src/replicate/link.js'
+import { encodeEntries, encodeFence } from '../../dist/src/replicate/message.js'
 import { initStream } from '../../dist/src/replicate/stream.js'
 import { tempDir } from '../helpers/index.js'
 import { uniqueNames } from '../helpers/nats.js'
@@ -90,6 +92,79 @@ it('a mirror skips the racers a clustered stream stored, as shared hosts do, and
     expect(again.entries).toBe(0)
     expect(readFileSync(join(root, 'agent-logs', 'w.log'), 'utf8')).toBe(order.join(''))
   } finally {
+    for (const nc of ncs) await nc.close()
+  }
+}, 120_000)
+
+it("a fence that lost its race with the old writer's publish is void for every reader: the mirror applies the writer's entries, the subject's tail names no fence", async () => {
+  const { prefix, stream } = uniqueNames()
+  await initStream({ nats: cluster.urls(), prefix, stream, replicas: 3 })
+  const ncs = await Promise.all(
+    cluster
+      .urls()
+      .split(',')
+      .map((u) => connect({ servers: u })),
+  )
+  const link = await openLink(cluster.urls(), { name: 'racers test' })
+  try {
+    const jss = ncs.map((nc) => jetstream(nc))
+    const entry = (seq: number, tag: string) =>
+      Buffer.from(
+        formatLine(
+          seq,
+          `"op":"write","path":"${tag}","blob":"${'b'.repeat(64)}"`,
+          1_700_000_000_000 + seq,
+        ).slice(0, -1),
+      )
+    const publish = (
+      k: number,
+      subject: string,
+      data: Uint8Array,
+      hdrs: Record<string, string>,
+      expect: number,
+    ) => {
+      const h = headers()
+      for (const [name, value] of Object.entries(hdrs)) h.set(name, value)
+      h.set('Nats-Expected-Last-Subject-Sequence', String(expect))
+      return (jss[k] as ReturnType<typeof jetstream>).publish(subject, data, { headers: h })
+    }
+    // Each attempt on a workspace of its own: its first entry, then the old writer's second
+    // entry and a promote's fence after entry 1, at once, from two servers. Until the stream
+    // stores both, the entry first: the case where the fence is void.
+    let raced: string | null = null
+    const others: string[] = []
+    for (let attempt = 0; attempt < 80 && raced === null; attempt++) {
+      const ws = `w${attempt}`
+      const subject = `${prefix}.${ws}`
+      const one = encodeEntries(ws, [entry(1, 'one')])
+      const at = (await publish(0, subject, one.data, one.headers, 0)).seq
+      const two = encodeEntries(ws, [entry(2, 'two')])
+      const fence = encodeFence(ws, 1, 'promoter')
+      const [e, f] = await Promise.allSettled([
+        publish(0, subject, two.data, two.headers, at),
+        publish(1, subject, fence.data, fence.headers, at),
+      ])
+      const eSeq = e.status === 'fulfilled' ? e.value.seq : 0
+      const fSeq = f.status === 'fulfilled' ? f.value.seq : 0
+      if (eSeq > 0 && fSeq > eSeq) raced = ws
+      else
+        others.push(
+          `${ws}: ${eSeq > 0 && fSeq === 0 ? 'entries only' : eSeq === 0 ? 'fence only' : 'fence first'}`,
+        )
+    }
+    expect(raced, `attempts: ${others.join(', ')}`).not.toBeNull()
+    const ws = raced as string
+    const tail = await subjectTail(link, stream, `${prefix}.${ws}`, ws)
+    expect(tail?.fence).toBeNull()
+    expect(tail?.entry?.seq).toBe(2)
+    const root = tempDir()
+    const report = await replicatePull({ nats: cluster.urls(), root, prefix, stream })
+    expect(report.racers).toBeGreaterThan(0)
+    expect(readFileSync(join(root, 'agent-logs', `${ws}.log`), 'utf8')).toBe(
+      `${entry(1, 'one').toString('utf8')}\n${entry(2, 'two').toString('utf8')}\n`,
+    )
+  } finally {
+    await closeLink(link)
     for (const nc of ncs) await nc.close()
   }
 }, 120_000)
