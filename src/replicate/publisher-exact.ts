@@ -213,7 +213,9 @@ export abstract class PublisherExact extends PublisherObjects {
     try {
       await resolveStream(this.link, this.s.prefix, this.ref.name)
     } catch (err) {
-      if (err instanceof NoaError) throw err
+      // Only a stream that is gone or no longer fit stops the run: a timeout while the cluster
+      // elects a leader comes back from resolveStream as NOA_REPLICATION, and is waited out.
+      if (err instanceof NoaError && err.code === 'NOA_STREAM_CONFIG') throw err
     }
   }
 }
