@@ -21,6 +21,8 @@ import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { nativeCandidates } from '../../dist/src/engine/native.js'
 import {
+  atomicAcrossWorkers,
+  atomicScenario,
   DIST,
   explore,
   recoveryModules,
@@ -40,6 +42,12 @@ interface Edit {
 interface Mutant {
   name: string
   edits: Edit[]
+  /**
+   * The window this mutant opens needs a race the random workloads hit only now and then: it is
+   * made to happen first (atomicScenario: an atomic batch across two workers, the other worker's
+   * fdatasync slow, the log closed as soon as the batch is acknowledged).
+   */
+  closeAfterAtomic?: true
 }
 
 const MUTANTS: Mutant[] = [
@@ -145,6 +153,7 @@ const MUTANTS: Mutant[] = [
       },
       { file: 'workers/owner.js', from: 'if (kept || this.pins.size > 0)', to: 'if (kept)' },
     ],
+    closeAfterAtomic: true,
   },
   {
     name: 'a checkpoint frees frames whose files written beside entries are not synced',
@@ -204,6 +213,11 @@ describe.runIf(process.env.NOA_CRASH_MUTANTS === '1')('crash-state explorer catc
       const { dist, dir } = mutantDist(m)
       const found: string[] = []
       try {
+        if (m.closeAfterAtomic) {
+          const { report } = await atomicScenario({ slowSyncMs: 150 }, atomicAcrossWorkers, dist)
+          for (const f of report.failures)
+            found.push(`the close-after-atomic race, crash point ${f.k}: ${f.problems.join('; ')}`)
+        }
         // Up to six workloads, in every mode of running the pool's jobs (seedMode).
         for (let seed = 1; seed <= 6 && found.length === 0; seed++) {
           const { root, traceDir } = workloadDirs(dir, seed)

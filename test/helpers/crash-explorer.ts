@@ -363,7 +363,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
 // ---------------------------------------------------------------------------------------------
 // The trace and the model built from it
 
-interface TraceOp {
+export interface TraceOp {
   i: number
   op: string
   fd?: number
@@ -1349,4 +1349,109 @@ export function workloadDirs(base: string, seed: number): { root: string; traceD
   mkdirSync(root, { recursive: true })
   mkdirSync(traceDir, { recursive: true })
   return { root, traceDir }
+}
+
+type Log = Engine.AgentLog
+
+/** Workspace names owned by different workers of `log`, the committing worker's first. */
+function acrossWorkers(log: Log): [string, string] {
+  const internals = log as unknown as { ownerOf(ws: string): unknown; owners: unknown[] }
+  const by = new Map<number, string>()
+  for (let i = 0; by.size < 2; i++)
+    by.set(internals.owners.indexOf(internals.ownerOf(`atom${i}`)), `atom${i}`)
+  return [by.get(0) as string, by.get(1) as string]
+}
+
+/**
+ * One appendAtomic batch across two workers (`a` commits it in its journal, `b` writes its part
+ * to its own log), every ack stamped.
+ */
+export async function atomicAcrossWorkers(
+  log: Log,
+  a: string,
+  b: string,
+  rec: ReturnType<typeof recording>,
+): Promise<void> {
+  const batch = {
+    [a]: [{ op: 'write' as const, path: `atomic/b0/${a}/0`, blob: BLOB }],
+    [b]: [0, 1].map((k) => ({ op: 'write' as const, path: `atomic/b0/${b}/${k}`, blob: BLOB })),
+  }
+  const acks = await log.appendAtomic(batch)
+  for (const [ws, list] of Object.entries(acks)) {
+    list.forEach((ack, k) => {
+      rec.stamp(ws, ack.seq, batch[ws]?.[k]?.path as string)
+    })
+  }
+}
+
+/**
+ * Races the random workloads found, made to happen every time: a recorded AgentLog (of `dist`,
+ * a mutant's copy or the build) with two workers whose journals are both ready runs `during`
+ * on two workspaces owned by different workers, is closed, and its trace explored.
+ */
+export async function atomicScenario(
+  extra: Record<string, unknown>,
+  during: (log: Log, a: string, b: string, rec: ReturnType<typeof recording>) => Promise<void>,
+  dist = DIST,
+): Promise<{ ops: TraceOp[]; report: ExploreReport; a: string; b: string }> {
+  const { AgentLog } = (await import(pathToFileURL(join(dist, 'src/index.js')).href)) as typeof Engine
+  const base = scratchRoot()
+  const { root, traceDir } = workloadDirs(base, 0)
+  const rec = recording(traceDir, extra)
+  try {
+    const log = await AgentLog.open({
+      root,
+      workers: 2,
+      journalSize: 256 << 10,
+      ioModule: rec.ioModule,
+      ioOptions: rec.ioOptions,
+    })
+    const [a, b] = acrossWorkers(log)
+    try {
+      // Two commits per worker straight to the files, then each allocates its journal.
+      for (const k of [0, 1]) {
+        await Promise.all(
+          [a, b].map(async (ws) => {
+            const path = `${ws}/warm${k}`
+            rec.stamp(ws, (await log.append(ws, { op: 'write', path, blob: BLOB })).seq, path)
+          }),
+        )
+      }
+      for (let i = 0; i < 500; i++) {
+        if ((await log.status()).every((s) => s.journal?.state === 'ready')) break
+        await new Promise((r) => setTimeout(r, 10))
+      }
+      await during(log, a, b, rec)
+    } finally {
+      await log.close()
+    }
+    const w: WorkloadResult = {
+      seed: 0,
+      root,
+      traceDir,
+      acks: rec.acks,
+      fileAcks: [],
+      errors: [],
+      stats: {
+        checkpoints: 0,
+        wraps: 0,
+        rounds: 0,
+        directCommits: 0,
+        atomics: 1,
+        spaceWaits: 0,
+        logSyncfs: 0,
+      },
+      workspaces: [a, b],
+    }
+    const ops = readTrace(traceDir)
+    const report = await explore(w, {
+      seed: 0,
+      randomPerPoint: 4,
+      modules: await recoveryModules(dist),
+      dist,
+    })
+    return { ops, report, a, b }
+  } finally {
+    rmSync(base, { recursive: true, force: true })
+  }
 }
