@@ -5,9 +5,10 @@
  * trial: an origin root with 1,000 entries pushed, a mirror pulled, its AgentLog already open
  * (a host that takes over is running); then promote, append one entry, push.
  *
- *   node dist/bench/failover.js [--nats URLS] [--trials N]
+ *   node dist/bench/failover.js [--nats URLS | --cluster] [--trials N]
  *
- * Without --nats a single nats-server is started (pass a three-server cluster's URLs for R3).
+ * Without --nats a single nats-server is started (R1); with --cluster, a three-server cluster on
+ * loopback (bench/nats-cluster.ts) and the stream is R3, as with a cluster's URLs in --nats.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -20,6 +21,7 @@ import { promote } from '../src/replicate/failover.js'
 import { replicatePull } from '../src/replicate/mirror.js'
 import { replicatePush } from '../src/replicate/publisher.js'
 import { initStream } from '../src/replicate/stream.js'
+import { startNatsCluster } from './nats-cluster.js'
 import { startNatsServer } from './replicate.js'
 
 function quantile(xs: number[], q: number): number {
@@ -71,11 +73,15 @@ async function trial(url: string, dir: string, replicas: number, i: number) {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { nats: { type: 'string' }, trials: { type: 'string' } } })
+  const { values } = parseArgs({
+    options: { nats: { type: 'string' }, cluster: { type: 'boolean' }, trials: { type: 'string' } },
+  })
+  if (values.nats && values.cluster) throw new Error('--nats and --cluster: give one')
   const trials = Number(values.trials ?? 10)
   const dir = mkdtempSync(join(tmpdir(), 'noa-bench-failover-'))
-  const server = values.nats ? null : await startNatsServer(dir)
-  const url = values.nats ?? (server as { url: string }).url
+  const cluster = values.cluster ? await startNatsCluster() : null
+  const server = values.nats || cluster ? null : await startNatsServer(dir)
+  const url = values.nats ?? cluster?.urls ?? (server as { url: string }).url
   const replicas = url.includes(',') ? 3 : 1
   try {
     const rows: Array<{ promote: number; local: number; stream: number }> = []
@@ -91,6 +97,7 @@ async function main(): Promise<void> {
     console.log(`  promote → first append acknowledged by the stream: ${show('stream')}`)
   } finally {
     await server?.stop()
+    await cluster?.stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }

@@ -12,9 +12,7 @@
  * Run by bench/replicate.ts (`node dist/bench/replicate.js`, part of `npm run bench`) on an R3
  * stream of a three-server cluster it starts on loopback (and on R1, the single server).
  */
-import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
@@ -173,85 +171,4 @@ export async function acksBench(
     })
   }
   return rows
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer()
-    srv.once('error', reject)
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address()
-      const port = typeof addr === 'object' && addr ? addr.port : 0
-      srv.close(() => resolve(port))
-    })
-  })
-}
-
-/** Three nats-servers with JetStream, routed to each other on loopback (as test/helpers/nats-cluster.ts). */
-export async function startNatsCluster(dir: string): Promise<{ urls: string; stop(): Promise<void> }> {
-  const bin = process.env.NOA_NATS_SERVER ?? 'nats-server'
-  const tag = `b${process.pid}`
-  const specs = [] as { name: string; client: number; route: number }[]
-  for (const i of [1, 2, 3])
-    specs.push({ name: `${tag}n${i}`, client: await freePort(), route: await freePort() })
-  const routes = specs.map((s) => `nats://127.0.0.1:${s.route}`).join(',')
-  const children: ChildProcess[] = specs.map((s) => {
-    const store = join(dir, `cluster-${s.name}`)
-    mkdirSync(store, { recursive: true })
-    return spawn(
-      bin,
-      [
-        '-js',
-        '-n',
-        s.name,
-        '-a',
-        '127.0.0.1',
-        '-p',
-        String(s.client),
-        '-sd',
-        store,
-        '--cluster_name',
-        tag,
-        '-cluster',
-        `nats://127.0.0.1:${s.route}`,
-        '-routes',
-        routes,
-      ],
-      { stdio: 'ignore' },
-    )
-  })
-  const urls = specs.map((s) => `nats://127.0.0.1:${s.client}`).join(',')
-  const stop = async () => {
-    await Promise.all(
-      children.map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.exitCode !== null || c.signalCode !== null) return resolve()
-            c.once('exit', () => resolve())
-            c.kill('SIGTERM')
-          }),
-      ),
-    )
-  }
-  const until = Date.now() + 60_000
-  for (;;) {
-    try {
-      const nc = await connect({ servers: urls.split(','), timeout: 1000 })
-      try {
-        const jsm = await jetstreamManager(nc)
-        const name = `READY_${process.pid}`
-        await jsm.streams.add({ name, subjects: [`_ready.${name}`], num_replicas: 3 })
-        await jsm.streams.delete(name)
-        return { urls, stop }
-      } finally {
-        await nc.close().catch(() => {})
-      }
-    } catch (err) {
-      if (Date.now() > until) {
-        await stop()
-        throw new Error(`the nats-server cluster did not form: ${(err as Error).message}`)
-      }
-      await new Promise((r) => setTimeout(r, 200))
-    }
-  }
 }

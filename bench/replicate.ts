@@ -33,7 +33,8 @@ import type { EntryInput } from '../src/engine/entry.js'
 import { replicatePull } from '../src/replicate/mirror.js'
 import { replicatePush } from '../src/replicate/publisher.js'
 import { initStream } from '../src/replicate/stream.js'
-import { acksBench, startNatsCluster } from './replicate-acks.js'
+import { startNatsCluster } from './nats-cluster.js'
+import { acksBench } from './replicate-acks.js'
 import { type BenchRow, markdownTable } from './table.js'
 
 const BLOB = 'ab'.repeat(32)
@@ -389,7 +390,7 @@ export async function replicateSection(options: {
     rows.push(...(await acksBench(dir, { url, replicas: 1 }, acks)))
     await server?.stop()
     server = null
-    cluster = await startNatsCluster(dir)
+    cluster = await startNatsCluster()
     rows.push(...(await acksBench(dir, { url: cluster.urls, replicas: 3 }, acks)))
     return rows
   } finally {

@@ -10,17 +10,16 @@
  *
  * Without --nats three nats-servers (JetStream, routed, loopback, temporary stores) are started.
  */
-import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { spawn } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { connect } from '@nats-io/transport-node'
 import { AgentLog } from '../src/engine/agent-log.js'
 import { SharedWorkspaces } from '../src/replicate/shared.js'
 import { initStream } from '../src/replicate/stream.js'
+import { startNatsCluster } from './nats-cluster.js'
 
 const BLOB = 'ab'.repeat(32)
 const SELF = fileURLToPath(import.meta.url)
@@ -73,72 +72,6 @@ async function host(
   await shared.close()
   await log.close()
   process.stdout.write(`${JSON.stringify(result)}\n`)
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer()
-    srv.once('error', reject)
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address()
-      srv.close(() => resolve(typeof addr === 'object' && addr ? addr.port : 0))
-    })
-  })
-}
-
-async function startCluster(dir: string): Promise<{ urls: string; stop(): Promise<void> }> {
-  const bin = process.env.NOA_NATS_SERVER ?? 'nats-server'
-  const specs: { client: number; route: number }[] = []
-  for (let i = 0; i < 3; i++) specs.push({ client: await freePort(), route: await freePort() })
-  const routes = specs.map((s) => `nats://127.0.0.1:${s.route}`).join(',')
-  const children: ChildProcess[] = specs.map((s, i) => {
-    const store = join(dir, `n${i}`)
-    mkdirSync(store, { recursive: true })
-    return spawn(
-      bin,
-      [
-        '-js',
-        '-n',
-        `bench-n${i}`,
-        '-a',
-        '127.0.0.1',
-        '-p',
-        String(s.client),
-        '-sd',
-        store,
-        '--cluster_name',
-        'bench',
-      ].concat(['-cluster', `nats://127.0.0.1:${s.route}`, '-routes', routes]),
-      { stdio: 'ignore' },
-    )
-  })
-  const urls = specs.map((s) => `nats://127.0.0.1:${s.client}`).join(',')
-  const until = Date.now() + 30_000
-  for (;;) {
-    try {
-      const nc = await connect({ servers: urls.split(','), timeout: 1000 })
-      await nc.close()
-      await initStream({ nats: urls, prefix: 'ready', stream: 'READY', replicas: 3 })
-      break
-    } catch (err) {
-      if (Date.now() > until) throw err
-      await new Promise((r) => setTimeout(r, 250))
-    }
-  }
-  return {
-    urls,
-    stop: async () => {
-      await Promise.all(
-        children.map(
-          (c) =>
-            new Promise<void>((resolve) => {
-              c.on('exit', () => resolve())
-              c.kill('SIGTERM')
-            }),
-        ),
-      )
-    },
-  }
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -206,7 +139,7 @@ async function main() {
   const seconds = Number(values.seconds ?? 10)
   const submitters = Number(values.submitters ?? 16)
   const dir = mkdtempSync(join(tmpdir(), 'noa-bench-shared-'))
-  const cluster = values.nats ? null : await startCluster(dir)
+  const cluster = values.nats ? null : await startNatsCluster()
   const nats = values.nats ?? (cluster as { urls: string }).urls
   try {
     const rows = []

@@ -48,6 +48,7 @@ import {
   scanJournal,
   Untrusted,
 } from './journal-trust.js'
+import { withFolderLock } from './locks.js'
 import { loadNative } from './native.js'
 
 export { JOURNAL_SUFFIX, JOURNAL_TEMP_SUFFIX, scanJournal, Untrusted } from './journal-trust.js'
@@ -74,16 +75,7 @@ function logOf(root: string, workspace: string): string {
  * opening a workspace or replaying a journal, which is brief).
  */
 export function withRootLock<T>(root: string, fn: () => T): T {
-  const native = loadNative()
-  const fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY)
-  fdHook?.(fd, true)
-  try {
-    native.flock(fd, true, false)
-    return fn()
-  } finally {
-    fdHook?.(fd, false)
-    closeSync(fd) // releases the lock
-  }
+  return withFolderLock(root, fn, fdHook)
 }
 
 let fdHook: ((fd: number, open: boolean) => void) | null = null

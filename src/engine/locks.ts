@@ -1,9 +1,33 @@
 /**
  * Who holds the flock on a file, read from /proc/locks (Linux): a "locked" error can then say
  * whether the holder is this very process (another AgentLog on the same root, or a file opened
- * twice) or another one, and which.
+ * twice) or another one, and which. And the one way a folder is locked across processes.
  */
-import { readFileSync, statSync } from 'node:fs'
+import { closeSync, constants, openSync, readFileSync, statSync } from 'node:fs'
+import { loadNative } from './native.js'
+
+/**
+ * Runs fn holding the exclusive flock on folder `dir` (taken blocking: meant for brief work, as
+ * the root lock's opens and replays, or a small file read, changed and replaced under it). Not
+ * reentrant: a second take in the same process, on another descriptor, waits for the first.
+ * `hook` is told of the descriptor (an owner worker closes what its dead thread held).
+ */
+export function withFolderLock<T>(
+  dir: string,
+  fn: () => T,
+  hook?: ((fd: number, open: boolean) => void) | null,
+): T {
+  const native = loadNative()
+  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY)
+  hook?.(fd, true)
+  try {
+    native.flock(fd, true, false)
+    return fn()
+  } finally {
+    hook?.(fd, false)
+    closeSync(fd) // releases the lock
+  }
+}
 
 /** Linux's dev_t split (glibc's gnu_dev_major/minor). */
 function majorMinor(dev: number): [number, number] {

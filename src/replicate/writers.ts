@@ -4,9 +4,16 @@
  * fsync) as the checkpoints are. Unlike a checkpoint it is not a hint: `pull` leaves these
  * workspaces alone, and `push` continues after a fence only when it is the one recorded here
  * (any other fence fences it). A stream made again (another creation time) voids it.
+ *
+ * One file holds every workspace of the prefix, and several processes may change it at once
+ * (two promotes of different workspaces, a resync beside them): each change is read, made and
+ * written under the flock of the replication folder, so none is lost. Readers take no lock;
+ * the rename gives them the old file or the new one.
  */
 import { join } from 'node:path'
 import { writeFileAtomic } from '../engine/atomic.js'
+import { isNoaError } from '../engine/errors.js'
+import { withFolderLock } from '../engine/locks.js'
 import { ensureReplicationDir, readReplicationFile, replicationDir } from './checkpoint.js'
 import { replicationError } from './failures.js'
 
@@ -47,13 +54,19 @@ export function writersPath(root: string, prefix: string): string {
 /** The record, or null when this root never promoted a workspace of this prefix. */
 export function loadWriters(root: string, prefix: string): WritersFile | null {
   const file = writersPath(root, prefix)
-  const bytes = readReplicationFile(root, file, 'writers record')
+  let bytes: Buffer | null
+  try {
+    bytes = readReplicationFile(root, file, 'writers record')
+  } catch (err) {
+    if (isNoaError(err)) throw err // a symlink, a folder or a FIFO there: named already
+    throw unreadable(file, (err as Error).message, err)
+  }
   if (bytes === null) return null
   let data: WritersFile
   try {
     data = JSON.parse(bytes.toString('utf8'))
   } catch (err) {
-    throw replicationError(`${file} cannot be read: ${(err as Error).message}`, { file })
+    throw unreadable(file, `not JSON (${(err as Error).message})`, err)
   }
   const ok =
     data !== null &&
@@ -74,8 +87,16 @@ export function loadWriters(root: string, prefix: string): WritersFile | null {
         Number.isSafeInteger(w.fenceStreamSeq),
     )
   // It decides what push publishes: one that cannot be read is an error, never ignored.
-  if (!ok) throw replicationError(`${file} is not a version 1 writers record for prefix ${prefix}`, { file })
+  if (!ok) throw unreadable(file, `not a version 1 writers record for prefix ${prefix}`)
   return data
+}
+
+function unreadable(file: string, reason: string, cause?: unknown) {
+  return replicationError(
+    `writers record ${file} cannot be read: ${reason}; it says which workspaces this root writes, so nothing that needs it goes on (restore it, or remove it and promote this root's workspaces again)`,
+    { file },
+    cause,
+  )
 }
 
 /** The workspaces this root writes on that stream (empty for another stream or none). */
@@ -112,28 +133,31 @@ export function recordWriter(
   record: WriterRecord | null,
   fenced?: FencedRecord,
 ): void {
-  const old = loadWriters(root, prefix)
-  const same = old !== null && old.stream === stream.name && old.streamCreated === stream.created
-  const f: WritersFile = {
-    version: 1,
-    kind: 'writers',
-    prefix,
-    stream: stream.name,
-    streamCreated: stream.created,
-    workspaces: same ? old.workspaces : {},
-    fenced: same ? (old.fenced ?? {}) : {},
-  }
-  const marks = f.fenced as Record<string, FencedRecord>
-  if (record === null) {
-    delete f.workspaces[ws]
-    if (fenced) marks[ws] = fenced
-  } else {
-    f.workspaces[ws] = record
-    delete marks[ws]
-  }
-  ensureReplicationDir(root)
-  writeFileAtomic(writersPath(root, prefix), `${JSON.stringify(f, null, 1)}\n`, {
-    base: root,
-    what: 'writers record',
+  const dir = ensureReplicationDir(root)
+  // Read again under the lock: what another process recorded since this one last looked stays.
+  withFolderLock(dir, () => {
+    const old = loadWriters(root, prefix)
+    const same = old !== null && old.stream === stream.name && old.streamCreated === stream.created
+    const f: WritersFile = {
+      version: 1,
+      kind: 'writers',
+      prefix,
+      stream: stream.name,
+      streamCreated: stream.created,
+      workspaces: same ? old.workspaces : {},
+      fenced: same ? (old.fenced ?? {}) : {},
+    }
+    const marks = f.fenced as Record<string, FencedRecord>
+    if (record === null) {
+      delete f.workspaces[ws]
+      if (fenced) marks[ws] = fenced
+    } else {
+      f.workspaces[ws] = record
+      delete marks[ws]
+    }
+    writeFileAtomic(writersPath(root, prefix), `${JSON.stringify(f, null, 1)}\n`, {
+      base: root,
+      what: 'writers record',
+    })
   })
 }
