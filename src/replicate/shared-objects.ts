@@ -21,7 +21,7 @@ import { type ReachSink, reachBlob } from '../store/reach.js'
 import type { SnapshotEngine } from '../store/snapshot.js'
 import { diffTrees, EMPTY_TREE, type Tree } from '../store/tree.js'
 import type { Link } from './link.js'
-import { ObjectSink } from './objects.js'
+import { ObjectSink, publishObject } from './objects.js'
 import { nextOnSubject } from './stream.js'
 import { HDR_OBJECT_EXACT, HDR_OBJECT_OFFSET, HDR_OBJECT_SIZE, objectSubject } from './subjects.js'
 
@@ -160,53 +160,85 @@ export function listedObjects(header: string | undefined): string[] {
   return header.split(',').filter((id) => ID_RE.test(id))
 }
 
-export interface FetchContext {
+export interface ObjectContext {
   link: Link
   stream: string
   prefix: string
   root: string
+  /** Largest part of an object per message. */
+  partSize: number
   retry<T>(what: string, fn: () => Promise<T>): Promise<T>
 }
 
 /**
- * Writes into the root the listed objects it does not hold, read from their subjects (all parts,
- * in order, each object checked as the mirror checks it). Returns the ids the stream does not
- * hold (the caller warns: they were published before the entries, so only a purge removes them).
+ * Publishes the objects the stream may lack (not in `known`) as push does, a few at once, and
+ * adds them to `known`. Returns how many this call stored (the others were there already).
  */
-export async function fetchObjects(ctx: FetchContext, ids: readonly string[]): Promise<string[]> {
-  const store = new ObjectStore(ctx.root)
-  const wanted = ids.filter((id) => !store.has(id))
-  if (wanted.length === 0) return []
-  const sink = new ObjectSink(ctx.root)
-  const absent: string[] = []
+export async function publishObjects(
+  ctx: ObjectContext,
+  ids: readonly string[],
+  known: Set<string>,
+): Promise<number> {
+  const todo = ids.filter((id) => !known.has(id))
+  let stored = 0
   let next = 0
   const worker = async () => {
-    while (next < wanted.length) {
-      const id = wanted[next++] as string
-      const subject = objectSubject(ctx.prefix, id)
-      let from = 1
-      for (;;) {
-        const at = from
-        const m = await ctx.retry(`fetch object ${id}`, () =>
-          nextOnSubject(ctx.link, ctx.stream, subject, at),
-        )
-        if (m === null) {
-          absent.push(id)
-          break
-        }
-        const size = Number(m.header?.get(HDR_OBJECT_SIZE))
-        const offset = Number(m.header?.get(HDR_OBJECT_OFFSET))
-        const exact = m.header?.get(HDR_OBJECT_EXACT) !== '0'
-        await sink.put(id, size, offset, m.data, m.seq, exact)
-        from = m.seq + 1
-        if (offset + m.data.length >= size) break
-      }
+    while (next < todo.length) {
+      const id = todo[next++] as string
+      if ((await publishObject(ctx, ctx.root, id)) > 0) stored++
+      known.add(id)
     }
   }
-  try {
-    await Promise.all(Array.from({ length: Math.min(OBJECT_WORKERS, wanted.length) }, worker))
-  } finally {
-    await sink.close()
+  await Promise.all(Array.from({ length: Math.min(OBJECT_WORKERS, todo.length) }, worker))
+  return stored
+}
+
+/**
+ * Writes into the root the listed objects it does not hold, read from their subjects (all parts,
+ * in order, each object checked as the mirror checks it), and adds them to `known`. Returns the
+ * ids the stream does not hold (the caller warns: they were published before the entries, so
+ * only a purge removes them).
+ */
+export async function fetchObjects(
+  ctx: ObjectContext,
+  ids: readonly string[],
+  known: Set<string>,
+): Promise<string[]> {
+  const store = new ObjectStore(ctx.root)
+  const wanted = ids.filter((id) => !store.has(id))
+  const absent: string[] = []
+  if (wanted.length > 0) {
+    const sink = new ObjectSink(ctx.root)
+    let next = 0
+    const worker = async () => {
+      while (next < wanted.length) {
+        const id = wanted[next++] as string
+        if (!(await fetchObject(ctx, sink, id))) absent.push(id)
+      }
+    }
+    try {
+      await Promise.all(Array.from({ length: Math.min(OBJECT_WORKERS, wanted.length) }, worker))
+    } finally {
+      await sink.close()
+    }
   }
+  for (const id of ids) if (!absent.includes(id)) known.add(id)
   return absent
+}
+
+/** One object's parts, from its subject into the sink; false when the stream has none. */
+async function fetchObject(ctx: ObjectContext, sink: ObjectSink, id: string): Promise<boolean> {
+  const subject = objectSubject(ctx.prefix, id)
+  let from = 1
+  for (;;) {
+    const at = from
+    const m = await ctx.retry(`fetch object ${id}`, () => nextOnSubject(ctx.link, ctx.stream, subject, at))
+    if (m === null) return false
+    const size = Number(m.header?.get(HDR_OBJECT_SIZE))
+    const offset = Number(m.header?.get(HDR_OBJECT_OFFSET))
+    const exact = m.header?.get(HDR_OBJECT_EXACT) !== '0'
+    await sink.put(id, size, offset, m.data, m.seq, exact)
+    from = m.seq + 1
+    if (offset + m.data.length >= size) return true
+  }
 }

@@ -42,8 +42,7 @@ import {
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { type EncodedMessage, encodeEntries } from './message.js'
-import { publishObject } from './objects.js'
-import { fetchObjects, OBJECT_WORKERS, objectsOfEntries } from './shared-objects.js'
+import { fetchObjects, type ObjectContext, objectsOfEntries, publishObjects } from './shared-objects.js'
 import { Replica } from './shared-replica.js'
 import { messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, DEFAULT_PREFIX, HDR_OBJECTS, isSubjectSafe, workspaceSubject } from './subjects.js'
@@ -450,45 +449,30 @@ export class SharedWorkspaces {
         `shared append of ${p.bodies.length} entries naming ${ids.length} objects is about ${bytes} bytes with their list, more than one message may carry (${this.maxBytes}); nothing was published`,
         { workspace: ws },
       )
-    const todo = ids.filter((id) => !this.published.has(id))
-    const ctx = {
-      link: this.link,
-      stream: this.stream,
-      prefix: this.prefix,
-      partSize: this.partSize,
-      retry: <T>(what: string, fn: () => Promise<T>) => lane.replica.retry(what, fn),
-    }
-    let next = 0
-    const worker = async () => {
-      while (next < todo.length) {
-        const id = todo[next++] as string
-        if ((await publishObject(ctx, this.log.root, id)) > 0) this.counts.objects++
-        this.published.add(id)
-      }
-    }
-    await Promise.all(Array.from({ length: Math.min(OBJECT_WORKERS, todo.length) }, worker))
+    this.counts.objects += await publishObjects(this.objectContext(lane.replica), ids, this.published)
     p.objects = ids
     p.bytes = bytes
   }
 
   /** A follower's side: the objects a message lists, written into the root before its entries. */
   private async fetch(replica: Replica, ids: readonly string[]): Promise<void> {
-    const absent = await fetchObjects(
-      {
-        link: this.link,
-        stream: this.stream,
-        prefix: this.prefix,
-        root: this.log.root,
-        retry: (what, fn) => replica.retry(what, fn),
-      },
-      ids,
-    )
-    for (const id of ids) if (!absent.includes(id)) this.published.add(id)
+    const absent = await fetchObjects(this.objectContext(replica), ids, this.published)
     if (absent.length > 0)
       this.onEvent?.({
         type: 'warning',
         message: `shared workspace ${replica.ws}: ${absent.length} object(s) its entries name are not in the stream (${absent.slice(0, 3).join(', ')}${absent.length > 3 ? ', …' : ''}); the entries are applied without them`,
       })
+  }
+
+  private objectContext(replica: Replica): ObjectContext {
+    return {
+      link: this.link,
+      stream: this.stream,
+      prefix: this.prefix,
+      root: this.log.root,
+      partSize: this.partSize,
+      retry: (what, fn) => replica.retry(what, fn),
+    }
   }
 
   private kick(lane: Lane): void {
