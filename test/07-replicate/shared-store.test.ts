@@ -220,8 +220,14 @@ describe('the store on shared workspaces', () => {
     expect(team.length).toBe((before.get(`${prefix}.team`) ?? []).length + 1)
     expect([...after.values()].reduce((n, l) => n + l.length, 0)).toBeGreaterThan(count + 1)
     expect(a.shared.lastSeq('team')).toBe(2)
-    // And appends still go after the refusals.
-    expect((await a.shared.append('team', { op: 'delete', path: 'x.txt' })).seq).toBe(3)
+    // And appends still go after the refusals, in the order they were made: one whose blob is
+    // being published is not overtaken by one that names nothing.
+    const [w] = await writes(a, { 'y.txt': 'a blob that goes first\n' })
+    const [put, del] = await Promise.all([
+      a.shared.append('team', w as EntryInput),
+      a.shared.append('team', { op: 'delete', path: 'x.txt' }),
+    ])
+    expect([put.seq, del.seq]).toEqual([3, 4])
   })
 
   it('noa snapshot and noa merge --shared-nats write through the stream; the other hosts read them', async () => {

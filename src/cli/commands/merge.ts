@@ -14,7 +14,6 @@ export const spec = command({
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    ...SHARED_OPTIONS,
     'on-conflict': {
       type: 'string',
       value: 'lww|fail',
@@ -32,6 +31,7 @@ export const spec = command({
       type: 'boolean',
       description: 'refuse entries that cannot apply instead of recording them as without effect',
     },
+    ...SHARED_OPTIONS,
   },
   positionals: [2, Number.POSITIVE_INFINITY],
   details:

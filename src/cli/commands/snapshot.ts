@@ -12,7 +12,6 @@ export const spec = command({
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
-    ...SHARED_OPTIONS,
     message: { type: 'string', short: 'm', description: "the snapshot's message", defaultText: 'empty' },
     'allow-empty': {
       type: 'boolean',
@@ -28,6 +27,7 @@ export const spec = command({
       description:
         'leave damaged lines of the log out instead of refusing, and record exactly which (seqs, byte ranges) in the snapshot',
     },
+    ...SHARED_OPTIONS,
   },
   positionals: [1, 1],
   details:
