@@ -22,7 +22,9 @@ import { Backoff, describeError, isTransient, replicationError, sleep } from './
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import type { Link } from './link.js'
 import { decodeMessage, type HeaderSource } from './message.js'
+import { listedObjects } from './shared-objects.js'
 import { lastOnSubject, nextOnSubject } from './stream.js'
+import { HDR_OBJECTS } from './subjects.js'
 
 export interface ReplicaContext {
   link: Link
@@ -31,6 +33,8 @@ export interface ReplicaContext {
   /** Aborts when the SharedWorkspaces closes. */
   signal: AbortSignal
   onEvent?: EventSink
+  /** Writes into the root the objects a message lists (`Noa-Objects`) that it lacks (shared-objects.ts). */
+  fetchObjects(ids: readonly string[]): Promise<void>
 }
 
 interface Incoming {
@@ -153,6 +157,7 @@ export class Replica {
         if (d.kind !== 'entries' || d.first > L || d.last < L) continue
         if (local === null || !sameBytes(local, d.lines[L - d.first] as Buffer)) continue
         if (d.last > L) {
+          await this.ctx.fetchObjects(listedObjects(m.header?.get(HDR_OBJECTS)))
           await this.write(d.lines.slice(L - d.first + 1).map((l) => l.toString('utf8')))
           this.last = d.last
           this.lastTs = d.lastTs
@@ -278,6 +283,7 @@ export class Replica {
     let lastTs = this.lastTs
     let subjSeq = this.subjSeq
     const outcomes: (number | boolean)[] = []
+    const objects: string[] = []
     const take = async (streamSeq: number, data: Uint8Array, headers: HeaderSource | undefined) => {
       if (streamSeq <= subjSeq) return
       const d = decodeMessage(this.ws, streamSeq, data, headers)
@@ -316,6 +322,7 @@ export class Replica {
         outcomes.push(streamSeq, false)
         return
       }
+      for (const id of listedObjects(headers?.get(HDR_OBJECTS))) objects.push(id)
       for (const line of d.lines) {
         lines.push(line.toString('utf8'))
         bytes += line.length + 1
@@ -326,6 +333,8 @@ export class Replica {
       outcomes.push(streamSeq, true)
     }
     for (const it of items) await take(it.streamSeq, it.data, it.headers)
+    // The objects the entries name are in the root before the entries are in the log.
+    if (objects.length > 0) await this.ctx.fetchObjects(objects)
     if (lines.length > 0) await this.write(lines)
     this.last = last
     this.lastTs = lastTs

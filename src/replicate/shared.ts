@@ -12,14 +12,22 @@
  * acknowledged its message (a majority of an R3 stream stored it) and the local log holds
  * everything up to it (shared-replica.ts), so every host's `.log` is a replica of the stream's
  * order, byte for byte, and readers, `watch`, snapshots and forks work on it as on any log.
+ *
+ * The objects the entries name (a write's blob; the records, trees and blobs of the store's
+ * snapshot, fork and merge entries, which come through `storeAppend`, the store's path given to
+ * a SnapshotEngine as its `append`) are published on their own subjects before the message, and
+ * listed on it; every host writes them into its root before it applies the message
+ * (shared-objects.ts).
  */
 import type { AgentLog } from '../engine/agent-log.js'
 import { checkAppendOptions } from '../engine/agent-log-options.js'
+import { STORE_APPEND } from '../engine/checks.js'
 import { nextTs, nowMicros } from '../engine/clock.js'
 import { type Ack, checkWorkspace, type EntryInput, encodeBody, formatLine } from '../engine/entry.js'
 import { Errors, NoaError } from '../engine/errors.js'
 import { logPath } from '../engine/logs.js'
 import { checkOptionKeys } from '../engine/options.js'
+import { SnapshotEngine, type StoreAppender } from '../store/snapshot.js'
 import type { EventSink } from './events.js'
 import {
   asNoaError,
@@ -34,9 +42,10 @@ import {
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { type EncodedMessage, encodeEntries } from './message.js'
+import { fetchObjects, type ObjectContext, objectsOfEntries, publishObjects } from './shared-objects.js'
 import { Replica } from './shared-replica.js'
 import { messageAt, resolveStream, type StreamRef } from './stream.js'
-import { checkPrefix, DEFAULT_PREFIX, isSubjectSafe, workspaceSubject } from './subjects.js'
+import { checkPrefix, DEFAULT_PREFIX, HDR_OBJECTS, isSubjectSafe, workspaceSubject } from './subjects.js'
 
 export interface SharedOptions {
   /** The local root's log: shared workspaces are materialized in it. Left open by close(). */
@@ -84,10 +93,18 @@ const APPEND_KEYS = new Set(['ifLastSeq'])
 const LINE_OVERHEAD = 48
 /** Room left in a message for headers. */
 const HEADER_ROOM = 4096
+/** What an object id adds to the `Noa-Objects` header. */
+const OBJECT_ID_BYTES = 65
+/** Room an object's part leaves for its headers (as push). */
+const PART_HEADROOM = 8 * 1024
 
 interface Pending {
   bodies: string[]
   bytes: number
+  /** The objects its entries need on the other hosts (published once `ready` resolves). */
+  objects: string[]
+  /** Until its objects are published; null once they are (or when it names none). */
+  ready: Promise<void> | null
   ifLastSeq: number
   single: boolean
   resolve(acks: Ack[] | Ack): void
@@ -116,7 +133,11 @@ export class SharedWorkspaces {
   private readonly lanes = new Map<string, Lane>()
   private readonly abort = new AbortController()
   private closing: Promise<void> | null = null
-  private readonly counts = { messages: 0, entries: 0, conflicts: 0 }
+  private readonly counts = { messages: 0, entries: 0, conflicts: 0, objects: 0 }
+  /** Objects known to be in the stream (published or fetched by this instance). */
+  private readonly published = new Set<string>()
+  /** Reads the store's records, to find the objects entries need (shared-objects.ts). */
+  private readonly reader: SnapshotEngine
 
   private constructor(
     private readonly link: Link,
@@ -126,8 +147,11 @@ export class SharedWorkspaces {
     private readonly maxTries: number,
     private readonly timeoutMs: number,
     private readonly maxBytes: number,
+    private readonly partSize: number,
     private readonly onEvent: EventSink | undefined,
-  ) {}
+  ) {
+    this.reader = new SnapshotEngine({ root: log.root })
+  }
 
   /**
    * Connects, checks the stream (noa's settings, at least `minReplicas` replicas) and each
@@ -195,6 +219,8 @@ export class SharedWorkspaces {
       }
       const maxPayload = link.nc.info?.max_payload ?? 1024 * 1024
       const maxBytes = Math.max(4096, maxPayload - HEADER_ROOM)
+      const maxMsg = ref.config.max_msg_size > 0 ? ref.config.max_msg_size : maxPayload
+      const partSize = Math.max(1024, Math.min(maxPayload, maxMsg) - PART_HEADROOM)
       shared = new SharedWorkspaces(
         link,
         log,
@@ -203,15 +229,18 @@ export class SharedWorkspaces {
         maxTries,
         timeoutMs,
         maxBytes,
+        partSize,
         options.onEvent,
       )
+      const self = shared
       for (const ws of names) {
-        const replica = new Replica(ws, workspaceSubject(prefix, ws), logPath(log.root, ws), {
+        const replica: Replica = new Replica(ws, workspaceSubject(prefix, ws), logPath(log.root, ws), {
           link,
           stream: ref.name,
           log,
           signal: shared.abort.signal,
           onEvent: options.onEvent,
+          fetchObjects: (ids) => self.fetch(replica, ids),
         })
         shared.lanes.set(ws, { replica, queue: [], pumping: null })
       }
@@ -234,10 +263,11 @@ export class SharedWorkspaces {
   }
 
   /**
-   * What this host published: messages and entries that went in, and publishes that found
-   * another host first (refused, a duplicate id, or a racer) and went again.
+   * What this host published: messages and entries that went in, publishes that found another
+   * host first (refused, a duplicate id, or a racer) and went again, and objects it published
+   * ahead of its entries (each once).
    */
-  stats(): { messages: number; entries: number; conflicts: number } {
+  stats(): { messages: number; entries: number; conflicts: number; objects: number } {
     return { ...this.counts }
   }
 
@@ -255,8 +285,8 @@ export class SharedWorkspaces {
   append(workspace: string, entry: EntryInput, options?: SharedAppendOptions): Promise<Ack> {
     try {
       const lane = this.lane(workspace)
-      const body = this.body(entry, undefined)
-      return this.enqueue(lane, [body], options, true) as Promise<Ack>
+      const body = this.body(entry, undefined, false)
+      return this.enqueue(lane, [entry], [body], options, true) as Promise<Ack>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -267,15 +297,52 @@ export class SharedWorkspaces {
     entries: readonly EntryInput[],
     options?: SharedAppendOptions,
   ): Promise<Ack[]> {
+    return this.appendAll(workspace, entries, options, false)
+  }
+
+  /**
+   * The store's path (as AgentLog's STORE_APPEND): entries that may be the store's records,
+   * `snapshot` and `merge`, each naming a record the root holds (else NOA_NOT_FOUND, nothing
+   * published). The records' objects are published before the entries (shared-objects.ts).
+   * Give it to the store as `new SnapshotEngine({ log, append: shared.storeAppender() })`, or
+   * take `shared.snapshotEngine()`.
+   */
+  storeAppend(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
+    return this.appendAll(workspace, entries, undefined, true)
+  }
+
+  /**
+   * The store's appends for a SnapshotEngine (its `append` option): the shared workspaces' go
+   * through `storeAppend`, in the stream's order; any other workspace's (a merge's source, a
+   * fork's new workspace) to the local log, as the store appends them without this.
+   */
+  storeAppender(): StoreAppender {
+    return (workspace, entries) =>
+      this.lanes.has(workspace)
+        ? this.storeAppend(workspace, entries)
+        : this.log[STORE_APPEND](workspace, entries)
+  }
+
+  /** A SnapshotEngine on the log whose snapshots, merges and forks into shared workspaces go through the stream. */
+  snapshotEngine(): SnapshotEngine {
+    return new SnapshotEngine({ log: this.log, append: this.storeAppender() })
+  }
+
+  private appendAll(
+    workspace: string,
+    entries: readonly EntryInput[],
+    options: SharedAppendOptions | undefined,
+    records: boolean,
+  ): Promise<Ack[]> {
     try {
       const lane = this.lane(workspace)
       if (!Array.isArray(entries)) throw Errors.BAD_ARGUMENT('appendMany takes an array of entries')
-      const bodies = entries.map((e, i) => this.body(e, `entry ${i + 1}`))
+      const bodies = entries.map((e, i) => this.body(e, `entry ${i + 1}`, records))
       if (bodies.length === 0) {
         if (options !== undefined) this.ifLastSeqOf(options)
         return Promise.resolve([])
       }
-      return this.enqueue(lane, bodies, options, false) as Promise<Ack[]>
+      return this.enqueue(lane, entries, bodies, options, false) as Promise<Ack[]>
     } catch (err) {
       return Promise.reject(err)
     }
@@ -312,12 +379,12 @@ export class SharedWorkspaces {
     return lane
   }
 
-  private body(entry: EntryInput, where: string | undefined): string {
+  private body(entry: EntryInput, where: string | undefined, records: boolean): string {
     const body = encodeBody(entry, where)
     const op = (entry as { op: string }).op
-    if (op === 'snapshot' || op === 'merge')
+    if (!records && (op === 'snapshot' || op === 'merge'))
       throw Errors.BAD_ENTRY(
-        `${where ? `${where}: ` : ''}${op} entries are written by the store, which appends to the local log; on a shared workspace they are not supported yet`,
+        `${where ? `${where}: ` : ''}${op} entries are the store's records: take a snapshot or merge through a SnapshotEngine given shared.storeAppender() (or shared.snapshotEngine()), which publishes the objects they name first`,
         { field: 'op' },
       )
     return body
@@ -332,6 +399,7 @@ export class SharedWorkspaces {
 
   private enqueue(
     lane: Lane,
+    entries: readonly EntryInput[],
     bodies: string[],
     options: SharedAppendOptions | undefined,
     single: boolean,
@@ -345,17 +413,66 @@ export class SharedWorkspaces {
         { workspace: lane.replica.ws },
       )
     if (lane.replica.failed) throw lane.replica.failed
+    const named = entries.some((e) => e.op === 'write' || e.op === 'snapshot' || e.op === 'merge')
     return new Promise<Ack | Ack[]>((resolve, reject) => {
-      lane.queue.push({
+      const p: Pending = {
         bodies,
         bytes,
+        objects: [],
+        ready: null,
         ifLastSeq,
         single,
         resolve: resolve as (a: Ack | Ack[]) => void,
         reject,
-      })
+      }
+      // Queued at once, so that appends keep the order they were made in; the pump waits for
+      // the objects of each before it publishes it.
+      if (named) {
+        const ready = this.prepare(lane, entries, p).then(() => {
+          p.ready = null
+        })
+        ready.catch(() => {}) // the pump rejects the append with it
+        p.ready = ready
+      }
+      lane.queue.push(p)
       this.kick(lane)
     })
+  }
+
+  /** Finds the objects an append's entries need and publishes those the stream may lack. */
+  private async prepare(lane: Lane, entries: readonly EntryInput[], p: Pending): Promise<void> {
+    const ws = lane.replica.ws
+    const ids = await objectsOfEntries(this.reader, ws, entries)
+    const bytes = p.bytes + ids.length * OBJECT_ID_BYTES
+    if (bytes > this.maxBytes)
+      throw Errors.TOO_LARGE(
+        `shared append of ${p.bodies.length} entries naming ${ids.length} objects is about ${bytes} bytes with their list, more than one message may carry (${this.maxBytes}); nothing was published`,
+        { workspace: ws },
+      )
+    this.counts.objects += await publishObjects(this.objectContext(lane.replica), ids, this.published)
+    p.objects = ids
+    p.bytes = bytes
+  }
+
+  /** A follower's side: the objects a message lists, written into the root before its entries. */
+  private async fetch(replica: Replica, ids: readonly string[]): Promise<void> {
+    const absent = await fetchObjects(this.objectContext(replica), ids, this.published)
+    if (absent.length > 0)
+      this.onEvent?.({
+        type: 'warning',
+        message: `shared workspace ${replica.ws}: ${absent.length} object(s) its entries name are not in the stream (${absent.slice(0, 3).join(', ')}${absent.length > 3 ? ', …' : ''}); the entries are applied without them`,
+      })
+  }
+
+  private objectContext(replica: Replica): ObjectContext {
+    return {
+      link: this.link,
+      stream: this.stream,
+      prefix: this.prefix,
+      root: this.log.root,
+      partSize: this.partSize,
+      retry: (what, fn) => replica.retry(what, fn),
+    }
   }
 
   private kick(lane: Lane): void {
@@ -372,10 +489,23 @@ export class SharedWorkspaces {
     // Appends made in the same turn go in the first message.
     await new Promise<void>((resolve) => setImmediate(resolve))
     while (lane.queue.length > 0) {
+      const head = lane.queue[0] as Pending
+      if (head.ready) {
+        try {
+          await head.ready
+        } catch (err) {
+          lane.queue.shift()
+          head.reject(err)
+          continue
+        }
+      }
       let bytes = 0
       let n = 0
       while (n < lane.queue.length) {
-        const b = (lane.queue[n] as Pending).bytes
+        const q = lane.queue[n] as Pending
+        // One whose objects are still being published goes in the next message.
+        if (n > 0 && q.ready) break
+        const b = q.bytes
         if (n > 0 && bytes + b > this.maxBytes) break
         bytes += b
         n++
@@ -428,12 +558,13 @@ export class SharedWorkspaces {
       if (batch.length === 0) return
       const lines = this.render(replica, batch)
       const msg = encodeEntries(replica.ws, lines)
+      const extra = headersBesidesId(msg, objectsOf(batch))
       const expected = replica.subjSeq
       let wrongLast: number | null | undefined
       for (;;) {
         try {
           const ack = await this.link.guard(
-            this.link.publish(replica.subject, msg.data, msg.msgId, expected, headersBesidesId(msg)),
+            this.link.publish(replica.subject, msg.data, msg.msgId, expected, extra),
           )
           if (ack.duplicate && !(await this.ours(replica, ack.seq, msg))) {
             // Another host's message under the same id (the same seq): it got there first.
@@ -561,9 +692,23 @@ async function resolveWithRetry(
   }
 }
 
-function headersBesidesId(msg: EncodedMessage): Record<string, string> | undefined {
+/** The objects a batch's entries need, each once, in the order named. */
+function objectsOf(batch: readonly Pending[]): string[] {
+  const ids = new Set<string>()
+  for (const p of batch) for (const id of p.objects) ids.add(id)
+  return [...ids]
+}
+
+function headersBesidesId(
+  msg: EncodedMessage,
+  objects: readonly string[],
+): Record<string, string> | undefined {
   const extra: Record<string, string> = {}
   let any = false
+  if (objects.length > 0) {
+    extra[HDR_OBJECTS] = objects.join(',')
+    any = true
+  }
   for (const [k, v] of Object.entries(msg.headers)) {
     if (k === 'Nats-Msg-Id') continue
     extra[k] = v

@@ -23,6 +23,12 @@ export const HDR_OBJECT_SIZE = 'Noa-Object-Size'
 export const HDR_OBJECT_OFFSET = 'Noa-Object-Offset'
 /** `0` when the object's bytes do not hash to its id (a tree stored as a delta). */
 export const HDR_OBJECT_EXACT = 'Noa-Object-Exact'
+/**
+ * On a shared workspace's entries message: the objects its entries need (comma-separated ids),
+ * published on their own subjects before it; a host writes them into its root before it applies
+ * the entries (shared-objects.ts).
+ */
+export const HDR_OBJECTS = 'Noa-Objects'
 
 export function checkPrefix(prefix: unknown): string {
   if (typeof prefix !== 'string' || !PREFIX_RE.test(prefix)) {

@@ -74,6 +74,7 @@ export {
   type SnapshotKind,
   type SnapshotOptions,
   type SnapshotResult,
+  type StoreAppender,
   type WorkspaceState,
 } from './snapshot.js'
 export {

@@ -71,9 +71,19 @@ export interface SnapshotEngineOptions {
   root?: string
   /** Object store (default: `<root>/objects`). */
   store?: ObjectStore
+  /**
+   * How the store's records (snapshot, fork and merge entries) reach a log, when not through the
+   * log's own store path: a workspace written through another channel (a shared workspace,
+   * replicate's `SharedWorkspaces.storeAppender()`). Called only after the objects the entries
+   * name are stored. Still needs `log` (its workspaces are opened and read as usual).
+   */
+  append?: StoreAppender
 }
 
-const OPTION_KEYS = new Set(['log', 'root', 'store'])
+/** The store's own appends: its records, after the objects they name are stored. */
+export type StoreAppender = (workspace: string, entries: readonly EntryInput[]) => Promise<Ack[]>
+
+const OPTION_KEYS = new Set(['log', 'root', 'store', 'append'])
 const CHECKOUT_KEYS = new Set(['force', 'caseInsensitive'])
 
 /**
@@ -85,6 +95,7 @@ export class SnapshotEngine implements SnapshotView {
   readonly root: string
   readonly store: ObjectStore
   readonly log: AgentLog | undefined
+  private readonly appender: StoreAppender | undefined
   private readonly mutex: KeyedMutex
   /** The reads, and the view the operations take (snapshot-read.ts). */
   private readonly reader: SnapshotReader
@@ -101,6 +112,11 @@ export class SnapshotEngine implements SnapshotView {
     }
     this.root = root
     this.log = options.log
+    if (options.append !== undefined && typeof options.append !== 'function')
+      throw Errors.BAD_OPTION('option append must be a function (workspace, entries) => acks', {
+        field: 'append',
+      })
+    this.appender = options.append
     this.store = options.store ?? new ObjectStore(root)
     this.mutex = options.log ? mutexFor(options.log) : new KeyedMutex()
     this.reader = new SnapshotReader(root, this.store, this.log)
@@ -231,7 +247,8 @@ export class SnapshotEngine implements SnapshotView {
 
   /** The store's own appends: its records, past the record check normal callers get. */
   append(workspace: string, entries: readonly EntryInput[]): Promise<Ack[]> {
-    return this.requireLog('append')[STORE_APPEND](workspace, entries)
+    const log = this.requireLog('append')
+    return this.appender ? this.appender(workspace, entries) : log[STORE_APPEND](workspace, entries)
   }
 
   /**

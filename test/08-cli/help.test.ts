@@ -174,7 +174,7 @@ describe('unknown options', () => {
     )
     const short = await runMain(['snapshot', 'w', '-x'])
     expect(short.stderr.split('\n')[0]).toBe(
-      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --allow-empty, --strict, --skip-damaged, --help; an argument starting with '-' goes after '--'",
+      "noa snapshot: unknown option -x; valid options: --root, --json, --message, --allow-empty, --strict, --skip-damaged, --shared-nats, --shared-prefix, --help; an argument starting with '-' goes after '--'",
     )
     const sub = await runMain(['memory', 'list', '--dir', 'd', '--limit', '3'])
     expect(sub.stderr.split('\n')[0]).toBe(

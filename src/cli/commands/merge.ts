@@ -2,15 +2,15 @@ import { AgentLog } from '../../engine/agent-log.js'
 import { isNoaError } from '../../engine/errors.js'
 import { existingLog } from '../../engine/logs.js'
 import type { MergeConflict } from '../../store/merge.js'
-import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
 import { describeNoEffect } from './describe.js'
+import { SHARED_DETAILS, SHARED_OPTIONS, storeFor } from './shared-store.js'
 
 export const spec = command({
   usage:
-    'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--strict] [--root DIR] [--json]',
+    'usage: noa merge <target_workspace> <source_workspace>… [--on-conflict lww|fail] [-m MESSAGE] [--strict] [--shared-nats URL [--shared-prefix P]] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -31,12 +31,17 @@ export const spec = command({
       type: 'boolean',
       description: 'refuse entries that cannot apply instead of recording them as without effect',
     },
+    ...SHARED_OPTIONS,
   },
   positionals: [2, Number.POSITIVE_INFINITY],
   details:
     "Prints the merged snapshot's id, then any conflicts (kept side and every side's entry).\n" +
-    'When the sources bring nothing new, says "already up to date", prints the head and writes nothing.',
-  examples: ['noa merge main agent-1 agent-2 --on-conflict fail'],
+    'When the sources bring nothing new, says "already up to date", prints the head and writes nothing.\n' +
+    `${SHARED_DETAILS}\nOnly the target is shared; the sources are this root's workspaces.`,
+  examples: [
+    'noa merge main agent-1 agent-2 --on-conflict fail',
+    'noa merge team agent-1 --shared-nats nats://n1:4222,nats://n2:4222,nats://n3:4222',
+  ],
   exitCodes: { 1: 'an unknown workspace, or conflicts with --on-conflict fail (listed on stdout)' },
 })
 
@@ -59,8 +64,10 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   for (const ws of positionals) existingLog(root, ws) // unknown workspaces fail before any worker starts
   const log = await AgentLog.open({ root, workers: 0 })
   const shown = progress(io, 'merging')
+  let store: Awaited<ReturnType<typeof storeFor>> | null = null
   try {
-    const engine = new SnapshotEngine({ log })
+    store = await storeFor('merge', spec.usage, io, log, values, [target])
+    const engine = store.engine
     const options = {
       onConflict: policy,
       onProgress: shown.onProgress,
@@ -108,6 +115,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
     )
   } finally {
     shown.done()
+    await store?.close()
     await log.close()
   }
   return 0

@@ -4,10 +4,11 @@ import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf } from '../args
 import { type CliIo, json, write } from '../io.js'
 import { progress, quoteField } from '../progress.js'
 import { describeNoEffect, describeSkipped } from './describe.js'
+import { SHARED_DETAILS, SHARED_OPTIONS, storeFor } from './shared-store.js'
 
 export const spec = command({
   usage:
-    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--skip-damaged] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
+    'usage: noa snapshot <workspace> [-m MESSAGE] [--allow-empty] [--strict] [--skip-damaged] [--shared-nats URL [--shared-prefix P]] [--root DIR] [--json]\n       noa snapshot prune <workspace> --keep-last N [--keep-within DURATION] [-m MESSAGE] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -26,6 +27,7 @@ export const spec = command({
       description:
         'leave damaged lines of the log out instead of refusing, and record exactly which (seqs, byte ranges) in the snapshot',
     },
+    ...SHARED_OPTIONS,
   },
   positionals: [1, 1],
   details:
@@ -36,8 +38,13 @@ export const spec = command({
     'stderr and records it in the snapshot (noa snapshots, history and verify show it).\n' +
     'noa snapshot prune drops older snapshots, recorded in the log (gc then frees their trees):\n' +
     '--keep-last N keeps the newest N, --keep-within DURATION (1h, 7d) those made within it;\n' +
-    'the head, forks, merges and earlier prunes are always kept.',
-  examples: ['noa snapshot agent-1 -m "tests pass"', 'noa snapshot prune agent-1 --keep-last 10'],
+    'the head, forks, merges and earlier prunes are always kept.\n' +
+    SHARED_DETAILS,
+  examples: [
+    'noa snapshot agent-1 -m "tests pass"',
+    'noa snapshot team --shared-nats nats://n1:4222,nats://n2:4222,nats://n3:4222',
+    'noa snapshot prune agent-1 --keep-last 10',
+  ],
   exitCodes: {
     1: 'the workspace has no log, a snapshot it needs is missing, the log is damaged (see --skip-damaged), or (--strict) an entry cannot apply',
   },
@@ -68,14 +75,19 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const log = await AgentLog.open({ root, workers: 0 })
   const shown = progress(io, 'replaying')
   try {
-    const engine = new SnapshotEngine({ log })
-    const r = await engine.snapshot(workspace, {
-      message: values.message ?? '',
-      onProgress: shown.onProgress,
-      allowEmpty: values['allow-empty'] ?? false,
-      strict: values.strict ?? false,
-      skipDamaged: values['skip-damaged'] ?? false,
-    })
+    const store = await storeFor('snapshot', spec.usage, io, log, values, [workspace])
+    let r: SnapshotResult
+    try {
+      r = await store.engine.snapshot(workspace, {
+        message: values.message ?? '',
+        onProgress: shown.onProgress,
+        allowEmpty: values['allow-empty'] ?? false,
+        strict: values.strict ?? false,
+        skipDamaged: values['skip-damaged'] ?? false,
+      })
+    } finally {
+      await store.close()
+    }
     shown.done()
     if (!values.json) {
       let notes = r.skipped.map((k) => `noa snapshot: ${workspace} ${describeSkipped(k)}\n`).join('')
