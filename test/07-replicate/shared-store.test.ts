@@ -7,38 +7,21 @@
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
-import { jetstreamManager } from '@nats-io/jetstream'
-import { describe, expect, it, onTestFinished } from 'vitest'
-import { AgentLog, type EntryInput } from '../../dist/src/index.js'
-import { initStream, type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
+import { describe, expect, it } from 'vitest'
+import type { EntryInput } from '../../dist/src/index.js'
+import type { SharedOptions } from '../../dist/src/replicate/index.js'
 import { SnapshotEngine } from '../../dist/src/store/index.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
-import { streamContents, uniqueNames, withConnection } from '../helpers/nats.js'
+import { streamContents } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
+import { sharedHosts } from '../helpers/shared-hosts.js'
 
 const cluster = useNatsCluster()
-const first = () => cluster.urls().split(',')[0] as string
-
-async function newStream() {
-  const names = uniqueNames()
-  await initStream({ nats: cluster.urls(), prefix: names.prefix, stream: names.stream, replicas: 3 })
-  onTestFinished(() =>
-    withConnection(first(), async (nc) => {
-      await (await jetstreamManager(nc)).streams.delete(names.stream).catch(() => {})
-    }),
-  )
-  return names
-}
+const { first, newStream, host: sharedHost } = sharedHosts(cluster)
 
 async function host(prefix: string, workspaces: string[], extra: Partial<SharedOptions> = {}) {
-  const root = tempDir()
-  const log = await AgentLog.open({ root, workers: 1 })
-  const shared = await SharedWorkspaces.open({ log, nats: cluster.urls(), prefix, workspaces, ...extra })
-  onTestFinished(async () => {
-    await shared.close().catch(() => {})
-    await log.close()
-  })
-  return { root, log, shared, engine: shared.snapshotEngine() }
+  const h = await sharedHost(prefix, workspaces, extra)
+  return { ...h, engine: h.shared.snapshotEngine() }
 }
 
 type Host = Awaited<ReturnType<typeof host>>

@@ -9,41 +9,20 @@ import { join } from 'node:path'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
-import { initStream, type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
+import { type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
 import { blobOf, runCliAsync, tempDir } from '../helpers/index.js'
-import { startCli, streamContents, uniqueNames, withConnection } from '../helpers/nats.js'
+import { startCli, streamContents, withConnection } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
+import { sharedHosts } from '../helpers/shared-hosts.js'
 
 const cluster = useNatsCluster()
-const first = () => cluster.urls().split(',')[0] as string
+const { first, newStream, host } = sharedHosts(cluster)
 
 const write = (tag: string, i: number): EntryInput => ({
   op: 'write',
   path: `${tag}/ファイル-${i}`,
   blob: blobOf(i),
 })
-
-async function newStream(replicas = 3) {
-  const names = uniqueNames()
-  await initStream({ nats: cluster.urls(), prefix: names.prefix, stream: names.stream, replicas })
-  onTestFinished(() =>
-    withConnection(first(), async (nc) => {
-      await (await jetstreamManager(nc)).streams.delete(names.stream).catch(() => {})
-    }),
-  )
-  return names
-}
-
-async function host(prefix: string, workspaces: string[], extra: Partial<SharedOptions> = {}) {
-  const root = tempDir()
-  const log = await AgentLog.open({ root, workers: 1 })
-  const shared = await SharedWorkspaces.open({ log, nats: cluster.urls(), prefix, workspaces, ...extra })
-  onTestFinished(async () => {
-    await shared.close().catch(() => {})
-    await log.close()
-  })
-  return { root, log, shared }
-}
 
 const logOf = (root: string, ws: string) => readFileSync(join(root, 'agent-logs', `${ws}.log`))
 
