@@ -170,6 +170,28 @@ export interface ObjectContext {
   retry<T>(what: string, fn: () => Promise<T>): Promise<T>
 }
 
+/** Ids a SharedWorkspaces remembers as in the stream (about 100 bytes each): 65,536 at most. */
+export const KNOWN_OBJECTS_MAX = 65_536
+
+/**
+ * The objects known to be in the stream, bounded: a long-running host publishes and fetches
+ * without end, so the oldest ids are forgotten past `max`. Forgetting one costs a look at the
+ * stream the next time an entry names it (publishObject finds it there and sends nothing).
+ */
+export class KnownObjects extends Set<string> {
+  constructor(readonly max = KNOWN_OBJECTS_MAX) {
+    super()
+  }
+
+  override add(id: string): this {
+    if (!this.has(id) && this.size >= this.max) {
+      const oldest = this.values().next()
+      if (oldest.done !== true) this.delete(oldest.value)
+    }
+    return super.add(id)
+  }
+}
+
 /**
  * Publishes the objects the stream may lack (not in `known`) as push does, a few at once, and
  * adds them to `known`. Returns how many this call stored (the others were there already).

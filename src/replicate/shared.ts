@@ -42,7 +42,13 @@ import {
 import { countersOf, lineAtSeq, sameBytes } from './lines.js'
 import { closeLink, type Link, type NatsTarget, openLink } from './link.js'
 import { type EncodedMessage, encodeEntries } from './message.js'
-import { fetchObjects, type ObjectContext, objectsOfEntries, publishObjects } from './shared-objects.js'
+import {
+  fetchObjects,
+  KnownObjects,
+  type ObjectContext,
+  objectsOfEntries,
+  publishObjects,
+} from './shared-objects.js'
 import { Replica } from './shared-replica.js'
 import { messageAt, resolveStream, type StreamRef } from './stream.js'
 import { checkPrefix, DEFAULT_PREFIX, HDR_OBJECTS, isSubjectSafe, workspaceSubject } from './subjects.js'
@@ -135,7 +141,7 @@ export class SharedWorkspaces {
   private closing: Promise<void> | null = null
   private readonly counts = { messages: 0, entries: 0, conflicts: 0, objects: 0 }
   /** Objects known to be in the stream (published or fetched by this instance). */
-  private readonly published = new Set<string>()
+  private readonly published = new KnownObjects()
   /** Reads the store's records, to find the objects entries need (shared-objects.ts). */
   private readonly reader: SnapshotEngine
 

@@ -10,6 +10,7 @@ import { join, relative } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import type { EntryInput } from '../../dist/src/index.js'
 import type { SharedOptions } from '../../dist/src/replicate/index.js'
+import { KnownObjects } from '../../dist/src/replicate/shared-objects.js'
 import { SnapshotEngine } from '../../dist/src/store/index.js'
 import { runCliAsync, tempDir } from '../helpers/index.js'
 import { streamContents } from '../helpers/nats.js'
@@ -287,5 +288,14 @@ describe('the store on shared workspaces', () => {
     const usage = await runCliAsync(['snapshot', 'team', '--shared-prefix', prefix, '--root', c])
     expect(usage.status).toBe(2)
     expect(usage.stderr).toContain('--shared-prefix goes with --shared-nats')
+  })
+})
+
+describe('the objects a host knows are in the stream', () => {
+  it('are bounded: past the limit the oldest are forgotten, the newest kept', () => {
+    const known = new KnownObjects(3)
+    for (const id of ['a', 'b', 'c', 'b', 'd', 'e']) known.add(id)
+    expect([...known]).toEqual(['c', 'd', 'e'])
+    expect(new KnownObjects().max).toBe(65_536)
   })
 })
