@@ -285,6 +285,34 @@ describe('the store on shared workspaces', () => {
       ]),
     )
 
+    // A fork of the merge into a new shared workspace, by the CLI: a host that never saw team
+    // takes team-b from the stream, with every object its base needs.
+    const forked = await runCliAsync([
+      'fork',
+      'team-b',
+      '--from',
+      mergedId,
+      '--shared-nats',
+      cluster.urls(),
+      '--shared-prefix',
+      prefix,
+      '--root',
+      c,
+      '--json',
+    ])
+    expect(forked.stderr).toBe('')
+    expect(forked.status).toBe(0)
+    expect(JSON.parse(forked.stdout)).toMatchObject({ workspace: 'team-b', base: mergedId, seq: 1 })
+    const d = await host(prefix, ['team-b'], { writer: 'd' })
+    expect(logOf(d.root, 'team-b').equals(await streamLines(stream, prefix, 'team-b'))).toBe(true)
+    expect(logOf(d.root, 'team-b').equals(logOf(c, 'team-b'))).toBe(true)
+    expect(await checkedOut(d.root, 'team-b')).toEqual(
+      new Map([
+        ['one.txt', 'one\n'],
+        ['c.txt', 'from c\n'],
+      ]),
+    )
+
     const usage = await runCliAsync(['snapshot', 'team', '--shared-prefix', prefix, '--root', c])
     expect(usage.status).toBe(2)
     expect(usage.stderr).toContain('--shared-prefix goes with --shared-nats')

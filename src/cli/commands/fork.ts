@@ -3,9 +3,11 @@ import { checkWorkspace } from '../../engine/entry.js'
 import { SnapshotEngine } from '../../store/snapshot.js'
 import { command, JSON_OPTION, parseCommand, ROOT_OPTION, rootOf, UsageError } from '../args.js'
 import { type CliIo, json, write } from '../io.js'
+import { SHARED_DETAILS, SHARED_OPTIONS, storeFor } from './shared-store.js'
 
 export const spec = command({
-  usage: 'usage: noa fork <new_workspace> --from <snapshot_id> [-m MESSAGE] [--root DIR] [--json]',
+  usage:
+    'usage: noa fork <new_workspace> --from <snapshot_id> [-m MESSAGE] [--shared-nats URL [--shared-prefix P]] [--root DIR] [--json]',
   options: {
     ...ROOT_OPTION,
     ...JSON_OPTION,
@@ -16,9 +18,14 @@ export const spec = command({
       description: "the fork entry's message",
       defaultText: '"fork of <workspace> at <snapshot_id>"',
     },
+    ...SHARED_OPTIONS,
   },
   positionals: [1, 1],
-  examples: ['noa fork agent-2 --from <snapshot_id> -m "try the other fix"'],
+  details: `${SHARED_DETAILS}\nThe new workspace is then a shared one, created in the stream's order on every host.`,
+  examples: [
+    'noa fork agent-2 --from <snapshot_id> -m "try the other fix"',
+    'noa fork team-b --from <snapshot_id> --shared-nats nats://n1:4222,nats://n2:4222,nats://n3:4222',
+  ],
   exitCodes: { 1: 'no such snapshot, or the new workspace exists already' },
 })
 
@@ -29,8 +36,10 @@ export async function run(args: string[], io: CliIo): Promise<number> {
   const root = rootOf(values)
   await new SnapshotEngine({ root }).tree(values.from) // an unknown id fails before any worker starts
   const log = await AgentLog.open({ root, workers: 0 })
+  let store: Awaited<ReturnType<typeof storeFor>> | null = null
   try {
-    const r = await new SnapshotEngine({ log }).fork(
+    store = await storeFor('fork', spec.usage, io, log, values, [workspace])
+    const r = await store.engine.fork(
       workspace,
       values.from,
       values.message === undefined ? {} : { message: values.message },
@@ -42,6 +51,7 @@ export async function run(args: string[], io: CliIo): Promise<number> {
         : `${r.workspace}\tforked from ${r.base} (${r.fromWorkspace})\n`,
     )
   } finally {
+    await store?.close()
     await log.close()
   }
   return 0
