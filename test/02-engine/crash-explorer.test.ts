@@ -102,7 +102,9 @@ describe(`crash-state explorer (${LONG ? 'long' : 'quick'} mode)`, () => {
           if (!keep) rmSync(base, { recursive: true, force: true })
         }
       },
-      LONG ? 600_000 : 120_000,
+      // A long seed explores every crash point of a run of 2,000-4,500 operations (25,000-30,000
+      // states): 300-650 s on this machine, more when it is busy.
+      LONG ? 1_500_000 : 120_000,
     )
   }
   afterAll(() => console.log(`crash-state explorer totals: ${JSON.stringify(totals)}`))
