@@ -39,6 +39,8 @@ import { OwnerSums } from './owner-sums.js'
  */
 const LOG_SYNCFS_MIN = Math.max(1, Number(process.env.NOA_LOG_SYNCFS_MIN) || 16) // env: a test seam (the crash explorer's few workspaces)
 
+const EMPTY_TAIL = { truncatedBytes: 0, size: 0, lastSeq: 0, lastTs: 0 } as const
+
 export abstract class OwnerFiles extends OwnerSums {
   protected abstract markReady(file: OwnedFile): void
   protected abstract submit(job: Job, fd: number, data: Buffer, mode: SyncMode): void
@@ -406,7 +408,9 @@ export abstract class OwnerFiles extends OwnerSums {
       if (created) this.dirUnsynced.add(file.key)
       file.ino = st.ino
       file.dev = st.dev
-      const { truncatedBytes, size, lastSeq, lastTs } = this.recoverTail(file, true, Number(st.size))
+      // An empty log (a new one) has no tail to read.
+      const { truncatedBytes, size, lastSeq, lastTs } =
+        st.size === 0n ? EMPTY_TAIL : this.recoverTail(file, true, Number(st.size))
       file.size = size
       file.lastSeq = lastSeq
       file.lastTs = lastTs
