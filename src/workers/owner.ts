@@ -288,7 +288,7 @@ class Owner extends OwnerAtomic {
       toOpen.push(file)
     }
     if (toOpen.length > 0) toOpen = toOpen.slice(0, this.makeRoom(toOpen.length))
-    const openFailed = toOpen.length > 0 ? this.openWorkspaces(toOpen) : null
+    const openFailed = toOpen.length > 0 ? this.openWorkspaces(toOpen, true) : null
     for (const file of this.ready) {
       if (file.inFlight !== null || file.queue.length === 0) continue
       const failed = openFailed?.get(file)

@@ -1,9 +1,19 @@
-import { existsSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs'
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { listWorkspaces, readEntries } from '../../dist/src/engine/index.js'
 import { AgentLog, type Entry, type EntryInput, isNoaError } from '../../dist/src/index.js'
 import { BLOB, blobOf, tempDir } from '../helpers/index.js'
+
+const OPEN_TRACE = new URL('../fixtures/open-trace-io.mjs', import.meta.url).href
 
 function write(i: number, path = `src/f${i}.ts`): EntryInput {
   return { op: 'write', path, blob: blobOf(i) }
@@ -45,6 +55,28 @@ describe('AgentLog append', () => {
     } finally {
       await log.close()
     }
+  })
+
+  it('a burst of new workspaces opens each log once, creating it, with no failed look first', async () => {
+    const root = tempDir()
+    const trace = join(tempDir(), 'opens')
+    // An empty log another process made and never wrote: taken as new, its seq starts at 1.
+    mkdirSync(join(root, 'agent-logs'), { recursive: true })
+    writeFileSync(join(root, 'agent-logs', 'new-0.log'), '')
+    const log = await AgentLog.open({ root, workers: 1, ioModule: OPEN_TRACE, ioOptions: { trace } })
+    try {
+      const acks = await Promise.all(Array.from({ length: 100 }, (_, i) => log.append(`new-${i}`, write(i))))
+      expect(acks.every((a) => a.seq === 1)).toBe(true)
+      expect((await log.append('new-0', write(100))).seq).toBe(2)
+    } finally {
+      await log.close()
+    }
+    const opens = readFileSync(trace, 'utf8')
+      .split('\n')
+      .filter((l) => l.endsWith('.log'))
+    expect(opens.filter((l) => !l.startsWith('create ok '))).toEqual([])
+    expect(opens.length).toBe(100)
+    expect(readdirSync(join(root, 'agent-logs')).length).toBe(100)
   })
 
   it('assigns seq 1, 2, 3 and strictly increasing ts, writes the seed line shape', async () => {

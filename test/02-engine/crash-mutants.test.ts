@@ -138,7 +138,7 @@ const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'workers/owner-files.js',
-        from: 'if (created)\n            this.dirUnsynced.add(file.key);',
+        from: 'if (created)\n                this.dirUnsynced.add(file.key);',
         to: '',
       },
     ],
