@@ -18,7 +18,7 @@ import { useNatsCluster } from '../helpers/nats-cluster.js'
 import { sharedHosts } from '../helpers/shared-hosts.js'
 
 const cluster = useNatsCluster()
-const { first, newStream, host: sharedHost } = sharedHosts(cluster)
+const { first, newStream, host: sharedHost, logOf, streamLines } = sharedHosts(cluster)
 
 async function host(prefix: string, workspaces: string[], extra: Partial<SharedOptions> = {}) {
   const h = await sharedHost(prefix, workspaces, extra)
@@ -26,23 +26,6 @@ async function host(prefix: string, workspaces: string[], extra: Partial<SharedO
 }
 
 type Host = Awaited<ReturnType<typeof host>>
-
-const logOf = (root: string, ws: string) => readFileSync(join(root, 'agent-logs', `${ws}.log`))
-
-/** The workspace's entries as the stream orders them (racers, which every host skips, left out). */
-async function streamLines(stream: string, prefix: string, ws: string): Promise<Buffer> {
-  const contents = await streamContents(first(), stream, prefix)
-  let last = 0
-  let out = ''
-  for (const m of contents.get(`${prefix}.${ws}`) ?? []) {
-    const lines = m.line.split('\n')
-    const seqs = lines.map((l) => JSON.parse(l).seq as number)
-    if ((seqs[0] as number) <= last) continue
-    last = seqs[seqs.length - 1] as number
-    out += lines.map((l) => `${l}\n`).join('')
-  }
-  return Buffer.from(out)
-}
 
 /** Every file under `dir`, by path relative to it. */
 function filesOf(dir: string): Map<string, string> {
@@ -220,6 +203,22 @@ describe('the store on shared workspaces', () => {
     await a.shared.appendMany('team', await writes(a, { 'one.txt': 'one\n' }))
     // Host C is a root the CLI shares from.
     const c = tempDir()
+    /** A store command on C through the stream: its stdout as JSON once it exits 0 without a word on stderr. */
+    const sharedCli = async (args: string[]) => {
+      const r = await runCliAsync([
+        ...args,
+        '--shared-nats',
+        cluster.urls(),
+        '--shared-prefix',
+        prefix,
+        '--root',
+        c,
+        '--json',
+      ])
+      expect(r.stderr).toBe('')
+      expect(r.status).toBe(0)
+      return JSON.parse(r.stdout)
+    }
     const share = await runCliAsync([
       'replicate',
       'share',
@@ -233,20 +232,8 @@ describe('the store on shared workspaces', () => {
     ])
     expect(share.stderr).toBe('')
     expect(share.status).toBe(0)
-    const snap = await runCliAsync([
-      'snapshot',
-      'team',
-      '--shared-nats',
-      cluster.urls(),
-      '--shared-prefix',
-      prefix,
-      '--root',
-      c,
-      '--json',
-    ])
-    expect(snap.stderr).toBe('')
-    expect(snap.status).toBe(0)
-    const id = JSON.parse(snap.stdout).snapshotId as string
+    const snap = await sharedCli(['snapshot', 'team'])
+    const id = snap.snapshotId as string
     await a.shared.sync('team')
     expect((await new SnapshotEngine({ root: a.root }).head('team'))?.record.id).toBe(id)
     expect(logOf(a.root, 'team').equals(logOf(c, 'team'))).toBe(true)
@@ -261,21 +248,8 @@ describe('the store on shared workspaces', () => {
       `{"op":"write","path":"c.txt","blob":"${blob}"}\n`,
     )
     expect(put.stderr).toBe('')
-    const merge = await runCliAsync([
-      'merge',
-      'team',
-      'mine',
-      '--shared-nats',
-      cluster.urls(),
-      '--shared-prefix',
-      prefix,
-      '--root',
-      c,
-      '--json',
-    ])
-    expect(merge.stderr).toBe('')
-    expect(merge.status).toBe(0)
-    const mergedId = JSON.parse(merge.stdout).snapshotId as string
+    const merge = await sharedCli(['merge', 'team', 'mine'])
+    const mergedId = merge.snapshotId as string
     await a.shared.sync('team')
     expect(logOf(a.root, 'team').equals(await streamLines(stream, prefix, 'team'))).toBe(true)
     expect(await checkedOut(a.root, mergedId)).toEqual(
@@ -287,22 +261,8 @@ describe('the store on shared workspaces', () => {
 
     // A fork of the merge into a new shared workspace, by the CLI: a host that never saw team
     // takes team-b from the stream, with every object its base needs.
-    const forked = await runCliAsync([
-      'fork',
-      'team-b',
-      '--from',
-      mergedId,
-      '--shared-nats',
-      cluster.urls(),
-      '--shared-prefix',
-      prefix,
-      '--root',
-      c,
-      '--json',
-    ])
-    expect(forked.stderr).toBe('')
-    expect(forked.status).toBe(0)
-    expect(JSON.parse(forked.stdout)).toMatchObject({ workspace: 'team-b', base: mergedId, seq: 1 })
+    const forked = await sharedCli(['fork', 'team-b', '--from', mergedId])
+    expect(forked).toMatchObject({ workspace: 'team-b', base: mergedId, seq: 1 })
     const d = await host(prefix, ['team-b'], { writer: 'd' })
     expect(logOf(d.root, 'team-b').equals(await streamLines(stream, prefix, 'team-b'))).toBe(true)
     expect(logOf(d.root, 'team-b').equals(logOf(c, 'team-b'))).toBe(true)

@@ -11,40 +11,18 @@ import { describe, expect, it, onTestFinished } from 'vitest'
 import { AgentLog, type EntryInput } from '../../dist/src/index.js'
 import { type SharedOptions, SharedWorkspaces } from '../../dist/src/replicate/index.js'
 import { blobOf, runCliAsync, tempDir } from '../helpers/index.js'
-import { startCli, streamContents, withConnection } from '../helpers/nats.js'
+import { startCli, withConnection } from '../helpers/nats.js'
 import { useNatsCluster } from '../helpers/nats-cluster.js'
 import { sharedHosts } from '../helpers/shared-hosts.js'
 
 const cluster = useNatsCluster()
-const { first, newStream, host } = sharedHosts(cluster)
+const { first, newStream, host, logOf, streamLines } = sharedHosts(cluster)
 
 const write = (tag: string, i: number): EntryInput => ({
   op: 'write',
   path: `${tag}/ファイル-${i}`,
   blob: blobOf(i),
 })
-
-const logOf = (root: string, ws: string) => readFileSync(join(root, 'agent-logs', `${ws}.log`))
-
-/**
- * The workspace's order as the stream holds it: its messages in stream order (each may carry
- * several lines), a message that does not start right after the entries before it skipped (a
- * racer nats-server 2.9 stored with a stale expectation, nats-io/nats-server#4320).
- */
-async function streamLines(stream: string, prefix: string, ws: string): Promise<Buffer> {
-  const contents = await streamContents(first(), stream, prefix)
-  let last = 0
-  let out = ''
-  for (const m of contents.get(`${prefix}.${ws}`) ?? []) {
-    const lines = m.line.split('\n')
-    const seqs = lines.map((l) => JSON.parse(l).seq as number)
-    if ((seqs[0] as number) <= last) continue
-    expect(seqs[0]).toBe(last + 1)
-    last = seqs[seqs.length - 1] as number
-    out += lines.map((l) => `${l}\n`).join('')
-  }
-  return Buffer.from(out)
-}
 
 function expectOrdered(bytes: Buffer): { seq: number; ts: number; path?: string }[] {
   const entries = bytes
