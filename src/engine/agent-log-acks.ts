@@ -36,8 +36,10 @@ export abstract class AgentLogAcks extends AgentLogOutbox {
   /** `turnEnd`: at the end of the caller's turn (not inside a call of its own): a lone append may wait there. */
   protected override flush(owner: Owner, turnEnd = false): void {
     owner.scheduled = false
+    if (owner === this.local) this.freshOnLocal.clear()
     const out = owner.outbox
     if (out.ids.length === 0) return
+    if (owner.port === null) this.started(owner) // the lone lane's, routed to in this turn
     owner.outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
     const msg: ToOwner = { t: 'append', ids: out.ids, ws: out.ws, counts: out.counts, bodies: out.bodies }
     if (out.expects) msg.expects = out.expects

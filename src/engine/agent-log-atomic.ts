@@ -31,6 +31,12 @@ export abstract class AgentLogAtomic extends AgentLogAcks {
       throw Errors.BAD_ARGUMENT('appendAtomic takes an object: { workspace: [entries] }')
     }
     if (this.closing) throw closedError() // before ownerOf, which would start an owner
+    // A workspace moving between owners (loneInThread) is on the one it moves to once it is there.
+    // (Checked again after each wait: another move may have started meanwhile.)
+    for (let m = this.movingOf(Object.keys(batch)); m !== undefined; m = this.movingOf(Object.keys(batch))) {
+      await m
+      if (this.closing) throw closedError()
+    }
     const groups = new Map<Owner, { ws: string[]; counts: number[]; bodies: string[] }>()
     for (const [workspace, entries] of Object.entries(batch)) {
       checkWorkspace(workspace)
@@ -40,7 +46,7 @@ export abstract class AgentLogAtomic extends AgentLogAcks {
       if (entries.length === 0) continue
       const bodies = entries.map((e, i) => encodeBody(e, `${workspace} entry ${i + 1}`))
       this.checkEntries(workspace, entries, undefined, (i) => `${workspace} entry ${i + 1}`)
-      const owner = this.ownerOf(workspace)
+      const owner = this.routeOf(workspace)
       let g = groups.get(owner)
       if (!g) {
         g = { ws: [], counts: [], bodies: [] }

@@ -163,7 +163,7 @@ export abstract class AgentLogCompact extends AgentLogAtomic {
       const bytes = await writeArchive(file, plan.cut, path, format)
       result.archive = { path, bytes, format, rawBytes: plan.cut }
     }
-    const done = (await this.request(this.ownerOf(workspace), (id) => ({
+    const done = (await this.requestFor(workspace, (id) => ({
       t: 'compact',
       id,
       plan,

@@ -14,7 +14,7 @@ import {
   closedError,
 } from './agent-log-options.js'
 import { AgentLogOwners } from './agent-log-owners.js'
-import type { Owner, Pending } from './agent-log-state.js'
+import type { Outbox, Owner, Pending } from './agent-log-state.js'
 import type { LocalPort } from './local-port.js'
 import { PHASE, stamp } from './phases.js'
 import type { ToOwner } from './protocol.js'
@@ -31,9 +31,16 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
     bodies: string | string[],
     count: number,
     options?: AppendOptions,
+    held = false,
   ): Promise<unknown> {
-    if (this.closing) return Promise.reject(closedError())
-    const owner = this.ownerOf(workspace)
+    // Held while its workspace moved: it was made before a close, which waits for it.
+    if (this.closing && !held) return Promise.reject(closedError())
+    if (this.local !== null) {
+      if (!this.moving.has(workspace)) this.steer(workspace)
+      const moving = this.moving.get(workspace)
+      if (moving !== undefined) return moving.then(() => this.submit(workspace, bodies, count, options, true))
+    }
+    const owner = this.routeOf(workspace)
     if (owner.failed) return Promise.reject(owner.failed)
     const expect = checkAppendOptions(options)
     const files = checkFiles(options?.files)
@@ -55,15 +62,31 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
         return
       }
       if (signal) this.listen(p, signal, null)
-      this.enqueueAppend(p, workspace, bodies, expect)
+      this.enqueueAppend(p, workspace, bodies, expect, held)
     })
   }
 
-  protected enqueueAppend(p: Pending, workspace: string, bodies: string | string[], expect: number): void {
-    if (this.closing) {
+  protected enqueueAppend(
+    p: Pending,
+    workspace: string,
+    bodies: string | string[],
+    expect: number,
+    held = false,
+  ): void {
+    if (this.closing && !held) {
       this.settle(-1, p)
       p.reject(closedError())
       return
+    }
+    if (this.local !== null) {
+      // One that waited for room (backpressure) while its workspace moved goes where it is now,
+      // once it is there.
+      const moving = this.moving.get(workspace)
+      if (moving !== undefined) {
+        moving.then(() => this.enqueueAppend(p, workspace, bodies, expect, true))
+        return
+      }
+      p.owner = this.routeOf(workspace)
     }
     const owner = p.owner
     const id = this.nextId++
@@ -169,9 +192,55 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
     }
   }
 
+  protected override retarget(workspace: string, from: Owner, to: Owner): void {
+    const out = from.outbox
+    const keep: Outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
+    let b = 0
+    for (let i = 0; i < out.ids.length; i++) {
+      const count = out.counts[i] as number
+      const target = out.ws[i] === workspace ? to.outbox : keep
+      const n = target.ids.length
+      target.ids.push(out.ids[i] as number)
+      target.ws.push(out.ws[i] as string)
+      target.counts.push(count)
+      for (let k = 0; k < count; k++) target.bodies.push(out.bodies[b + k] as string)
+      b += count
+      if (out.expects || target.expects) {
+        target.expects ??= new Array(n).fill(-1)
+        target.expects.push(out.expects?.[i] ?? -1)
+      }
+      if (out.files || target.files) {
+        target.files ??= new Array(n).fill(null)
+        target.files.push(out.files?.[i] ?? null)
+      }
+      if (target === to.outbox) {
+        const p = this.pending.get(out.ids[i] as number)
+        if (p) p.owner = to
+      }
+    }
+    from.outbox = keep
+    if (to.outbox.ids.length > 0 && !to.scheduled) {
+      to.scheduled = true
+      queueMicrotask(() => this.flush(to, true))
+    }
+  }
+
+  protected override releaseOn(owner: Owner, workspace: string): Promise<unknown> {
+    return this.request(owner, (id) => ({ t: 'release', id, target: workspace }), true)
+  }
+
+  /** A request about a workspace, to the owner it is on once it is not moving (see steer). */
+  protected requestFor(workspace: string, make: (id: number) => ToOwner): Promise<unknown> {
+    const moving = this.settledOn(workspace)
+    if (moving !== undefined) return moving.then(() => this.requestFor(workspace, make))
+    if (this.closing) return Promise.reject(closedError()) // before routeOf, which would start an owner
+    return this.request(this.routeOf(workspace), make)
+  }
+
   protected request(owner: Owner, make: (id: number) => ToOwner, closing = false): Promise<unknown> {
     if (this.closing && !closing) return Promise.reject(closedError())
     if (owner.failed) return Promise.reject(owner.failed)
+    if (owner.port === null) this.started(owner) // the lone lane's, routed to in this turn
     this.flush(owner) // keep order: earlier appends go first
     const id = this.nextId++
     const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))

@@ -47,6 +47,9 @@ const SPIN_MICROS = 150
  */
 const FD_TABLE_SLACK = 64
 
+/** The lone lane's owner keeps at most this many logs open (more are closed idle first, LRU). */
+const LONE_OPEN_FILES = 1024
+
 /** FNV-1a: a stable owner for a name, the same in every run. */
 export function ownerIndex(name: string, n: number): number {
   let h = 0x811c9dc5
@@ -82,11 +85,11 @@ export abstract class AgentLogOwners extends AgentLogState {
   protected started(owner: Owner): Owner {
     if (owner.port !== null || owner.failed !== null) return owner
     const o = this.options
-    const inThread = o.workers === 0
+    const inThread = owner.inThread
     const [port1, port2] = inThread ? LocalPort.pair(undefined, copyReply, true) : channel()
     owner.fds = inThread
       ? null
-      : new Int32Array(new SharedArrayBuffer(4 * (this.perWorker + FD_TABLE_SLACK))).fill(-1)
+      : new Int32Array(new SharedArrayBuffer(4 * (this.openFilesOf(owner) + FD_TABLE_SLACK))).fill(-1)
     const ackSlot = inThread ? null : new SharedArrayBuffer(ACK_SLOT.bytes)
     owner.slot = ackSlot ? new Int32Array(ackSlot, 0, 1) : null
     owner.slotData = ackSlot ? new Float64Array(ackSlot, ACK_SLOT.dataOffset, ACK_SLOT.dataWords) : null
@@ -95,7 +98,7 @@ export abstract class AgentLogOwners extends AgentLogState {
       index: owner.index,
       root: o.root,
       logDir: logDirOf(o.root),
-      maxOpenFiles: this.perWorker,
+      maxOpenFiles: this.openFilesOf(owner),
       syncThreads: o.syncThreads,
       inlineCommit: o.inlineCommit,
       spinMicros: inThread ? 0 : SPIN_MICROS,
@@ -128,12 +131,120 @@ export abstract class AgentLogOwners extends AgentLogState {
     return owner
   }
 
-  protected get perWorker(): number {
-    return Math.max(1, Math.floor(this.options.maxOpenFiles / Math.max(1, this.options.workers)))
+  /**
+   * An owner's share of maxOpenFiles: the lone lane's in-thread owner keeps at most
+   * LONE_OPEN_FILES (it holds workspaces appended to one at a time), the workers share the rest.
+   */
+  protected openFilesOf(owner: Owner): number {
+    const all = this.options.maxOpenFiles
+    const lone =
+      this.local === null ? 0 : Math.max(1, Math.min(LONE_OPEN_FILES, Math.floor(all / (this.poolSize + 1))))
+    if (owner === this.local) return lone
+    return Math.max(1, Math.floor((all - lone) / this.poolSize))
   }
 
+  /** A workspace's worker (its owner by name: the one it is on without a lone lane), started. */
   protected ownerOf(workspace: string): Owner {
-    return this.started(this.owners[ownerIndex(workspace, this.owners.length)] as Owner)
+    return this.started(this.owners[ownerIndex(workspace, this.poolSize)] as Owner)
+  }
+
+  /** The owner a workspace is on (with a lone lane: where it was routed; a new one by the lane), started. */
+  protected routeOf(workspace: string): Owner {
+    if (this.local === null) return this.ownerOf(workspace)
+    let owner = this.route.get(workspace)
+    if (owner === undefined) {
+      owner =
+        this.lane === 'local' ? this.local : (this.owners[ownerIndex(workspace, this.poolSize)] as Owner)
+      this.route.set(workspace, owner)
+      if (owner === this.local) this.freshOnLocal.add(workspace)
+    }
+    // The lone lane's owner starts when its outbox is posted or a request goes to it (flush,
+    // request): the first append of a burst, routed there, may go on to a worker before.
+    return owner === this.local ? owner : this.started(owner)
+  }
+
+  /**
+   * The lone lane (`loneInThread`), at each append: appends overlap when another one of this
+   * log is still in flight. Then the lane is the workers', and a workspace on the caller's
+   * thread moves to its worker; after `laneQuietMs` without overlap, a workspace appended to
+   * alone moves to the caller's thread. A move releases the workspace on its owner (once its
+   * queued appends are committed: its log is made durable and closed) and only then routes it to
+   * the other owner, which opens it; what comes for it meanwhile waits (`moving`).
+   */
+  protected steer(workspace: string): void {
+    const local = this.local as Owner
+    const now = performance.now()
+    if (this.pending.size > 0) {
+      this.lastBusy = now
+      this.lane = 'pool'
+      // The first appends of a burst, routed here in this turn, go with the rest of it.
+      for (const fresh of this.freshOnLocal) {
+        const worker = this.owners[ownerIndex(fresh, this.poolSize)] as Owner
+        if (worker.failed === null) this.move(fresh, local, this.started(worker))
+      }
+    } else if (this.lane === 'pool' && now - this.lastBusy > this.options.laneQuietMs) {
+      this.lane = 'local'
+    }
+    const current = this.route.get(workspace)
+    if (current === undefined || this.moving.has(workspace)) return
+    // An atomic batch holds its workspaces on their owners from prepare to apply: none moves then.
+    if (this.atomicsRunning > 0 || this.coordinators.size > 0) return
+    const wanted =
+      this.lane === 'local' ? local : (this.owners[ownerIndex(workspace, this.poolSize)] as Owner)
+    if (current !== wanted && wanted.failed === null) this.move(workspace, current, this.started(wanted))
+  }
+
+  /** Moves a workspace from one owner to another (see steer). */
+  protected move(workspace: string, from: Owner, to: Owner): void {
+    if (from === this.local && this.freshOnLocal.has(workspace)) {
+      // Routed here in this turn and not yet posted (the first append of a burst): its queued
+      // appends simply go to the other owner's outbox instead; nothing was opened here.
+      this.freshOnLocal.delete(workspace)
+      this.retarget(workspace, from, to)
+      this.route.set(workspace, to)
+      return
+    }
+    if (from.port === null) {
+      this.route.set(workspace, to) // an owner never started (or whose worker died) holds nothing
+      return
+    }
+    this.moves++
+    const moved = this.releaseOn(from, workspace).then(
+      () => {
+        this.moving.delete(workspace)
+        this.route.set(workspace, to)
+      },
+      () => {
+        // Not released (its log could not be made durable, or its owner died): it stays where
+        // it is, and the error comes with its next append there.
+        this.moving.delete(workspace)
+      },
+    )
+    this.moving.set(workspace, moved)
+  }
+
+  /** Moves a workspace's appends still in one owner's outbox (not posted) to another's. */
+  protected abstract retarget(workspace: string, from: Owner, to: Owner): void
+
+  /** Sends a release of a workspace to its owner (after the appends queued for it). */
+  protected abstract releaseOn(owner: Owner, workspace: string): Promise<unknown>
+
+  /**
+   * The move a workspace is in, if any: once it settles the workspace is on its new owner, unless
+   * another move started meanwhile (check again, and send at once when there is none).
+   */
+  protected settledOn(workspace: string): Promise<void> | undefined {
+    return this.moving.get(workspace)
+  }
+
+  /** A move any of these workspaces is in (see settledOn). */
+  protected movingOf(workspaces: readonly string[]): Promise<void> | undefined {
+    if (this.moving.size === 0) return undefined
+    for (const ws of workspaces) {
+      const m = this.moving.get(ws)
+      if (m !== undefined) return m
+    }
+    return undefined
   }
 
   /**

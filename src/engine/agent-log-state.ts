@@ -57,6 +57,8 @@ export interface Outbox {
 
 export interface Owner {
   index: number
+  /** Runs in the caller's thread (workers: 0, or the lone lane of `loneInThread`). */
+  inThread: boolean
   /** Null until the owner is started (on first use), and again after its worker died. */
   port: MessagePort | LocalPort | null
   task: Promise<OwnerStatus> | null
@@ -90,7 +92,24 @@ export abstract class AgentLogState {
   protected readonly ioOptions: unknown
   protected readonly journalBase: string
   protected piscina: Promise<Piscina> | null = null
+  /** The worker owners (or the one in-thread owner with workers: 0), then the lone lane's, if any. */
   protected readonly owners: Owner[]
+  /** Owners a name is hashed over (ownerIndex): the workers, or the in-thread one. */
+  protected readonly poolSize: number
+  /** The lone lane's in-thread owner (`loneInThread`), or null. */
+  protected readonly local: Owner | null
+  /** With a lone lane: which owner each workspace this log touched is on now. */
+  protected readonly route = new Map<string, Owner>()
+  /** Workspaces routed to the lone lane's owner since its outbox was last posted. */
+  protected readonly freshOnLocal = new Set<string>()
+  /** Workspaces moving between owners: their appends and requests wait for this. */
+  protected readonly moving = new Map<string, Promise<void>>()
+  /** Where a workspace touched now goes: the lone lane, or its worker (appends overlap). */
+  protected lane: 'local' | 'pool' = 'local'
+  /** When appends last overlapped (performance.now()). */
+  protected lastBusy = Number.NEGATIVE_INFINITY
+  /** Workspaces moved between owners so far (laneStatus). */
+  protected moves = 0
   protected readonly pending = new Map<number, Pending>()
   protected nextId = 1
   protected pendingBytes = 0
@@ -127,9 +146,11 @@ export abstract class AgentLogState {
     this.ioModule = options.ioModule
     this.ioOptions = options.ioOptions
     this.journalBase = `${process.pid}-${randomBytes(4).toString('hex')}`
-    const count = Math.max(1, o.workers)
+    this.poolSize = Math.max(1, o.workers)
+    const count = this.poolSize + (o.loneInThread ? 1 : 0)
     this.owners = Array.from({ length: count }, (_, index) => ({
       index,
+      inThread: o.workers === 0 || index === this.poolSize,
       port: null,
       task: null,
       outbox: { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null },
@@ -144,5 +165,6 @@ export abstract class AgentLogState {
       slotData: null,
       slotSkip: 0,
     }))
+    this.local = o.loneInThread ? (this.owners[this.poolSize] as Owner) : null
   }
 }

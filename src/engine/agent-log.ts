@@ -302,8 +302,7 @@ export class AgentLog extends AgentLogCompact {
       const f = first as Entry
       const l = prev as Entry
       if (this.closing) return Promise.reject(closedError())
-      const owner = this.ownerOf(workspace)
-      return this.request(owner, (id) => ({
+      return this.requestFor(workspace, (id) => ({
         t: 'replica',
         id,
         ws: workspace,
@@ -335,7 +334,7 @@ export class AgentLog extends AgentLogCompact {
     } catch (err) {
       return Promise.reject(err)
     }
-    const owner = this.started(this.owners[ownerIndex(file, this.owners.length)] as Owner)
+    const owner = this.started(this.owners[ownerIndex(file, this.poolSize)] as Owner)
     return this.request(owner, (id) => ({
       t: 'raw',
       id,
@@ -409,17 +408,23 @@ export class AgentLog extends AgentLogCompact {
    */
   async recover(workspace: string): Promise<OpenReport> {
     existingLog(this.root, workspace) // recovering a workspace that does not exist would create it
-    const idle = this.owners[ownerIndex(workspace, this.owners.length)] as Owner
+    for (let m = this.settledOn(workspace); m !== undefined; m = this.settledOn(workspace)) await m
+    const idle = this.route.get(workspace) ?? (this.owners[ownerIndex(workspace, this.poolSize)] as Owner)
     if (idle.port === null && idle.failed === null) return recoverLog(this.root, workspace) // no owner to start
-    const owner = this.ownerOf(workspace)
-    await this.request(owner, (id) => ({ t: 'release', id, target: workspace }))
-    return (await this.request(owner, (id) => ({ t: 'open', id, ws: workspace }))) as OpenReport
+    await this.request(this.routeOf(workspace), (id) => ({ t: 'release', id, target: workspace }))
+    // A move (the lone lane) may have started meanwhile: the open goes to where it ends.
+    for (let m = this.settledOn(workspace); m !== undefined; m = this.settledOn(workspace)) await m
+    return (await this.request(this.routeOf(workspace), (id) => ({
+      t: 'open',
+      id,
+      ws: workspace,
+    }))) as OpenReport
   }
 
   /** Opens a workspace (creating its log) without appending: takes the lock, recovers the tail. */
   override async openWorkspace(workspace: string): Promise<OpenReport> {
     checkWorkspace(workspace)
-    return (await this.request(this.ownerOf(workspace), (id) => ({
+    return (await this.requestFor(workspace, (id) => ({
       t: 'open',
       id,
       ws: workspace,
@@ -429,7 +434,7 @@ export class AgentLog extends AgentLogCompact {
   /** Closes a workspace's fd (and so its lock) once its queue is drained. */
   override async release(workspace: string): Promise<boolean> {
     checkWorkspace(workspace)
-    return (await this.request(this.ownerOf(workspace), (id) => ({
+    return (await this.requestFor(workspace, (id) => ({
       t: 'release',
       id,
       target: workspace,
@@ -441,7 +446,7 @@ export class AgentLog extends AgentLogCompact {
     if (typeof file !== 'string' || !isAbsolute(file)) {
       throw Errors.BAD_ARGUMENT(`releaseFile needs an absolute path, got ${file}`)
     }
-    const owner = this.owners[ownerIndex(file, this.owners.length)] as Owner
+    const owner = this.owners[ownerIndex(file, this.poolSize)] as Owner
     if (owner.port === null) return false // never started: it holds nothing
     return (await this.request(owner, (id) => ({
       t: 'release',
@@ -463,6 +468,18 @@ export class AgentLog extends AgentLogCompact {
     return listWorkspaces(this.root)
   }
 
+  /**
+   * The lone lane (`loneInThread`): where a workspace touched now goes ('local': the caller's
+   * thread; 'pool': its worker), how many workspaces are on the caller's thread, and how many
+   * moves between owners there were. Null without a lone lane.
+   */
+  laneStatus(): { lane: 'local' | 'pool'; inThread: number; moves: number } | null {
+    if (this.local === null) return null
+    let inThread = 0
+    for (const owner of this.route.values()) if (owner === this.local) inThread++
+    return { lane: this.lane, inThread, moves: this.moves }
+  }
+
   status(): Promise<OwnerStatus[]> {
     const running = this.owners.filter((o) => o.port !== null && o.failed === null)
     return Promise.all(running.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
@@ -477,6 +494,9 @@ export class AgentLog extends AgentLogCompact {
       // An owner that committed an atomic batch may remove its journal only once the other
       // owners' parts are durable in their logs: wait for their answers (they come without
       // further requests: each owner fdatasyncs the parts it wrote on its own).
+      // Appends held while their workspace moved between owners were made before the close:
+      // they go to the owner it moved to first.
+      while (this.moving.size > 0) await Promise.allSettled([...this.moving.values()])
       if (this.atomicsRunning > 0 || this.coordinators.size > 0) {
         await new Promise<void>((resolve) => {
           this.drained = resolve
