@@ -46,7 +46,7 @@ export const noa: Peer = {
   label: 'noa',
   kind: 'noa',
   resumes: true,
-  how: "owner worker threads; commit journal (the default): each round of a worker's queued appends, all its workspaces, is one pwrite + one fdatasync of its preallocated journal, then appended to each log; acked after that fdatasync",
+  how: "owner worker threads, and while nothing else is in flight an owner on the caller's thread (the lone lane: a serial writer's append is committed there, no hop); commit journal (the default): each round of an owner's queued appends, all its workspaces, is one pwrite + one fdatasync of its preallocated journal, then appended to each log; acked after that fdatasync",
   load() {},
   writer: noaWriter({}),
 }
