@@ -23,10 +23,11 @@ async function slotAcks(log: AgentLog): Promise<number> {
   return (await log.status()).reduce((n, s) => n + s.slotAcks, 0)
 }
 
+// A worker owner's slot: the lone lane (which would commit these on this thread) is off.
 describe("a lone append's ack through the ack slot", () => {
   it('serial appends to a worker owner are acknowledged through it, each with its seq and ts, every one in the log', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1 })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false })
     const acks = []
     try {
       for (let i = 0; i < 200; i++) acks.push(await log.append('a', entry(i)))
@@ -88,7 +89,7 @@ describe("a lone append's ack through the ack slot", () => {
 
   it('a lone append that fails is refused by name, and the next one is acknowledged', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1 })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false })
     try {
       expect((await log.append('a', entry(1))).seq).toBe(1)
       const err = (await log.append('a', entry(2), { ifLastSeq: 5 }).catch((e: unknown) => e)) as NoaError
@@ -102,7 +103,7 @@ describe("a lone append's ack through the ack slot", () => {
 
   it('appends that are not alone (others outstanding) are all acknowledged by the port', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1 })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false })
     try {
       await log.append('w0', entry(0))
       const before = await slotAcks(log)

@@ -264,7 +264,8 @@ describe('AgentLog append', () => {
 
   it('keeps workspaces opened without an append within the bound too, closing idle ones', async () => {
     const root = tempDir()
-    await withLog({ root, workers: 1, maxOpenFiles: 2 }, async (log) => {
+    // One worker's own bound (no lone lane: its owner would hold one of the two).
+    await withLog({ root, workers: 1, maxOpenFiles: 2, loneInThread: false }, async (log) => {
       for (const w of ['a', 'b', 'c', 'd']) await log.openWorkspace(w)
       const [status] = await log.status()
       expect(status?.workspaces).toEqual(['c', 'd'])

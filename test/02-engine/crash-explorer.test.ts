@@ -28,14 +28,15 @@ const list = process.env.NOA_CRASH_SEED_LIST
 const count = Number(process.env.NOA_CRASH_SEEDS ?? (LONG ? 24 : 2))
 const first = Number(process.env.NOA_CRASH_FIRST ?? 1)
 // NOA_CRASH_SEED_LIST=5,6: the seeds `.ci/run` takes for its commit (scripts/crash-seeds.mjs).
-// Quick mode's two seeds: one without syncfs, one with it and slow syncs (seedMode).
+// Quick mode's three seeds: one without syncfs, one with it and slow syncs, one with the lone
+// lane moving workspaces between the caller's thread and the workers (seedMode).
 const seeds = one
   ? [Number(one)]
   : list !== undefined
     ? list.split(',').map(Number)
     : LONG || process.env.NOA_CRASH_SEEDS !== undefined || process.env.NOA_CRASH_FIRST !== undefined
       ? Array.from({ length: count }, (_, i) => first + i)
-      : [1, 6]
+      : [1, 6, 7]
 if (seeds.length === 0 || !seeds.every((s) => Number.isSafeInteger(s) && s > 0)) {
   throw new Error(
     `crash seeds must be integers > 0, got ${JSON.stringify(seeds)} (NOA_CRASH_SEED_LIST=${list})`,

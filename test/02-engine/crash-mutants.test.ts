@@ -15,29 +15,18 @@
  *   an offset never change once acknowledged, and each process has a journal of its own).
  * - the END flag ignored: every round is one frame, flagged END.
  */
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { nativeCandidates } from '../../dist/src/engine/native.js'
 import {
   atomicAcrossWorkers,
   atomicScenario,
-  DIST,
   explore,
   recoveryModules,
   runWorkload,
   seedMode,
   workloadDirs,
 } from '../helpers/crash-explorer.js'
-import { ROOT_DIR } from '../helpers/index.js'
-
-interface Edit {
-  /** Below dist/src. */
-  file: string
-  from: string
-  to: string
-}
+import { type Edit, mutantDist, useThisAddon } from '../helpers/mutant-dist.js'
 
 interface Mutant {
   name: string
@@ -190,31 +179,12 @@ const MUTANTS: Mutant[] = [
   },
 ]
 
-/** A copy of dist/ with one mutation, runnable in place (its package.json, node_modules, addon). */
-function mutantDist(m: Mutant): { dist: string; dir: string } {
-  const dir = mkdtempSync(join(tmpdir(), 'noa-mutant-'))
-  cpSync(DIST, join(dir, 'dist'), { recursive: true })
-  cpSync(join(ROOT_DIR, 'src'), join(dir, 'src'), { recursive: true }) // what the source maps name
-  writeFileSync(join(dir, 'package.json'), readFileSync(join(ROOT_DIR, 'package.json')))
-  symlinkSync(join(ROOT_DIR, 'node_modules'), join(dir, 'node_modules'))
-  for (const e of m.edits) {
-    const file = join(dir, 'dist', 'src', e.file)
-    const text = readFileSync(file, 'utf8')
-    if (text.split(e.from).length !== 2) {
-      throw new Error(`mutant "${m.name}": its code is not found once in ${e.file}`)
-    }
-    writeFileSync(file, text.replace(e.from, e.to))
-  }
-  return { dist: join(dir, 'dist'), dir }
-}
-
 describe.runIf(process.env.NOA_CRASH_MUTANTS === '1')('crash-state explorer catches mutants', () => {
   // The copies load the addon this package loads (its build, or its prebuild).
-  const addon = nativeCandidates().find((f) => existsSync(f))
-  if (addon) process.env.NOA_NATIVE_PATH = addon
+  useThisAddon()
   for (const m of MUTANTS) {
     it(`catches: ${m.name}`, async () => {
-      const { dist, dir } = mutantDist(m)
+      const { dist, dir } = mutantDist(m.name, m.edits)
       const found: string[] = []
       try {
         if (m.closeAfterAtomic) {

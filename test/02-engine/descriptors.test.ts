@@ -61,7 +61,7 @@ process.stdout.write(JSON.stringify({ acks, most, bound: status.reduce((n, s) =>
 const CYCLE = `
 import { readdirSync } from 'node:fs'
 import { AgentLog } from ${JSON.stringify(INDEX)}
-const log = await AgentLog.open({ root: process.argv[1], workers: 1 })
+const log = await AgentLog.open({ root: process.argv[1], workers: 1, loneInThread: false })
 const blob = 'ab'.repeat(32)
 await log.append('w0', { op: 'write', path: 'first', blob }) // the owner starts
 const [{ maxOpenFiles }] = await log.status()

@@ -41,10 +41,11 @@ async function warm(log: AgentLog, workspaces: string[]): Promise<void> {
   await journalReady(log)
 }
 
+// A worker's journal: every workspace stays on its worker (no lone lane; see lone-lane.test.ts).
 describe('commit journal', () => {
   it('commits many workspaces in one round, and leaves only the logs after a clean close', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1 })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false })
     const names = Array.from({ length: 100 }, (_, i) => `ws${i}`)
     try {
       await warm(log, names)
@@ -64,7 +65,7 @@ describe('commit journal', () => {
 
   it('wraps around a small journal, checkpointing as it goes, and loses nothing', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 2, journalSize: 256 << 10 })
+    const log = await AgentLog.open({ root, workers: 2, loneInThread: false, journalSize: 256 << 10 })
     const names = Array.from({ length: 8 }, (_, i) => `w${i}`)
     try {
       await warm(log, names)
@@ -90,7 +91,7 @@ describe('commit journal', () => {
 
   it('a batch too large for a frame goes straight to its file, in order with the rest', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1, journalSize: 256 << 10 })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false, journalSize: 256 << 10 })
     try {
       await warm(log, ['big'])
       const before = (await log.status())[0]?.directCommits ?? 0
@@ -115,6 +116,7 @@ describe('commit journal faults', () => {
     const log = await AgentLog.open({
       root,
       workers: 1,
+      loneInThread: false,
       ioModule: FAULTY,
       ioOptions: { on: 'journal', failSyncAt: 2, code: 'EIO' },
     })
@@ -145,6 +147,7 @@ describe('commit journal faults', () => {
     const log = await AgentLog.open({
       root,
       workers: 1,
+      loneInThread: false,
       ioModule: FAULTY,
       ioOptions: { failWriteAt: 3, code: 'ENOSPC', partial: true },
     })
@@ -174,6 +177,7 @@ describe('commit journal faults', () => {
     const log = await AgentLog.open({
       root,
       workers: 1,
+      loneInThread: false,
       ioModule: FAULTY,
       ioOptions: { on: 'file', failSyncAt: 3, code: 'EIO' },
     })
@@ -218,7 +222,7 @@ describe('appendAtomic', () => {
 
   it('commits entries to workspaces on different workers as one, in order with plain appends', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 2 })
+    const log = await AgentLog.open({ root, workers: 2, loneInThread: false })
     try {
       const [a, b] = acrossWorkers(log, 2) as [string, string]
       await warm(log, [a, b])
@@ -249,7 +253,7 @@ describe('appendAtomic', () => {
 
   it('refuses the whole batch when one entry is invalid or one workspace cannot be held', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 2 })
+    const log = await AgentLog.open({ root, workers: 2, loneInThread: false })
     try {
       const [a, b] = acrossWorkers(log, 2) as [string, string]
       await warm(log, [a, b])
@@ -259,7 +263,12 @@ describe('appendAtomic', () => {
       expect(bad.code).toBe('NOA_BAD_ENTRY')
       expect(bad.message).toContain(`${b} entry 1`)
       // A workspace another process holds: the other part is given up, nothing is written.
-      const other = await AgentLog.open({ root: join(root), workers: 1, durability: 'fdatasync' })
+      const other = await AgentLog.open({
+        root: join(root),
+        workers: 1,
+        loneInThread: false,
+        durability: 'fdatasync',
+      })
       try {
         await other.append('held', write(1))
         const err = await log.appendAtomic({ [a]: [write(2)], held: [write(2)] }).catch((e) => e)
@@ -275,7 +284,7 @@ describe('appendAtomic', () => {
 
   it('a close while batches are in flight lets them finish, then leaves only the logs', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 2 })
+    const log = await AgentLog.open({ root, workers: 2, loneInThread: false })
     const [a, b] = acrossWorkers(log, 2) as [string, string]
     await warm(log, [a, b])
     // Called in the same turn as close: their steps (commit, apply) are sent while it closes.
@@ -296,7 +305,7 @@ describe('appendAtomic', () => {
 
   it('needs the commit journal', async () => {
     const root = tempDir()
-    const log = await AgentLog.open({ root, workers: 1, durability: 'fdatasync' })
+    const log = await AgentLog.open({ root, workers: 1, loneInThread: false, durability: 'fdatasync' })
     try {
       const err = await log.appendAtomic({ a: [write(1)] }).catch((e) => e)
       expect(err.code).toBe('NOA_BAD_OPTION')

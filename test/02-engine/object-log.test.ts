@@ -122,7 +122,8 @@ describe('appends with packed files', () => {
   for (const workers of [0, 1]) {
     it(`writes no file per object, and another process's store reads them (workers: ${workers})`, async () => {
       const root = tempDir()
-      const log = await AgentLog.open({ root, workers })
+      // One owner, one object log (the lone lane's owner would have one of its own).
+      const log = await AgentLog.open({ root, workers, loneInThread: false })
       const objects = Array.from({ length: 30 }, (_, i) => object(`object ${i} `.repeat(i + 1)))
       try {
         await log.append('w', { op: 'write', path: 'seed', blob: blobOf(0) })

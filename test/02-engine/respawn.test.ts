@@ -30,6 +30,7 @@ describe('owner worker respawn', () => {
       const log = await AgentLog.open({
         root,
         workers: 1,
+        loneInThread: false, // a worker's death: the lone lane's owner runs on this thread
         ioModule: CRASH,
         ioOptions: { marker, atCommit: commits },
       })

@@ -76,7 +76,8 @@ describe('noa serve lifecycle', () => {
     await log.close()
   })
 
-  // The default (one owner worker) too: an owner on the daemon's thread would end this process.
+  // The default (one owner worker) too: an owner on the daemon's thread (workers: 0, or the lone
+  // lane, off here) would end this process.
   for (const workers of [undefined, 2]) {
     it(`keeps serving when an owner worker dies (workers: ${workers ?? 'default'}): its appends in flight fail by name, the next ones go on`, async () => {
       const root = tempDir()
@@ -85,6 +86,7 @@ describe('noa serve lifecycle', () => {
         root,
         log: {
           ...(workers === undefined ? {} : { workers }),
+          loneInThread: false,
           ioModule: CRASH_IO,
           ioOptions: { marker, atCommit: 4 },
         },

@@ -84,6 +84,11 @@ export interface WorkloadOptions {
    */
   syncfsMin?: number
   journalSize?: number
+  /**
+   * The lone lane's quiet spell (AgentLogOptions.laneQuietMs): short, workspaces move between
+   * the caller's thread and the workers whenever the workload pauses; absent, the default.
+   */
+  laneQuietMs?: number
   dist?: string
 }
 
@@ -181,6 +186,7 @@ export async function runWorkload(o: WorkloadOptions): Promise<WorkloadResult> {
         root: o.root,
         workers: 2,
         journalSize: o.journalSize ?? 256 << 10,
+        ...(o.laneQuietMs === undefined ? {} : { laneQuietMs: o.laneQuietMs }),
         ioModule: rec.ioModule,
         ioOptions: {
           ...rec.ioOptions,
@@ -1329,9 +1335,17 @@ async function checkWithAgentLog(
  * checkpoint and atomic-part fdatasyncs slow (journals fill before checkpoints free them, and
  * rounds wait for space); both.
  */
-export function seedMode(seed: number): { deferMs: number; slowSyncMs: number; syncfsMin?: number } {
+export function seedMode(seed: number): {
+  deferMs: number
+  slowSyncMs: number
+  syncfsMin?: number
+  laneQuietMs?: number
+} {
   const m = seed % 4
   return {
+    // The odd seeds from 7 on move workspaces between the caller's thread (the lone lane) and
+    // the workers whenever the workload pauses for 2 ms; seeds 1-6 (the mutants' seeds) do not.
+    ...(seed > 6 && seed % 2 === 1 ? { laneQuietMs: 2 } : {}),
     deferMs: m === 1 || m === 3 ? 3 : 0,
     slowSyncMs: m === 2 || m === 3 ? 25 : 0,
     // Seeds 4-7 of every 8 make their logs durable with a syncfs wherever one would be used: a

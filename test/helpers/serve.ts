@@ -24,7 +24,14 @@ export function commitGate(held = false) {
   if (held) hold()
   return {
     file,
-    log: { workers: 1, inlineCommit: false, ioModule: HOLD_IO, ioOptions: { hold: file } },
+    // Held in a worker (the lone lane's owner would hold the caller's thread itself).
+    log: {
+      workers: 1,
+      inlineCommit: false,
+      loneInThread: false,
+      ioModule: HOLD_IO,
+      ioOptions: { hold: file },
+    },
     hold,
     release,
     held: () =>
