@@ -337,4 +337,12 @@ export interface OwnerStatus {
   quarantined: QuarantinedJournal[]
   /** Workspaces refused since an fdatasync of theirs failed (until they are reopened), and why. */
   poisoned: { workspace: string; code: string; message: string }[]
+  /**
+   * What the owner keeps per file it knows (its open or busy workspaces and raw files; a closed
+   * idle one is forgotten): `files`, of which `idle` (nothing queued or in flight, durable in its
+   * log, no sync running), and of those `holding`, the ones still keeping a buffer or a non-empty
+   * list (a journal record header, say) in their state. An idle workspace keeps a few scalars
+   * only: `holding` is 0 once the checkpoint after the last append has run.
+   */
+  held: { files: number; idle: number; holding: number }
 }

@@ -9,7 +9,7 @@ import { Errors, serializeError, withPath } from '../engine/errors.js'
 import { PHASE, stamp } from '../engine/phases.js'
 import { ACK_SLOT, type FileWrite } from '../engine/protocol.js'
 import { OwnerCommit } from './owner-commit.js'
-import type { Batch, OwnedFile, Req } from './owner-state.js'
+import { type Batch, NO_BODIES, NO_REQS, type OwnedFile, type Req } from './owner-state.js'
 
 export abstract class OwnerBatch extends OwnerCommit {
   protected abstract atomicFailed(batch: number, err: unknown): void
@@ -17,9 +17,10 @@ export abstract class OwnerBatch extends OwnerCommit {
 
   protected build(file: OwnedFile): Batch | null {
     // An atomic part is built alone (it waits for its batch); what is queued before it goes first.
-    const cut = file.queue.findIndex((r) => r.atomic !== undefined)
+    let cut = -1
+    for (let i = 0; i < file.queue.length && cut < 0; i++) if (file.queue[i]?.atomic !== undefined) cut = i
     let reqs = cut === 0 ? file.queue.slice(0, 1) : cut > 0 ? file.queue.slice(0, cut) : file.queue
-    file.queue = cut >= 0 ? file.queue.slice(reqs.length) : []
+    file.queue = cut >= 0 ? file.queue.slice(reqs.length) : NO_REQS
     const atomic = reqs[0]?.atomic
     if (atomic !== undefined && this.atomics.get(atomic)?.state !== 'preparing') {
       // Its batch failed or was aborted meanwhile: nothing to build.
@@ -27,7 +28,10 @@ export abstract class OwnerBatch extends OwnerCommit {
       else this.settled(file)
       return null
     }
-    const acks: number[] = []
+    // (id, firstSeq, firstTs, end) per request, in an array of its exact size: pushed, a lone
+    // request's would get room for 17 numbers, kept by every append while its round runs.
+    const acks: number[] = new Array(reqs.length * 4)
+    let n = 0
     let text = ''
     let seq = file.lastSeq
     let ts = file.lastTs
@@ -51,9 +55,8 @@ export abstract class OwnerBatch extends OwnerCommit {
             )
             continue
           }
-          acks.push(req.id, r.firstSeq, r.firstTs, 0)
           for (const line of req.bodies) text += line
-          acks[acks.length - 1] = text.length
+          n = putAck(acks, n, req.id, r.firstSeq, r.firstTs, text.length)
           seq = r.lastSeq
           ts = r.lastTs
           continue
@@ -70,13 +73,14 @@ export abstract class OwnerBatch extends OwnerCommit {
           )
           continue
         }
-        acks.push(req.id, seq + 1, nextTs(ts, now), 0)
+        const firstSeq = seq + 1
+        const firstTs = nextTs(ts, now)
         for (const body of req.bodies) {
           seq++
           ts = nextTs(ts, now)
           text += formatLine(seq, body, ts)
         }
-        acks[acks.length - 1] = text.length
+        n = putAck(acks, n, req.id, firstSeq, firstTs, text.length)
       }
       if (refused) reqs = reqs.filter((r) => !refused.includes(r))
       if (reqs.length === 0) {
@@ -86,9 +90,10 @@ export abstract class OwnerBatch extends OwnerCommit {
     } else {
       for (const req of reqs) {
         text += req.bodies[0]
-        acks.push(req.id, 0, 0, text.length)
+        n = putAck(acks, n, req.id, 0, 0, text.length)
       }
     }
+    acks.length = n // refused requests have none
     const all: FileWrite[] = []
     for (const req of reqs) if (req.files) for (const f of req.files) all.push(f)
     const files = all.length > 0 ? all : null
@@ -107,6 +112,9 @@ export abstract class OwnerBatch extends OwnerCommit {
       files,
     }
     if (atomic !== undefined) batch.atomic = atomic
+    // Its lines are in `data` now: the bodies go at once instead of with the round, so that they
+    // die young rather than being carried into the old generation of the owner's heap.
+    for (const req of reqs) req.bodies = NO_BODIES
     file.inFlight = batch
     return batch
   }
@@ -155,14 +163,10 @@ export abstract class OwnerBatch extends OwnerCommit {
       file.size += batch.data.length
       file.lastSeq = batch.lastSeq
       file.lastTs = batch.lastTs
-      if (file.sum !== null)
-        this.summed(
-          file,
-          batch.data,
-          batch.reqs.reduce((n, r) => n + r.count, 0),
-          false,
-        )
-      this.stats.entries += batch.reqs.reduce((n, r) => n + r.count, 0)
+      let entries = 0
+      for (const r of batch.reqs) entries += r.count
+      if (file.sum !== null) this.summed(file, batch.data, entries, false)
+      this.stats.entries += entries
       const start = file.size - batch.data.length
       // Read while the file is open and locked: a close after this adds to it first.
       const closes = Atomics.load(this.init.closes, 0)
@@ -213,7 +217,7 @@ export abstract class OwnerBatch extends OwnerCommit {
           { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
         )
         const queued = file.queue
-        file.queue = []
+        file.queue = NO_REQS
         this.fail(queued, file.poisoned)
       }
     }
@@ -262,4 +266,20 @@ export abstract class OwnerBatch extends OwnerCommit {
 
   // appendAtomic. The caller's thread drives the steps (prepare everywhere, commit on one
   // owner, apply on the others); see AgentLog.appendAtomic.
+}
+
+/** Writes a request's ack fields at `n` of a batch's acks; returns where the next one goes. */
+function putAck(
+  acks: number[],
+  n: number,
+  id: number,
+  firstSeq: number,
+  firstTs: number,
+  end: number,
+): number {
+  acks[n] = id
+  acks[n + 1] = firstSeq
+  acks[n + 2] = firstTs
+  acks[n + 3] = end
+  return n + 4
 }

@@ -27,6 +27,7 @@ import {
   EMPTY,
   filesBytes,
   type Job,
+  NO_REQS,
   OwnedFile,
   type Req,
   type Round,
@@ -299,7 +300,7 @@ export abstract class OwnerCommit extends OwnerPlace {
       { workspace: file.kind === 'ws' ? file.key : undefined, file: file.path },
     )
     const queued = file.queue
-    file.queue = []
+    file.queue = NO_REQS
     this.fail(queued, file.poisoned)
   }
 

@@ -9,7 +9,6 @@ import { dirname } from 'node:path'
 import { isOutOfDescriptors, openFileLimit } from '../engine/descriptors.js'
 import { Errors, type NoaError, withPath } from '../engine/errors.js'
 import { openError } from '../engine/files.js'
-import { recordHeader } from '../engine/journal-format.js'
 import {
   deadJournalsIn,
   quarantinedError,
@@ -425,10 +424,10 @@ export abstract class OwnerFiles extends OwnerSums {
       file.fd = -1
       throw err
     }
-    if (this.journal !== null) {
-      file.record = recordHeader(file.key, file.ino)
-      file.journaled = true
-    }
+    // Its record header is made by its first round (recordOf): a workspace opened and never
+    // appended to (a recover, an open request) keeps no buffer.
+    file.record = null // made again for this open's inode
+    if (this.journal !== null) file.journaled = true
     this.lru.set(file, true)
     this.stats.opens++
   }

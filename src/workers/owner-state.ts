@@ -27,9 +27,18 @@ import { type FrameFile, Journal } from './journal.js'
 
 export const EMPTY = Buffer.alloc(0)
 
+/**
+ * The queue of a file with nothing queued, shared by all of them (frozen: enqueue makes a file
+ * an array of its own when its first request comes), so that an idle workspace keeps none.
+ */
+export const NO_REQS = Object.freeze([]) as unknown as Req[]
+
+/** A request's bodies once its batch is built (they are in the batch's data then). */
+export const NO_BODIES = Object.freeze([]) as unknown as string[]
+
 export interface Req {
   id: number
-  /** Entry bodies (workspace), whole lines (replica), or one chunk of bytes (raw file). */
+  /** Entry bodies (workspace), whole lines (replica), or one chunk of bytes (raw file); NO_BODIES once built. */
   bodies: string[]
   count: number
   /** Lines copied from another log: they keep their seq and ts, which must continue this one. */
@@ -119,6 +128,23 @@ export type Job =
   | { kind: 'fileSync'; fd: number; path: string }
   | { kind: 'logSyncfs'; files: Array<[OwnedFile, number]> }
 
+/**
+ * The block of a workspace's log being summed for its checksum sidecar. A class, so that every
+ * workspace's has the same shape, its five fields in the object (an object literal spread from
+ * another took ~150 bytes per workspace: fields out of the object and a hidden class of its own).
+ */
+export class SumState {
+  crc = 0
+  entries = 0
+  constructor(
+    /** Whether the sidecar is to be started over (made, or cut to its header) with its next record. */
+    public fresh: boolean,
+    /** Where the block starts in the log, and the seq of its first entry. */
+    public start: number,
+    public firstSeq: number,
+  ) {}
+}
+
 export class OwnedFile {
   fd = -1
   /** Bytes known durable (in the file or the journal): the file is cut back to this after a failed commit. */
@@ -139,14 +165,7 @@ export class OwnedFile {
    * no descriptor: a record is appended once per ~64 KiB of log through a short-lived one, so an
    * open workspace costs one descriptor, its log's.
    */
-  sum: {
-    /** Whether the sidecar is to be started over (made, or cut to its header) with its next record. */
-    fresh: boolean
-    start: number
-    crc: number
-    firstSeq: number
-    entries: number
-  } | null = null
+  sum: SumState | null = null
   /** The newest journal frame with its bytes, and the newest one whose bytes are durable in the file. */
   lastLsn = 0
   syncedLsn = 0
@@ -158,7 +177,8 @@ export class OwnedFile {
   unapplied = false
   lastSeq = 0
   lastTs = 0
-  queue: Req[] = []
+  /** Requests not yet in a batch; NO_REQS when none. */
+  queue: Req[] = NO_REQS
   inFlight: Batch | null = null
   poisoned: NoaError | null = null
   /**

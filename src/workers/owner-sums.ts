@@ -12,7 +12,7 @@ import {
   SIDECAR_DIR,
   sidecarPath,
 } from '../engine/sidecar.js'
-import { mkdirDurable, type OwnedFile, OwnerState } from './owner-state.js'
+import { mkdirDurable, type OwnedFile, OwnerState, SumState } from './owner-state.js'
 
 export abstract class OwnerSums extends OwnerState {
   /**
@@ -29,11 +29,10 @@ export abstract class OwnerSums extends OwnerState {
         mkdirDurable(this.io, this.init.root, join(this.init.root, SIDECAR_DIR))
         this.sumDirReady = true
       }
-      const start = { start: file.size, crc: 0, firstSeq: file.lastSeq + 1, entries: 0 }
       if (created) {
         // A new log: its sidecar is made with its first record (appendSum), so that creating a
         // workspace makes one file, not two (a file creation costs this disk 0.25-0.7 ms).
-        file.sum = { fresh: true, ...start }
+        file.sum = new SumState(true, file.size, file.lastSeq + 1)
         return
       }
       const found = readSidecar(path, file.ino, file.size)
@@ -44,7 +43,7 @@ export abstract class OwnerSums extends OwnerState {
         fd = -1
       }
       // None, or one of another log (inode): started over with the next record.
-      file.sum = { fresh: found === null, ...start }
+      file.sum = new SumState(found === null, file.size, file.lastSeq + 1)
     } catch {
       if (fd >= 0) this.io.close(fd)
       file.sum = null
@@ -90,7 +89,7 @@ export abstract class OwnerSums extends OwnerState {
    * host with more live workspaces than open files). The syncfs of a checkpoint or of the
    * owner's close makes them durable with everything else.
    */
-  protected appendSum(file: OwnedFile, sum: NonNullable<OwnedFile['sum']>, record: Buffer): void {
+  protected appendSum(file: OwnedFile, sum: SumState, record: Buffer): void {
     const path = sidecarPath(this.init.root, file.key)
     if (sum.fresh) {
       // Header and record in one write, through a descriptor of a file made new (freshSum).

@@ -34,7 +34,7 @@ import type {
 } from '../engine/protocol.js'
 import { type LogIo, loadIo } from './io.js'
 import { OwnerAtomic } from './owner-atomic.js'
-import { type Batch, filesBytes, OwnedFile, type Req, recordBytes } from './owner-state.js'
+import { type Batch, filesBytes, NO_REQS, OwnedFile, type Req, recordBytes } from './owner-state.js'
 
 class Owner extends OwnerAtomic {
   handle(msg: ToOwner): void {
@@ -231,7 +231,8 @@ class Owner extends OwnerAtomic {
       this.fail([req], file.poisoned)
       return
     }
-    file.queue.push(req)
+    if (file.queue.length === 0) file.queue = [req]
+    else file.queue.push(req)
     if (file.inFlight === null) this.markReady(file)
   }
 
@@ -304,7 +305,7 @@ class Owner extends OwnerAtomic {
         this.ensureOpen(file)
       } catch (err) {
         const reqs = file.queue
-        file.queue = []
+        file.queue = NO_REQS
         this.fail(reqs, err)
         this.forget(file)
         continue
@@ -317,7 +318,7 @@ class Owner extends OwnerAtomic {
     for (const file of opened) {
       if (entriesFailed !== null && this.dirUnsynced.has(file.key)) {
         const reqs = file.queue
-        file.queue = []
+        file.queue = NO_REQS
         this.fail(reqs, entriesFailed)
         continue
       }
@@ -399,8 +400,36 @@ class Owner extends OwnerAtomic {
       poisoned: [...this.ws.values()].flatMap((f) =>
         f.poisoned ? [{ workspace: f.key, code: f.poisoned.code, message: f.poisoned.message }] : [],
       ),
+      held: this.kept(),
     }
   }
+
+  /** OwnerStatus.held: every idle file's fields (and its sum's) looked at, whatever they are. */
+  protected kept(): OwnerStatus['held'] {
+    let files = 0
+    let idle = 0
+    let holding = 0
+    for (const map of [this.ws, this.raw]) {
+      for (const file of map.values()) {
+        files++
+        if (!file.idle || file.dirty) continue
+        idle++
+        if (holdsSomething(file) || (file.sum !== null && holdsSomething(file.sum))) holding++
+      }
+    }
+    return { files, idle, holding }
+  }
+}
+
+/** Whether an object's own fields keep a buffer, a typed array, or a non-empty array, set or map. */
+function holdsSomething(o: object): boolean {
+  for (const v of Object.values(o)) {
+    if (v === null || typeof v !== 'object') continue
+    if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer) return true
+    if (Array.isArray(v) ? v.length > 0 : v instanceof Map || v instanceof Set ? v.size > 0 : false)
+      return true
+  }
+  return false
 }
 
 /** The next message already waiting on the port, without waiting for one. */
