@@ -480,11 +480,16 @@ export class AgentLog extends AgentLogCompact {
     return { lane: this.lane, inThread, moves: this.moves }
   }
 
-  status(): Promise<OwnerStatus[]> {
+  /**
+   * Each running owner's counters. `held: true` also counts what its idle files still hold
+   * (OwnerStatus.held), which looks at every file it keeps: for tests and diagnosis, not a loop.
+   */
+  status(options: { held?: boolean } = {}): Promise<OwnerStatus[]> {
     const running = this.owners.filter((o) => o.port !== null && o.failed === null)
-    return Promise.all(running.map((o) => this.request(o, (id) => ({ t: 'status', id })))) as Promise<
-      OwnerStatus[]
-    >
+    const held = options.held === true
+    return Promise.all(
+      running.map((o) => this.request(o, (id) => ({ t: 'status', id, ...(held ? { held } : {}) }))),
+    ) as Promise<OwnerStatus[]>
   }
 
   /** Drains every queued append, closes the files (releasing their locks) and ends the workers. */

@@ -129,7 +129,7 @@ class Owner extends OwnerAtomic {
         break
       }
       case 'status':
-        this.post({ t: 'reply', id: msg.id, value: this.status() })
+        this.post({ t: 'reply', id: msg.id, value: this.status(msg.held === true) })
         break
       case 'prepare':
         this.prepare(msg)
@@ -379,7 +379,7 @@ class Owner extends OwnerAtomic {
       this.placeThen(batch, true, () => this.commitOne(batch, inline && batch.files === null))
   }
 
-  status(): OwnerStatus {
+  status(held = false): OwnerStatus {
     return {
       index: this.init.index,
       open: this.lru.size,
@@ -400,7 +400,7 @@ class Owner extends OwnerAtomic {
       poisoned: [...this.ws.values()].flatMap((f) =>
         f.poisoned ? [{ workspace: f.key, code: f.poisoned.code, message: f.poisoned.message }] : [],
       ),
-      held: this.kept(),
+      held: held ? this.kept() : null,
     }
   }
 
