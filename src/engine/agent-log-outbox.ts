@@ -17,7 +17,7 @@ import { AgentLogOwners } from './agent-log-owners.js'
 import type { Outbox, Owner, Pending } from './agent-log-state.js'
 import type { LocalPort } from './local-port.js'
 import { PHASE, stamp } from './phases.js'
-import type { ToOwner } from './protocol.js'
+import type { FileWrite, ToOwner } from './protocol.js'
 
 export abstract class AgentLogOutbox extends AgentLogOwners {
   protected abstract flush(owner: Owner, turnEnd?: boolean): void
@@ -78,39 +78,12 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
       p.reject(closedError())
       return
     }
-    if (this.local !== null) {
-      // One that waited for room (backpressure) while its workspace moved goes where it is now,
-      // once it is there.
-      const moving = this.moving.get(workspace)
-      if (moving !== undefined) {
-        moving.then(() => this.enqueueAppend(p, workspace, bodies, expect, true))
-        return
-      }
-      p.owner = this.routeOf(workspace)
-    }
     const owner = p.owner
     const id = this.nextId++
     this.pendingBytes += p.bytes ?? 0
     this.pending.set(id, p)
     p.id = id
-    const out = owner.outbox
-    out.ids.push(id)
-    out.ws.push(workspace)
-    if (expect >= 0 || out.expects) {
-      out.expects ??= new Array(out.ids.length - 1).fill(-1)
-      out.expects.push(expect)
-    }
-    if (p.files || out.files) {
-      out.files ??= new Array(out.ids.length - 1).fill(null)
-      out.files.push(p.files ?? null)
-    }
-    if (typeof bodies === 'string') {
-      out.counts.push(1)
-      out.bodies.push(bodies)
-    } else {
-      out.counts.push(bodies.length)
-      for (const b of bodies) out.bodies.push(b)
-    }
+    pushRequest(owner.outbox, id, workspace, bodies, expect, p.files ?? null)
     if (!owner.scheduled) {
       owner.scheduled = true
       queueMicrotask(() => this.flush(owner, true))
@@ -183,7 +156,7 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
       this.waiting[this.waitingHead++] = null
       const { bodies, expect } = next
       next.bodies = undefined
-      this.enqueueAppend(next, next.workspace as string, bodies as string | string[], expect ?? -1)
+      this.enqueueWaited(next, next.workspace as string, bodies as string | string[], expect ?? -1)
     }
     // A queue with a moving head: compacted once the head has passed half of it.
     if (this.waitingHead > 1024 && this.waitingHead * 2 > this.waiting.length) {
@@ -192,29 +165,48 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
     }
   }
 
+  /**
+   * An append that waited for room (backpressure): its workspace may have moved meanwhile (the
+   * lone lane), so it goes where the workspace is now, once it is there.
+   */
+  protected enqueueWaited(
+    p: Pending,
+    workspace: string,
+    bodies: string | string[],
+    expect: number,
+    held = false,
+  ): void {
+    if (this.local !== null) {
+      const moving = this.moving.get(workspace)
+      if (moving !== undefined) {
+        moving.then(() => this.enqueueWaited(p, workspace, bodies, expect, true))
+        return
+      }
+      p.owner = this.routeOf(workspace)
+    }
+    this.enqueueAppend(p, workspace, bodies, expect, held)
+  }
+
   protected override retarget(workspace: string, from: Owner, to: Owner): void {
     const out = from.outbox
     const keep: Outbox = { ids: [], ws: [], counts: [], bodies: [], expects: null, files: null }
     let b = 0
     for (let i = 0; i < out.ids.length; i++) {
       const count = out.counts[i] as number
-      const target = out.ws[i] === workspace ? to.outbox : keep
-      const n = target.ids.length
-      target.ids.push(out.ids[i] as number)
-      target.ws.push(out.ws[i] as string)
-      target.counts.push(count)
-      for (let k = 0; k < count; k++) target.bodies.push(out.bodies[b + k] as string)
+      const id = out.ids[i] as number
+      const bodies = out.bodies.slice(b, b + count)
       b += count
-      if (out.expects || target.expects) {
-        target.expects ??= new Array(n).fill(-1)
-        target.expects.push(out.expects?.[i] ?? -1)
-      }
-      if (out.files || target.files) {
-        target.files ??= new Array(n).fill(null)
-        target.files.push(out.files?.[i] ?? null)
-      }
-      if (target === to.outbox) {
-        const p = this.pending.get(out.ids[i] as number)
+      const mine = out.ws[i] === workspace
+      pushRequest(
+        mine ? to.outbox : keep,
+        id,
+        out.ws[i] as string,
+        bodies,
+        out.expects?.[i] ?? -1,
+        out.files?.[i] ?? null,
+      )
+      if (mine) {
+        const p = this.pending.get(id)
         if (p) p.owner = to
       }
     }
@@ -246,5 +238,33 @@ export abstract class AgentLogOutbox extends AgentLogOwners {
     const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject, count: -2, owner }))
     ;(owner.port as MessagePort | LocalPort).postMessage(make(id))
     return p
+  }
+}
+
+/** Adds one request (an append's bodies, its ifLastSeq or -1, its files or null) to an outbox. */
+function pushRequest(
+  out: Outbox,
+  id: number,
+  workspace: string,
+  bodies: string | string[],
+  expect: number,
+  files: FileWrite[] | null,
+): void {
+  out.ids.push(id)
+  out.ws.push(workspace)
+  if (expect >= 0 || out.expects) {
+    out.expects ??= new Array(out.ids.length - 1).fill(-1)
+    out.expects.push(expect)
+  }
+  if (files || out.files) {
+    out.files ??= new Array(out.ids.length - 1).fill(null)
+    out.files.push(files)
+  }
+  if (typeof bodies === 'string') {
+    out.counts.push(1)
+    out.bodies.push(bodies)
+  } else {
+    out.counts.push(bodies.length)
+    for (const body of bodies) out.bodies.push(body)
   }
 }

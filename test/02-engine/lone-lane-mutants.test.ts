@@ -103,8 +103,8 @@ const MUTANTS: Array<{ name: string; edits: Edit[] }> = [
       },
       {
         file: 'engine/agent-log-outbox.js',
-        from: 'if (moving !== undefined) {\n                moving.then(() => this.enqueueAppend(',
-        to: 'if (false) {\n                moving.then(() => this.enqueueAppend(',
+        from: 'if (moving !== undefined) {\n                moving.then(() => this.enqueueWaited(',
+        to: 'if (false) {\n                moving.then(() => this.enqueueWaited(',
       },
     ],
   },
