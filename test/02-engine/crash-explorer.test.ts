@@ -43,7 +43,7 @@ if (seeds.length === 0 || !seeds.every((s) => Number.isSafeInteger(s) && s > 0))
   )
 }
 
-// Quick: every third crash point, 'none', 'all' and two random states at each. Long: every
+// Quick: every third crash point, 'none', 'all', 'reordered' and two random states at each. Long: every
 // crash point, five random states at each, longer runs over three sessions.
 const mode = LONG
   ? { sessions: 3, steps: 120, randomPerPoint: 5, stride: 1, agentLogChecks: 4 }

@@ -561,7 +561,7 @@ export function buildModel(root: string, ops: readonly TraceOp[]): Model {
 // ---------------------------------------------------------------------------------------------
 // Crash states
 
-export type StateChoice = 'none' | 'all' | 'random'
+export type StateChoice = 'none' | 'all' | 'reordered' | 'random'
 
 export interface CrashState {
   k: number
@@ -659,8 +659,10 @@ export class DurableBase {
  *   io seam, so the explorer takes every folder as present. The engine fsyncs each new folder's
  *   parent right after the mkdir, and a missing folder only hides the files in it.
  *
- * `choice`: 'none' keeps nothing unsynced, 'all' keeps everything untorn, 'random' picks a
- * random subset, tears and prefixes.
+ * `choice`: 'none' keeps nothing unsynced, 'all' keeps everything untorn, 'reordered' keeps
+ * everything untorn but each file's first write since its last sync (the page cache wrote the
+ * later ones back first: a header rewritten without its sync, then the space it freed reused),
+ * 'random' picks a random subset, tears and prefixes.
  */
 export function stateAt(
   model: Model,
@@ -682,7 +684,7 @@ export function stateAt(
     let durable = 0
     while (durable < end && (d.ops[durable] as DirOp).i < synced) durable++
     const pending = end - durable
-    const prefix = choice === 'none' ? 0 : choice === 'all' ? pending : Math.floor(rand() * (pending + 1))
+    const prefix = choice === 'none' ? 0 : choice === 'random' ? Math.floor(rand() * (pending + 1)) : pending
     kept += prefix
     for (let n = 0; n < durable + prefix; n++) {
       const op = d.ops[n] as DirOp
@@ -705,9 +707,13 @@ export function stateAt(
     while (n < f.ops.length && (f.ops[n] as DataOp).i < s) n++
     const p = choice === 'random' ? [0.2, 0.5, 0.8, 1][Math.floor(rand() * 4)] : 0
     let copied = false
+    const first = n
     for (; n < f.ops.length && (f.ops[n] as DataOp).i < k; n++) {
       const op = f.ops[n] as DataOp
-      const keep = choice === 'all' || (choice === 'random' && rand() < (p as number))
+      const keep =
+        choice === 'all' ||
+        (choice === 'reordered' && n > first) ||
+        (choice === 'random' && rand() < (p as number))
       if (!keep) continue
       let upTo = op.len
       if (op.kind === 'write' && choice === 'random' && rand() < 0.3) {
@@ -1054,7 +1060,7 @@ export function checkState(ex: Expected, k: number, o: Outcome): string[] {
 // Exploration
 
 export interface ExploreOptions {
-  /** Random states per crash point besides 'none' and 'all'. */
+  /** Random states per crash point besides 'none', 'all' and 'reordered'. */
   randomPerPoint: number
   /** Visit every n-th crash point only (1: all). */
   stride?: number
@@ -1151,7 +1157,7 @@ export async function explore(w: WorkloadResult, o: ExploreOptions): Promise<Exp
       if (process.env.NOA_CRASH_DEBUG && k % 100 === 0) {
         console.error(`crash point ${k}/${ops.length}: ${report.distinct} distinct states`)
       }
-      const choices: StateChoice[] = ['none', 'all']
+      const choices: StateChoice[] = ['none', 'all', 'reordered']
       for (let r = 0; r < o.randomPerPoint; r++) choices.push('random')
       for (const choice of choices) {
         const state = stateAt(model, base, k, choice, rand)
