@@ -76,16 +76,19 @@ export interface DaemonStats {
 }
 
 /**
- * Unless told otherwise, the daemon has one owner worker, so its own thread stays free for the
- * protocol and an owner that dies (an addon fault, out of memory in the worker) is respawned
- * while the daemon serves on; an owner on the daemon's thread (`workers: 0`) would take the
- * daemon, and every client with it, down on such a fault. That owner saves two thread crossings
- * per round, but on two busy cores with 8 client processes it was not faster: one worker made
- * 1,918–2,744 entries/s against 1,475–2,035 in 3 interleaved rounds of 3 s.
+ * Unless told otherwise, the daemon's owner runs on its own thread (`workers: 0`) and every round
+ * is written and fdatasynced on the addon's threads (`inlineCommit: false`: an inline round would
+ * stop the daemon reading every client during the fdatasync). A round's request and its ack then
+ * cross no thread but the addon's: with one owner worker, each also woke the worker, and on two
+ * cores shared with 8 client processes those wake-ups set the pace. Measured 2026-12-08, 2 × 3 s
+ * trials each, `node dist/bench/peers/cases.js write 8proc[-shared] noa`: 8 processes on own
+ * workspaces 4,915–5,856 entries/s against 2,372–2,832 with one worker (better-sqlite3 5,086–6,368
+ * in the same spell); one shared workspace 4,640–4,756 against 2,589–2,722 (better-sqlite3
+ * 4,848–4,958). What a worker gave, and `--workers N` still gives: an owner that dies (out of
+ * memory in the worker) is respawned while the daemon serves on.
  */
 function daemonLogDefaults(log: ServeOptions['log']): Omit<AgentLogOptions, 'root'> {
-  if (log?.workers === undefined) return { workers: 1 }
-  // A commit inline on the daemon's thread would stop it reading every client during the fdatasync.
+  if (log?.workers === undefined) return { workers: 0, inlineCommit: false }
   if (log.workers === 0) return { inlineCommit: false }
   return {}
 }

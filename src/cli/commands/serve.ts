@@ -54,8 +54,8 @@ export const spec = command({
       type: 'string',
       value: 'N',
       description:
-        "owner worker threads, a dead one respawned (0: on the daemon's thread, where a fault ends it)",
-      defaultText: '1',
+        "owner worker threads, a dead one respawned (0: the owner on the daemon's thread, rounds on the addon's threads; fastest, but a fault in it ends the daemon)",
+      defaultText: '0',
     },
     ui: {
       type: 'boolean',
