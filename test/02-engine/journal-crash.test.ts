@@ -3,7 +3,7 @@
  * a checkpoint, or at a random moment), the bytes its logs had not yet made durable are thrown
  * away as a power cut would, and a second process replays the dead journal.
  */
-import { spawn } from 'node:child_process'
+import { type ChildProcess, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import {
   closeSync,
@@ -16,7 +16,7 @@ import {
   truncateSync,
 } from 'node:fs'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { readEntries } from '../../dist/src/engine/index.js'
 import { REC_FILE } from '../../dist/src/engine/journal-format.js'
 import { scanJournal } from '../../dist/src/engine/journal-recovery.js'
@@ -27,13 +27,30 @@ const WRITER = new URL('../fixtures/journal-writer.mjs', import.meta.url).pathna
 
 type Acked = Map<string, Map<number, string>>
 
+/**
+ * Writers not yet seen to exit: killed after each test, so that a test that failed or timed out
+ * (before it killed its writer) leaves no writer appending on.
+ */
+const live = new Set<ChildProcess>()
+function started<C extends ChildProcess>(child: C): C {
+  live.add(child)
+  child.once('exit', () => live.delete(child))
+  return child
+}
+afterEach(() => {
+  for (const child of live) child.kill('SIGKILL')
+  live.clear()
+})
+
 function runAndKill(
   root: string,
   mode: 'plain' | 'slow' | 'files' | 'lane',
   minAcks: number,
 ): Promise<Acked> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WRITER, root, mode], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = started(
+      spawn(process.execPath, [WRITER, root, mode], { stdio: ['ignore', 'pipe', 'pipe'] }),
+    )
     const acked: Acked = new Map()
     let text = ''
     let count = 0
@@ -215,9 +232,11 @@ describe('commit journal crash safety (SIGKILL)', () => {
 
   it('snapshots only in a dead journal: snapshots, history, tree and diff read through it, write nothing, and show what noa recover then makes durable', async () => {
     const root = tempDir()
-    const child = spawn(process.execPath, ['--input-type=module', '-e', SNAPSHOT_WRITER, root], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
+    const child = started(
+      spawn(process.execPath, ['--input-type=module', '-e', SNAPSHOT_WRITER, root], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      }),
+    )
     const ready = await new Promise<{ s1: string; s2: string }>((resolve, reject) => {
       let out = ''
       child.stdout.on('data', (d) => {
