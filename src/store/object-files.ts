@@ -14,7 +14,7 @@ import { Errors, NoaError } from '../engine/errors.js'
 import { checkDirsBelow, openFile, openFileSync, READ, statFile } from '../engine/files.js'
 import { journalFile } from '../engine/journal-view.js'
 import { objectLogIndex, resetObjectLogIndex } from './object-logs.js'
-import type { Pack } from './pack.js'
+import type { Pack, PackMeter } from './pack.js'
 import type { SnapshotRecord } from './snapshot-record.js'
 import type { Tree } from './tree.js'
 
@@ -106,6 +106,8 @@ export abstract class ObjectFiles {
   protected readonly pending = new Map<string, Pack>()
   /** Packs read or written lately (their folders stay decoded). */
   protected readonly packs = new Map<string, Pack>()
+  /** Pack.heldBytes summed over `packs`, kept by the packs themselves (Pack.countIn). */
+  protected readonly packMeter: PackMeter = { bytes: 0 }
   /** Packs read a folder at a time, open until the current synchronous run ends (readRange). */
   protected readonly rangeFds = new Map<string, number>()
   /** Packs whose every folder treeObjects has read and checked (once is enough: they are kept). */

@@ -87,7 +87,7 @@ export class PackV1 extends Pack {
     if (cached) return cached
     const at = this.inline.get(id) as Range
     const bytes = this.checked(id, this.read(at.offset, at.length), at.offset)
-    this.readBytes += bytes.length
+    this.addRead(bytes.length)
     return this.parseDir(id, bytes, null)
   }
 

@@ -165,6 +165,7 @@ export class PackV2 extends Pack {
         o[k + 1] = (o[k] as number) + this.meta.readUInt32BE(this.indexAt + k * ENTRY + 32)
       }
       this.offsets = o
+      this.held(o.byteLength)
     }
     return this.offsets
   }
@@ -193,8 +194,10 @@ export class PackV2 extends Pack {
    * one before it made (most are leaves it does not touch again).
    */
   adopt(folders: ReadonlyMap<string, BuiltFolder>, ends: Uint32Array): void {
+    const before = this.adoptedEnds.byteLength
     this.adopted = folders
     this.adoptedEnds = ends
+    this.held(ends.byteLength - before)
   }
 
   private inlineAt(k: number, id: string, ends?: Uint32Array): Dir {
@@ -204,7 +207,7 @@ export class PackV2 extends Pack {
     const bytes = this.data
       ? this.data.subarray(offset, offset + length)
       : this.checked(id, (this.read as NonNullable<typeof this.read>)(offset, length), offset)
-    if (bytes.buffer !== this.meta.buffer) this.readBytes += length // read from the file
+    if (bytes.buffer !== this.meta.buffer) this.addRead(length) // read from the file
     const e = this.indexAt + k * ENTRY
     const start = this.meta.readUInt32BE(e + 36)
     const end = k + 1 < this.nInline ? this.meta.readUInt32BE(e + ENTRY + 36) : this.hintBytes

@@ -92,10 +92,17 @@ export interface PackSource {
  * the pack to look in. Folders are decoded on first use and kept; a folder read from a file is
  * checked against its id.
  */
+/** The running sum of heldBytes over the packs a cache holds (see Pack.countIn). */
+export interface PackMeter {
+  bytes: number
+}
+
 export abstract class Pack {
   protected readonly loaded = new Map<string, Dir>()
-  /** Bytes of the folders read from the file one at a time (range reads) and kept. */
-  protected readBytes = 0
+  /** Bytes of the folders read from the file one at a time (range reads) and kept (see addRead). */
+  private readBytes = 0
+  /** The cache counting this pack's heldBytes, told of every change of it (see held). */
+  private meter: PackMeter | null = null
 
   constructor(
     readonly id: string,
@@ -135,6 +142,39 @@ export abstract class Pack {
    */
   get heldBytes(): number {
     return this.tableBytes + this.readBytes
+  }
+
+  /**
+   * Counts this pack in a cache's meter. From then on every change of heldBytes goes to the
+   * meter as it happens (held, addRead), so a cache knows its total without summing its packs
+   * at each insert. A pack is kept by the one store that built or read it.
+   */
+  countIn(meter: PackMeter): void {
+    if (this.meter === meter) return
+    if (this.meter) this.meter.bytes -= this.heldBytes
+    this.meter = meter
+    meter.bytes += this.heldBytes
+  }
+
+  /** Takes this pack out of `meter` (a cache letting it go), if it is counted there. */
+  uncount(meter: PackMeter): void {
+    if (this.meter !== meter) return
+    meter.bytes -= this.heldBytes
+    this.meter = null
+  }
+
+  /**
+   * tableBytes changed by `delta`: every change of it is told here, after it was made (a
+   * subclass whose tables grow after it was made calls this; readBytes grows only by addRead).
+   */
+  protected held(delta: number): void {
+    if (this.meter) this.meter.bytes += delta
+  }
+
+  /** `n` more bytes read from the file and kept. */
+  protected addRead(n: number): void {
+    this.readBytes += n
+    if (this.meter) this.meter.bytes += n
   }
 
   get root(): Dir {
@@ -219,7 +259,7 @@ export abstract class Pack {
 
   protected parseDir(id: string, bytes: Buffer, hints: Hints | null): Dir {
     const records = Records.parse(bytes, DIR_HEAD, `folder ${id} of ${this.what}`, this.id)
-    this.readBytes += records.ends.byteLength
+    this.addRead(records.ends.byteLength)
     if (hints && hints.bytes.length - hints.start < records.size * hints.width)
       throw this.corrupt(`the hints of folder ${id} are short`)
     const dir = new Dir(id, records, this, hints)

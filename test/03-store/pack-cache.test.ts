@@ -21,6 +21,17 @@ function seeded(seed: number): (n: number) => number {
   }
 }
 
+/**
+ * The cache's byte count, summed the slow way: every pack it keeps, as it is now. The store
+ * keeps a running sum instead (each pack tells it how it grows): the two must agree.
+ */
+function summedHeld(store: ObjectStore): number {
+  const packs = (store as unknown as { packs: Map<string, { heldBytes: number }> }).packs
+  let total = 0
+  for (const p of packs.values()) total += p.heldBytes
+  return total
+}
+
 describe('pack cache', () => {
   it('rejects a budget that is not a byte count', () => {
     const root = tempDir()
@@ -59,6 +70,7 @@ describe('pack cache', () => {
       const s = await engine.snapshot('ws')
       made.push({ id: s.snapshotId as string, tree: s.tree, files: new Map(model) })
       held.push(store.cachedPackBytes)
+      expect(store.cachedPackBytes).toBe(summedHeld(store))
     }
     // Each increment's pack is tens of KB: kept by count, twelve of them would be far past the
     // budget; kept by bytes, the newest one or two.
@@ -66,10 +78,21 @@ describe('pack cache', () => {
     expect(Math.min(...packBytes)).toBeGreaterThan(budget / 8)
     for (const h of held) expect(h).toBeLessThanOrEqual(budget + 2 * Math.max(...packBytes))
     // The warm engine, whose older packs were let go, reads every snapshot right.
-    for (const m of made) expect(new Map((await engine.tree(m.id)).entries())).toEqual(m.files)
+    for (const m of made) {
+      expect(new Map((await engine.tree(m.id)).entries())).toEqual(m.files)
+      // Packs read again, their folders read since: the running count is still the sum.
+      expect(store.cachedPackBytes).toBe(summedHeld(store))
+    }
     // The increments it built on packs read again are the trees a full replay makes.
     const full = await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })
     expect(full.tree.id).toBe(made.at(-1)?.tree)
+    // A store that only reads: every pack from its file, each folder parsed as it is read.
+    const reader = new ObjectStore(root, { packCacheBytes: budget })
+    const cold = new SnapshotEngine({ log, store: reader })
+    for (const m of made) {
+      expect(new Map((await cold.tree(m.id)).entries())).toEqual(m.files)
+      expect(reader.cachedPackBytes).toBe(summedHeld(reader))
+    }
     for (const m of made) expect((await new SnapshotEngine({ root }).tree(m.id)).id).toBe(m.tree)
   })
 
@@ -93,6 +116,7 @@ describe('pack cache', () => {
       made.push({ id: s.snapshotId as string, files: new Map(model) })
     }
     for (const m of made) expect(new Map((await engine.tree(m.id)).entries())).toEqual(m.files)
+    expect(store.cachedPackBytes).toBe(summedHeld(store))
     const full = await new SnapshotEngine({ root }).replay('ws', { fromScratch: true })
     expect(new Map(full.tree.entries())).toEqual(model)
   })
