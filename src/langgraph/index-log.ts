@@ -8,7 +8,7 @@
  * way a replay starts from the base's tree.
  */
 import { readLog } from '../adapters/follow.js'
-import type { Entry } from '../engine/entry.js'
+import type { Entry, EntryInput } from '../engine/entry.js'
 import { NoaError } from '../engine/errors.js'
 import { statFile } from '../engine/files.js'
 import { logPath } from '../engine/logs.js'
@@ -129,8 +129,17 @@ export class ThreadIndex {
    * RETENTION_MARK): the caller reads the record and calls `drop` with its `pruned`.
    */
   apply(e: Entry): boolean {
+    return this.applyAt(e, e.seq, e.ts)
+  }
+
+  /**
+   * `apply` for an entry just appended, with the seq and ts of its ack: the entry is not copied
+   * into an Entry first (a copy of each of a commit's entries, of a different shape each, was
+   * most of what applying them cost).
+   */
+  applyAt(e: EntryInput, seq: number, ts: number): boolean {
     if (e.op === 'snapshot') {
-      const own = this.last !== null && this.last.seq === e.seq - 1
+      const own = this.last !== null && this.last.seq === seq - 1
       if (own && this.last) {
         this.last.ref.snapshot = e.snapshot_id
         this.bySnapshot.set(e.snapshot_id, { ns: this.last.ns, id: this.last.id })
@@ -148,7 +157,7 @@ export class ThreadIndex {
           m = new Map()
           this.checkpoints.set(p.ns, m)
         }
-        const ref: CheckpointRef = { blob: e.blob, ts: e.ts }
+        const ref: CheckpointRef = { blob: e.blob, ts }
         m.set(p.id, ref)
         let order = this.applied.get(p.ns)
         if (!order) {
@@ -158,7 +167,7 @@ export class ThreadIndex {
         order.push(p.id)
         const latest = this.latest.get(p.ns)
         if (latest === undefined || p.id > latest) this.latest.set(p.ns, p.id)
-        this.last = { ref, seq: e.seq, ns: p.ns, id: p.id }
+        this.last = { ref, seq, ns: p.ns, id: p.id }
         return false
       }
       case 'writes': {

@@ -5,7 +5,7 @@
  * The batch itself is built by the layer below (thread-build.ts).
  */
 import { LOG_END, LOG_HELD, STORE_APPEND } from '../engine/checks.js'
-import type { Ack, Entry, EntryInput } from '../engine/entry.js'
+import type { Ack, EntryInput } from '../engine/entry.js'
 import { Errors, isNoaError } from '../engine/errors.js'
 import { readThroughJournals } from '../engine/journal-view.js'
 import { looksLikeChunkList, parseChunkList } from '../store/chunks.js'
@@ -208,7 +208,10 @@ export class Thread extends ThreadBuild {
       }
       const unexpected = acks.findIndex((a, i) => a.seq !== first + i)
       const last = acks[acks.length - 1]?.seq ?? state.lastSeq
-      for (const [i, a] of acks.entries()) this.index.apply({ ...entries[i], seq: a.seq, ts: a.ts } as Entry)
+      for (let i = 0; i < acks.length; i++) {
+        const a = acks[i] as Ack
+        this.index.applyAt(entries[i] as EntryInput, a.seq, a.ts)
+      }
       this.index.drop(pending.dropped)
       if (saver.viaDaemon) this.follower.acceptAppended(last)
       // The owner says where our last line ends: what the follower has accounted for.
