@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { closeSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
@@ -7,6 +8,7 @@ import {
   APPEND_CREATE,
   checkDirsBelow,
   checkRoot,
+  filePathProblem,
   fileSize,
   mkdirBelow,
   openFileSync,
@@ -121,5 +123,28 @@ describe('safe file opens', () => {
     expect(codeOf(() => checkRoot(join(real, 'f'), false))).toBe('NOA_BAD_ROOT')
     expect(codeOf(() => checkRoot(join(real, 'nope'), true))).toBe('NOA_BAD_ROOT')
     expect(codeOf(() => checkRoot(join(real, 'nope'), false))).toBeUndefined()
+  })
+})
+
+describe('file paths beside entries', () => {
+  it("takes a store object's path at once, and still refuses what only looks like one", () => {
+    for (let i = 0; i < 50; i++) {
+      const id = createHash('sha256').update(String(i)).digest('hex')
+      expect(filePathProblem(`objects/${id.slice(0, 2)}/${id.slice(2)}`)).toBeNull()
+    }
+    const id = 'ab'.repeat(32)
+    for (const bad of [
+      `objects/${id.slice(0, 2)}/${id.slice(2, 63)}`,
+      `objects/${id.slice(0, 2)}/${id.slice(2)}0`,
+      `objects/${id.slice(0, 2).toUpperCase()}/${id.slice(2)}`,
+      `objects/${id.slice(0, 2)}/${id.slice(2)}/`,
+      `/objects/${id.slice(0, 2)}/${id.slice(2)}`,
+      `objects/${id}`,
+      `objects/./${id.slice(2)}`,
+      `object-logs/${id.slice(0, 2)}/${id.slice(2)}`,
+    ]) {
+      expect(filePathProblem(bad), bad).not.toBeNull()
+    }
+    expect(filePathProblem('notes/a.txt')).toBeNull()
   })
 })
