@@ -109,7 +109,7 @@ export abstract class ObjectTrees extends ObjectBlobs {
     this.pending.delete(id)
     if (pack) {
       this.rememberPack(pack)
-      this.remember(Tree.ofPack(pack))
+      this.remember(Tree.ofBuiltPack(pack))
     } else if (bytes) {
       this.remember(Tree.decode(id, bytes))
     }

@@ -58,8 +58,9 @@ export function isWellFormedPath(path: string): boolean {
  */
 export class Tree {
   private flat: Records | null
-  /** The root folder of a folder tree (null: a flat tree). */
-  readonly root: Dir | null
+  private rootDir: Dir | null
+  /** A pack whose root folder is this tree's root, not read yet (see ofBuiltPack). */
+  private rootIn: Pack | null = null
 
   private constructor(
     readonly id: string,
@@ -67,7 +68,16 @@ export class Tree {
     root: Dir | null,
   ) {
     this.flat = flat
-    this.root = root
+    this.rootDir = root
+  }
+
+  /** The root folder of a folder tree (null: a flat tree). */
+  get root(): Dir | null {
+    if (this.rootIn !== null) {
+      this.rootDir = this.rootIn.root
+      this.rootIn = null
+    }
+    return this.rootDir
   }
 
   /**
@@ -83,11 +93,23 @@ export class Tree {
     return new Tree(pack.id, null, pack.root)
   }
 
+  /**
+   * The same, its root folder read when first used: for a tree just stored from a pack the
+   * store built (or had read already), kept for the next reads, which a LangGraph commit (it
+   * builds the next tree from its own listing) never makes. Damage there, if any, is then found
+   * by the read that needs it, not after a commit that already went in.
+   */
+  static ofBuiltPack(pack: Pack): Tree {
+    const tree = new Tree(pack.id, null, null)
+    tree.rootIn = pack
+    return tree
+  }
+
   static readonly EMPTY_BYTES: Buffer = HEADER
 
   /** 'dirs': stored per folder (noa's format); 'flat': one object (the format before). */
   get format(): 'dirs' | 'flat' {
-    return this.root ? 'dirs' : 'flat'
+    return this.rootIn !== null || this.rootDir !== null ? 'dirs' : 'flat'
   }
 
   get isEmpty(): boolean {
