@@ -138,11 +138,12 @@ export abstract class SaverReads extends BaseCheckpointSaver {
    * values were refused, or by another serializer) are a named error, never its raw SyntaxError.
    */
   protected async load(v: StoredValue, what: string, record: string): Promise<unknown> {
-    const where = 'blob' in v ? `blob ${v.blob}` : `record ${record}`
-    const data = await named(what, valueData(v, this.blobs))
+    // A value kept in its record as text (most are) is there already: no read to wait for.
+    const data = 'text' in v ? v.text : await named(what, valueData(v, this.blobs))
     try {
       return await this.serde.loadsTyped(v.type, data)
     } catch (err) {
+      const where = 'blob' in v ? `blob ${v.blob}` : `record ${record}`
       throw Errors.CORRUPT_OBJECT(
         `${what}: the serializer cannot read the stored value (${v.type}, in ${where}) back: ${(err as Error)?.message?.split('\n')[0]}`,
         { object: 'blob' in v ? v.blob : record },
